@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs every Debian package the build, the tests and the tools need. Idempotent; quiet when done.
+set -euo pipefail
+PKGS=(
+  build-essential cmake ninja-build pkg-config git python3
+  libpcre2-dev nlohmann-json3-dev libpng-dev libcpp-httplib-dev libcli11-dev
+  libopenblas-dev libomp-dev libgtest-dev libgmock-dev libbenchmark-dev
+  clang lld libclang-rt-dev
+)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

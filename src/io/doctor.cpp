@@ -1,0 +1,152 @@
+#include "io/doctor.h"
+
+#include <cstdio>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/system_info.h"
+#include "io/model_folder.h"
+
+using json = nlohmann::json;
+
+namespace ernie {
+
+namespace {
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+std::string gib(double bytes) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f GiB", bytes / kGiB);
+  return b;
+}
+
+// Working memory of one 1024x1024 step beyond the weights (activations, attention, VAE decode).
+constexpr double kActivationBytes = 4.0 * kGiB;
+}  // namespace
+
+DoctorReport run_doctor(const std::string& model_dir) {
+  DoctorReport r;
+  json& j = r.json;
+  SystemInfo si = query_system_info();
+  j["build"] = {{"version", si.version}, {"cuda", si.cuda_built},     {"cuda_runtime", si.cuda_runtime},
+                {"cublas", si.cublas},   {"cudnn", si.cudnn},         {"nccl", si.nccl},
+                {"omp_threads", si.omp_threads}};
+  j["driver"] = {{"cuda_driver", si.cuda_driver}, {"driver_version", si.driver_version}};
+  j["gpus"] = json::array();
+  for (const GpuInfo& g : si.gpus)
+    j["gpus"].push_back({{"index", g.index},
+                         {"name", g.name},
+                         {"compute_capability", std::to_string(g.cc_major) + "." + std::to_string(g.cc_minor)},
+                         {"total_gib", g.total_bytes / kGiB},
+                         {"free_gib", g.free_bytes / kGiB},
+                         {"hopper", g.cc_major == 9}});
+  if (si.gpus.empty()) j["gpu_error"] = si.gpu_error;
+  j["env"] = json::object();
+  for (auto& [k, v] : si.env) j["env"][k] = v;
+  j["problems"] = json::array();
+  j["warnings"] = json::array();
+
+  if (!model_dir.empty()) {
+    json m;
+    m["path"] = model_dir;
+    try {
+      ModelFolder mf = ModelFolder::open(model_dir);
+      m["variant"] = mf.turbo ? "ERNIE-Image-Turbo" : "ERNIE-Image";
+      m["components"] = json::object();
+      double resident = 0, largest = 0;
+      auto comp = [&](const Component& c) {
+        double bf16 = double(c.params()) * 2;
+        m["components"][c.name] = {{"params", c.params()},
+                                   {"dtype", c.dominant_dtype()},
+                                   {"bytes_on_disk", c.ckpt.bytes_on_disk()},
+                                   {"files", c.ckpt.files().size()},
+                                   {"prefix", c.prefix},
+                                   {"bf16_gib", bf16 / kGiB}};
+        return bf16;
+      };
+      double dit = comp(mf.transformer_c), te = comp(mf.text_encoder_c), vae = comp(mf.vae_c);
+      if (mf.pe_c) comp(*mf.pe_c);
+      m["tokenizer"] = mf.tokenizer_dir;
+      m["prompt_enhancer"] = mf.pe_c.has_value();
+      m["dit"] = {{"hidden_size", mf.dit.hidden_size}, {"layers", mf.dit.num_layers},
+                  {"heads", mf.dit.num_attention_heads}, {"scale_factor", mf.vae.scale_factor()}};
+      for (const Problem& p : mf.check()) {
+        std::string msg = p.component + ": " + p.message;
+        if (p.fatal) j["problems"].push_back(msg);
+        else j["warnings"].push_back(msg);
+      }
+      resident = dit + te + vae;
+      largest = dit + vae;
+      // Memory: everything resident, or the text encoder freed after encoding.
+      json fit;
+      fit["resident_gib"] = (resident + kActivationBytes) / kGiB;
+      fit["text_encoder_offload_gib"] = (largest + kActivationBytes) / kGiB;
+      for (const GpuInfo& g : si.gpus) {
+        std::string mode = g.free_bytes >= resident + kActivationBytes ? "fits resident at bf16"
+                           : g.free_bytes >= largest + kActivationBytes ? "fits with --offload text-encoder"
+                                                                          : "needs --offload blocks (or fp8)";
+        fit["gpu" + std::to_string(g.index)] = mode;
+      }
+      m["memory"] = fit;
+    } catch (const Error& e) {
+      j["problems"].push_back(e.what());
+    }
+    j["model"] = m;
+  }
+  r.problems = int(j["problems"].size());
+  j["ok"] = r.problems == 0;
+  return r;
+}
+
+std::string format_doctor(const json& j) {
+  std::ostringstream o;
+  const json& b = j["build"];
+  o << "ernie-image " << b["version"].get<std::string>() << "\n";
+  o << "  CUDA backend: " << (b["cuda"].get<bool>() ? "on (runtime " + b["cuda_runtime"].get<std::string>() + ")" : "off")
+    << "\n";
+  auto ver = [](const json& v) { return v.get<std::string>().empty() ? std::string("not found") : v.get<std::string>(); };
+  o << "  cuBLASLt " << ver(b["cublas"]) << ", cuDNN " << ver(b["cudnn"]) << ", NCCL " << ver(b["nccl"])
+    << ", OpenMP threads " << b["omp_threads"] << "\n";
+  o << "  driver: " << ver(j["driver"]["driver_version"]) << " (CUDA " << ver(j["driver"]["cuda_driver"]) << ")\n";
+  if (j["gpus"].empty()) o << "GPUs: none (" << j.value("gpu_error", std::string("unknown")) << ")\n";
+  for (const json& g : j["gpus"]) {
+    char line[256];
+    std::snprintf(line, sizeof line, "GPU %d: %s, compute %s, %.1f GiB total, %.1f GiB free\n", g["index"].get<int>(),
+                  g["name"].get<std::string>().c_str(), g["compute_capability"].get<std::string>().c_str(),
+                  g["total_gib"].get<double>(), g["free_gib"].get<double>());
+    o << line;
+  }
+  if (j["env"].empty()) o << "  device selection: no CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES set (all visible)\n";
+  for (auto it = j["env"].begin(); it != j["env"].end(); ++it)
+    o << "  " << it.key() << "=" << it.value().get<std::string>() << "\n";
+  if (j.contains("model")) {
+    const json& m = j["model"];
+    o << "model " << m["path"].get<std::string>();
+    if (m.contains("variant")) o << " (" << m["variant"].get<std::string>() << ")";
+    o << "\n";
+    if (m.contains("components"))
+      for (auto it = m["components"].begin(); it != m["components"].end(); ++it) {
+        const json& c = it.value();
+        char line[256];
+        std::snprintf(line, sizeof line, "  %-13s %14s params  %-5s  %s on disk\n", it.key().c_str(),
+                      std::to_string(c["params"].get<size_t>()).c_str(), c["dtype"].get<std::string>().c_str(),
+                      gib(double(c["bytes_on_disk"].get<size_t>())).c_str());
+        o << line;
+      }
+    if (m.contains("memory")) {
+      const json& f = m["memory"];
+      char line[200];
+      std::snprintf(line, sizeof line, "  bf16 needs ~%.1f GiB resident, ~%.1f GiB with the text encoder offloaded\n",
+                    f["resident_gib"].get<double>(), f["text_encoder_offload_gib"].get<double>());
+      o << line;
+      for (auto it = f.begin(); it != f.end(); ++it)
+        if (it.key().rfind("gpu", 0) == 0) o << "  " << it.key() << ": " << it.value().get<std::string>() << "\n";
+    }
+  }
+  for (const json& w : j["warnings"]) o << "warning: " << w.get<std::string>() << "\n";
+  for (const json& p : j["problems"]) o << "problem: " << p.get<std::string>() << "\n";
+  o << (j["ok"].get<bool>() ? "all is well\n" : std::to_string(j["problems"].size()) + " problem(s) found\n");
+  return o.str();
+}
+
+}  // namespace ernie

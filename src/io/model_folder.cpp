@@ -1,0 +1,288 @@
+#include "io/model_folder.h"
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace ernie {
+
+namespace {
+std::string I(int i) { return std::to_string(i); }
+using S = Shape;
+
+void linear(std::vector<TensorSpec>& v, const std::string& name, int64_t out, int64_t in, bool bias) {
+  v.push_back({name + ".weight", {out, in}});
+  if (bias) v.push_back({name + ".bias", {out}});
+}
+void conv(std::vector<TensorSpec>& v, const std::string& name, int64_t out, int64_t in, int64_t k) {
+  v.push_back({name + ".weight", {out, in, k, k}});
+  v.push_back({name + ".bias", {out}});
+}
+void norm(std::vector<TensorSpec>& v, const std::string& name, int64_t c) {
+  v.push_back({name + ".weight", {c}});
+  v.push_back({name + ".bias", {c}});
+}
+void resnet(std::vector<TensorSpec>& v, const std::string& p, int64_t in, int64_t out) {
+  norm(v, p + ".norm1", in);
+  conv(v, p + ".conv1", out, in, 3);
+  norm(v, p + ".norm2", out);
+  conv(v, p + ".conv2", out, out, 3);
+  if (in != out) conv(v, p + ".conv_shortcut", out, in, 1);
+}
+void mid_block(std::vector<TensorSpec>& v, const std::string& p, int64_t c, bool attn) {
+  resnet(v, p + ".resnets.0", c, c);
+  if (attn) {
+    norm(v, p + ".attentions.0.group_norm", c);
+    for (const char* n : {"to_q", "to_k", "to_v", "to_out.0"}) linear(v, p + ".attentions.0." + n, c, c, true);
+  }
+  resnet(v, p + ".resnets.1", c, c);
+}
+
+std::string lower(std::string s) {
+  for (char& ch : s) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  return s;
+}
+}  // namespace
+
+std::vector<TensorSpec> dit_tensor_specs(const DitConfig& c) {
+  std::vector<TensorSpec> v;
+  const int64_t H = c.hidden_size, F = c.ffn_hidden_size, D = c.head_dim();
+  v.push_back({"x_embedder.proj.weight", S{H, c.in_channels, c.patch_size, c.patch_size}});
+  v.push_back({"x_embedder.proj.bias", S{H}});
+  if (c.text_in_dim != c.hidden_size) linear(v, "text_proj", H, c.text_in_dim, false);
+  linear(v, "time_embedding.linear_1", H, H, true);
+  linear(v, "time_embedding.linear_2", H, H, true);
+  linear(v, "adaLN_modulation.1", 6 * H, H, true);
+  for (int l = 0; l < c.num_layers; ++l) {
+    std::string p = "layers." + I(l) + ".";
+    v.push_back({p + "adaLN_sa_ln.weight", S{H}});
+    v.push_back({p + "adaLN_mlp_ln.weight", S{H}});
+    for (const char* n : {"to_q", "to_k", "to_v", "to_out.0"}) linear(v, p + "self_attention." + n, H, H, false);
+    if (c.qk_layernorm) {
+      v.push_back({p + "self_attention.norm_q.weight", S{D}});
+      v.push_back({p + "self_attention.norm_k.weight", S{D}});
+    }
+    linear(v, p + "mlp.gate_proj", F, H, false);
+    linear(v, p + "mlp.up_proj", F, H, false);
+    linear(v, p + "mlp.linear_fc2", H, F, false);
+  }
+  linear(v, "final_norm.linear", 2 * H, H, true);
+  linear(v, "final_linear", int64_t(c.out_channels) * c.patch_size * c.patch_size, H, true);
+  return v;
+}
+
+std::vector<TensorSpec> mistral_tensor_specs(const MistralConfig& c, bool with_lm_head) {
+  std::vector<TensorSpec> v;
+  const int64_t H = c.hidden_size, Q = int64_t(c.num_attention_heads) * c.head_dim,
+                KV = int64_t(c.num_key_value_heads) * c.head_dim, F = c.intermediate_size;
+  v.push_back({"embed_tokens.weight", S{c.vocab_size, H}});
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    std::string p = "layers." + I(l) + ".";
+    v.push_back({p + "input_layernorm.weight", S{H}});
+    linear(v, p + "self_attn.q_proj", Q, H, false);
+    linear(v, p + "self_attn.k_proj", KV, H, false);
+    linear(v, p + "self_attn.v_proj", KV, H, false);
+    linear(v, p + "self_attn.o_proj", H, Q, false);
+    v.push_back({p + "post_attention_layernorm.weight", S{H}});
+    linear(v, p + "mlp.gate_proj", F, H, false);
+    linear(v, p + "mlp.up_proj", F, H, false);
+    linear(v, p + "mlp.down_proj", H, F, false);
+  }
+  // The final norm feeds only last_hidden_state/logits; the text encoder does not need it.
+  v.push_back({"norm.weight", S{H}, with_lm_head});
+  if (with_lm_head && !c.tie_word_embeddings) v.push_back({"@lm_head.weight", S{c.vocab_size, H}});
+  return v;
+}
+
+std::vector<TensorSpec> vae_tensor_specs(const VaeConfig& c) {
+  std::vector<TensorSpec> v;
+  const auto& enc = c.block_out_channels;
+  const int nb = int(enc.size()), L = c.latent_channels, lp = c.layers_per_block;
+  conv(v, "encoder.conv_in", enc[0], c.in_channels, 3);
+  int64_t ch = enc[0];
+  for (int b = 0; b < nb; ++b) {
+    for (int r = 0; r < lp; ++r) {
+      resnet(v, "encoder.down_blocks." + I(b) + ".resnets." + I(r), ch, enc[b]);
+      ch = enc[b];
+    }
+    if (b + 1 < nb) conv(v, "encoder.down_blocks." + I(b) + ".downsamplers.0.conv", ch, ch, 3);
+  }
+  mid_block(v, "encoder.mid_block", ch, c.mid_block_add_attention);
+  norm(v, "encoder.conv_norm_out", ch);
+  conv(v, "encoder.conv_out", 2 * L, ch, 3);
+  if (c.use_quant_conv) conv(v, "quant_conv", 2 * L, 2 * L, 1);
+  if (c.use_post_quant_conv) conv(v, "post_quant_conv", L, L, 1);
+  std::vector<int> dec(c.decoder_channels().rbegin(), c.decoder_channels().rend());
+  ch = dec[0];
+  conv(v, "decoder.conv_in", ch, L, 3);
+  mid_block(v, "decoder.mid_block", ch, c.mid_block_add_attention);
+  for (int b = 0; b < nb; ++b) {
+    for (int r = 0; r < lp + 1; ++r) {
+      resnet(v, "decoder.up_blocks." + I(b) + ".resnets." + I(r), ch, dec[b]);
+      ch = dec[b];
+    }
+    if (b + 1 < nb) conv(v, "decoder.up_blocks." + I(b) + ".upsamplers.0.conv", ch, ch, 3);
+  }
+  norm(v, "decoder.conv_norm_out", ch);
+  conv(v, "decoder.conv_out", c.out_channels, ch, 3);
+  const int64_t bn = int64_t(L) * c.patch_size[0] * c.patch_size[1];
+  v.push_back({"bn.running_mean", S{bn}});
+  v.push_back({"bn.running_var", S{bn}});
+  v.push_back({"bn.num_batches_tracked", S{}, false});
+  return v;
+}
+
+size_t Component::params() const {
+  size_t n = 0;
+  for (const TensorInfo* t : ckpt.tensors())
+    if (t->name.rfind(prefix, 0) == 0) n += size_t(shape_numel(t->shape));
+  return n;
+}
+
+std::string Component::dominant_dtype() const {
+  std::map<std::string, size_t> by;
+  for (const TensorInfo* t : ckpt.tensors())
+    if (t->name.rfind(prefix, 0) == 0) by[dtype_name(t->dtype)] += size_t(shape_numel(t->shape));
+  std::string best = "-";
+  size_t n = 0;
+  for (auto& [k, c] : by)
+    if (c > n) best = k, n = c;
+  return best;
+}
+
+bool detect_turbo(const std::string& dir) {
+  std::string name = lower(fs::path(fs::absolute(dir)).lexically_normal().string());
+  if (name.find("turbo") != std::string::npos) return true;
+  try {
+    json j = read_json_file((fs::path(dir) / "model_index.json").string());
+    if (j.contains("_name_or_path") && j["_name_or_path"].is_string())
+      return lower(j["_name_or_path"].get<std::string>()).find("turbo") != std::string::npos;
+  } catch (const Error&) {
+  }
+  return false;
+}
+
+namespace {
+json component_config(const std::string& root, const std::string& comp) {
+  fs::path dir = fs::path(root) / comp;
+  ERNIE_CHECK(fs::is_directory(dir), dir.string(), ": component folder '", comp, "' is missing");
+  return read_json_file((dir / "config.json").string());
+}
+
+// The prefix under which the language model's tensors live in a text encoder / PE checkpoint.
+std::string resolve_prefix(const Checkpoint& ck, const std::vector<std::string>& candidates) {
+  for (const std::string& p : candidates)
+    if (ck.contains(p + "embed_tokens.weight")) return p;
+  return candidates.front();
+}
+}  // namespace
+
+ModelFolder ModelFolder::open(const std::string& dir, bool with_pe) {
+  ModelFolder m;
+  m.root = fs::absolute(dir).lexically_normal().string();
+  ERNIE_CHECK(fs::is_directory(m.root), dir, ": model folder not found");
+  json idx = read_json_file((fs::path(m.root) / "model_index.json").string());
+  m.turbo = detect_turbo(m.root);
+  auto path_of = [&](const std::string& c) { return (fs::path(m.root) / c / "config.json").string(); };
+
+  m.dit = parse_dit_config(component_config(m.root, "transformer"), path_of("transformer"));
+  m.text_encoder = parse_mistral_config(component_config(m.root, "text_encoder"), path_of("text_encoder"));
+  m.vae = parse_vae_config(component_config(m.root, "vae"), path_of("vae"));
+  std::string sched = (fs::path(m.root) / "scheduler" / "scheduler_config.json").string();
+  ERNIE_CHECK(fs::exists(sched), sched, ": missing (component folder 'scheduler')");
+  m.scheduler = parse_scheduler_config(read_json_file(sched), sched);
+  m.tokenizer_dir = (fs::path(m.root) / "tokenizer").string();
+  ERNIE_CHECK(fs::exists(fs::path(m.tokenizer_dir) / "tokenizer.json"), m.tokenizer_dir,
+              "/tokenizer.json: missing (component folder 'tokenizer')");
+
+  auto open_comp = [&](const std::string& name) {
+    Component c;
+    c.name = name;
+    c.dir = (fs::path(m.root) / name).string();
+    c.ckpt = Checkpoint::open_dir(c.dir);
+    return c;
+  };
+  m.transformer_c = open_comp("transformer");
+  m.transformer_c.specs = dit_tensor_specs(m.dit);
+  m.text_encoder_c = open_comp("text_encoder");
+  m.text_encoder_c.prefix =
+      resolve_prefix(m.text_encoder_c.ckpt, {"language_model.model.", "model.language_model.", "model.", ""});
+  m.text_encoder_c.specs = mistral_tensor_specs(m.text_encoder, false);
+  m.vae_c = open_comp("vae");
+  m.vae_c.specs = vae_tensor_specs(m.vae);
+
+  if (with_pe && fs::is_directory(fs::path(m.root) / "pe")) {
+    m.pe = parse_mistral_config(component_config(m.root, "pe"), path_of("pe"));
+    m.pe_c = open_comp("pe");
+    m.pe_c->prefix = resolve_prefix(m.pe_c->ckpt, {"model.", "language_model.model.", "model.language_model.", ""});
+    m.pe_c->specs = mistral_tensor_specs(*m.pe, true);
+    fs::path pt = fs::path(m.root) / "pe_tokenizer";
+    if (!fs::exists(pt / "tokenizer.json")) pt = fs::path(m.root) / "pe";
+    if (fs::exists(pt / "tokenizer.json")) m.pe_tokenizer_dir = pt.string();
+  }
+  (void)idx;
+  return m;
+}
+
+namespace {
+void check_component(const Component& c, std::vector<Problem>& out) {
+  std::map<std::string, const TensorSpec*> want;
+  for (const TensorSpec& s : c.specs) {
+    // "@name" means: outside the language-model prefix (lm_head sits next to "model.").
+    std::string full = s.name[0] == '@' ? s.name.substr(1) : c.prefix + s.name;
+    want[full] = &s;
+    const TensorInfo* ti = c.ckpt.find(full);
+    if (!ti) {
+      if (s.required) out.push_back({c.name, "missing tensor '" + full + "' " + shape_str(s.shape)});
+      continue;
+    }
+    if (ti->shape != s.shape)
+      out.push_back({c.name, "tensor '" + full + "' has shape " + shape_str(ti->shape) + ", the config implies " +
+                                 shape_str(s.shape) + " (" + ti->file + ")"});
+    if (!dtype_is_float(ti->dtype) && s.name != "bn.num_batches_tracked")
+      out.push_back({c.name, "tensor '" + full + "' has non-float dtype " + std::string(dtype_name(ti->dtype))});
+  }
+  size_t unexpected = 0;
+  std::string example;
+  for (const TensorInfo* ti : c.ckpt.tensors()) {
+    if (want.count(ti->name)) continue;
+    if (++unexpected == 1) example = ti->name;
+  }
+  if (unexpected)
+    out.push_back({c.name, std::to_string(unexpected) + " unexpected tensor(s) ignored (e.g. '" + example + "')",
+                   false});
+}
+}  // namespace
+
+std::vector<Problem> ModelFolder::check() const {
+  std::vector<Problem> out;
+  check_component(transformer_c, out);
+  check_component(text_encoder_c, out);
+  check_component(vae_c, out);
+  if (pe_c) check_component(*pe_c, out);
+  if (dit.in_channels != vae.latent_channels * vae.patch_size[0] * vae.patch_size[1])
+    out.push_back({"transformer", "in_channels " + I(dit.in_channels) + " != 4 x vae latent_channels " +
+                                      I(vae.latent_channels) + " (vae/config.json)"});
+  if (dit.out_channels != dit.in_channels)
+    out.push_back({"transformer", "out_channels " + I(dit.out_channels) + " != in_channels " + I(dit.in_channels)});
+  if (dit.text_in_dim != text_encoder.hidden_size)
+    out.push_back({"transformer", "text_in_dim " + I(dit.text_in_dim) + " != text encoder hidden_size " +
+                                      I(text_encoder.hidden_size) + " (text_encoder/config.json)"});
+  if (text_encoder.num_hidden_layers < 2)
+    out.push_back({"text_encoder", "num_hidden_layers must be >= 2 (the pipeline takes hidden_states[-2])"});
+  return out;
+}
+
+void ModelFolder::require_ok(const std::string& component) const {
+  for (const Problem& p : check())
+    if (p.fatal && p.component == component) fail(root, "/", component, ": ", p.message);
+}
+
+}  // namespace ernie

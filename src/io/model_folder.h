@@ -1,0 +1,67 @@
+// A released model folder (diffusers layout): model_index.json, component configs, checkpoints, and
+// the complete list of tensors each config implies, checked against what is on disk.
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "io/configs.h"
+#include "io/safetensors.h"
+
+namespace ernie {
+
+struct TensorSpec {
+  std::string name;  // without the component prefix
+  Shape shape;
+  bool required = true;
+};
+
+std::vector<TensorSpec> dit_tensor_specs(const DitConfig& c);
+// Names relative to the language model ("embed_tokens.weight", "layers.0...", "norm.weight").
+// `layers` limits the list to the layers a forward needs (the text encoder stops at hidden_states[-2]).
+std::vector<TensorSpec> mistral_tensor_specs(const MistralConfig& c, bool with_lm_head);
+std::vector<TensorSpec> vae_tensor_specs(const VaeConfig& c);
+
+struct Problem {
+  std::string component;  // "transformer", "vae", ...
+  std::string message;
+  bool fatal = true;  // false: a warning (e.g. ignored tensors)
+};
+
+struct Component {
+  std::string name;    // folder name
+  std::string dir;     // absolute folder path
+  std::string prefix;  // resolved tensor-name prefix ("" or "language_model.model.")
+  Checkpoint ckpt;
+  std::vector<TensorSpec> specs;
+  size_t params() const;
+  std::string dominant_dtype() const;  // dtype holding most parameters
+  Tensor tensor(const std::string& name) const { return ckpt.tensor(prefix + name); }
+};
+
+class ModelFolder {
+ public:
+  // Opens configs and checkpoints; throws Error on a missing folder, bad JSON, invalid config or a
+  // corrupt checkpoint. Tensor-level problems are listed by check(), not thrown.
+  static ModelFolder open(const std::string& dir, bool with_pe = true);
+  // Every problem: missing, mis-shaped and unexpected tensors, cross-component mismatches.
+  std::vector<Problem> check() const;
+  // Throws the first fatal problem of `component`, if any (run before using it).
+  void require_ok(const std::string& component) const;
+
+  std::string root;
+  bool turbo = false;  // ERNIE-Image-Turbo (8 steps, cfg 1) vs ERNIE-Image (50 steps, cfg 4)
+  DitConfig dit;
+  MistralConfig text_encoder;
+  VaeConfig vae;
+  SchedulerConfig scheduler;
+  std::optional<MistralConfig> pe;
+  Component transformer_c, text_encoder_c, vae_c;
+  std::optional<Component> pe_c;
+  std::string tokenizer_dir, pe_tokenizer_dir;  // empty when absent
+};
+
+// Which variant a folder holds: "turbo" in the folder name or in model_index.json's _name_or_path.
+bool detect_turbo(const std::string& dir);
+
+}  // namespace ernie

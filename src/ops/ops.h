@@ -1,0 +1,78 @@
+// The op set. Model code is written once against these functions; each dispatches on the device of its
+// inputs to the CPU backend (ops/cpu/: the reference, fp32 math) or the CUDA backend (ops/cuda/: bf16
+// storage, fp32 accumulation, fused kernels). Activations are F32 on the CPU and F32 or BF16 on CUDA;
+// weights may be F32, BF16 or F16 anywhere (the CPU converts them on the fly).
+//
+// Layout conventions: row-major, contiguous. Token sequences are [B, S, C]; attention heads are
+// [B, S, heads, head_dim]; images are NCHW. "Per-row" vectors ([B, C]) broadcast over S.
+#pragma once
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace ernie::ops {
+
+// ---- GEMM -------------------------------------------------------------------------------------------
+// y[..., out] = x[..., in] · w[out, in]ᵀ (+ bias[out]).
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias = {});
+
+// ---- normalisation (over the last dim) ----------------------------------------------------------------
+// x * rsqrt(mean(x²) + eps) * weight; `weight` may be undefined (no affine).
+Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps);
+// (x - mean) * rsqrt(var + eps) * weight + bias; weight/bias may be undefined.
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps);
+// GroupNorm over [B, C, H, W] with per-channel affine; `silu` fuses the activation after it.
+Tensor group_norm(const Tensor& x, int groups, const Tensor& weight, const Tensor& bias, float eps, bool silu = false);
+
+// ---- elementwise -----------------------------------------------------------------------------------------
+Tensor silu(const Tensor& x);
+Tensor gelu(const Tensor& x);  // exact (erf) GELU, as torch's default
+Tensor add(const Tensor& a, const Tensor& b);          // same shape
+Tensor mul(const Tensor& a, const Tensor& b);          // same shape
+Tensor scale(const Tensor& x, float s);                // x * s
+Tensor swiglu(const Tensor& gate, const Tensor& up);   // silu(gate) * up
+Tensor geglu(const Tensor& gate, const Tensor& up);    // gelu(gate) * up
+// AdaLN: x[B, S, C] * (1 + scale[B, C]) + shift[B, C].
+Tensor modulate(const Tensor& x, const Tensor& shift, const Tensor& scale);
+// residual[B, S, C] + gate[B, C] * y[B, S, C].
+Tensor gated_residual(const Tensor& residual, const Tensor& gate, const Tensor& y);
+
+// ---- positional ---------------------------------------------------------------------------------------------
+// Rotate-half RoPE on x[B, S, heads, D] with full-width tables cos/sin [B or 1, S, D] (F32):
+//   out[i] = x[i]·cos[i] + rot(x)[i]·sin[i],  rot(x) = concat(-x[D/2:], x[:D/2]).
+// The caller fills the tables, so any angle layout (Mistral's repeated halves, the DiT's interleaved
+// pairs) uses the same op.
+Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin);
+
+// ---- attention ------------------------------------------------------------------------------------------------
+struct AttentionMask {
+  bool causal = false;          // query i (at absolute position q_offset + i) sees keys <= its position
+  int64_t q_offset = 0;         // position of the first query (KV-cached decoding)
+  std::vector<int64_t> kv_len;  // per batch row: only keys [0, kv_len[b]) are valid; empty = all valid
+};
+// softmax(q·kᵀ·scale + mask)·v. q [B, Sq, Hq, D], k/v [B, Sk, Hkv, D] with Hq % Hkv == 0 (GQA).
+// Returns [B, Sq, Hq, D].
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale, const AttentionMask& mask = {});
+
+// ---- convolution and resampling ------------------------------------------------------------------------------
+// 2-D convolution, NCHW, weight [O, I, kh, kw], symmetric zero padding `pad`.
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int stride, int pad);
+// Zero-pad H and W: (left, right, top, bottom).
+Tensor pad2d(const Tensor& x, int left, int right, int top, int bottom);
+Tensor upsample_nearest2x(const Tensor& x);  // [B, C, H, W] -> [B, C, 2H, 2W]
+
+// ---- layout -------------------------------------------------------------------------------------------------------
+// Generic permutation of up to 6 dims (like torch.permute(...).contiguous()).
+Tensor permute(const Tensor& x, const std::vector<int>& dims);
+// Concatenate along dim `dim`; all other dims equal.
+Tensor concat(const std::vector<Tensor>& xs, int dim);
+// Slice [start, start+len) along dim `dim` (copy).
+Tensor slice(const Tensor& x, int dim, int64_t start, int64_t len);
+// Rows of table[V, C] picked by ids (I64 or I32 on the host): [n, C], in the table's device/activation dtype.
+Tensor embedding(const Tensor& table, const std::vector<int64_t>& ids, Device device, DType act);
+
+// ---- conversions ------------------------------------------------------------------------------------------------
+// Cast a float tensor to `dtype` on its own device.
+Tensor cast(const Tensor& x, DType dtype);
+
+}  // namespace ernie::ops

@@ -1,0 +1,93 @@
+// Golden data from the diffusers reference (tests/data/tiny-ernie-image) and the one comparison helper
+// every test uses: relative L2 error and cosine similarity per tensor.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "core/tensor.h"
+#include "io/safetensors.h"
+
+namespace ernie::test {
+
+inline std::string data_dir() { return ERNIE_TEST_DATA; }
+inline std::string tiny_model() { return data_dir() + "/tiny-ernie-image/model"; }
+inline std::string golden_json() { return data_dir() + "/tiny-ernie-image/golden.json"; }
+
+inline const SafeTensorsFile& golden() {
+  static std::shared_ptr<SafeTensorsFile> g =
+      SafeTensorsFile::open(data_dir() + "/tiny-ernie-image/golden.safetensors");
+  return *g;
+}
+inline Tensor golden_tensor(const std::string& name) { return golden().tensor(name); }
+inline std::vector<int64_t> golden_ids(const std::string& name) {
+  Tensor t = golden_tensor(name);
+  const int64_t* p = t.data<int64_t>();
+  return std::vector<int64_t>(p, p + t.numel());
+}
+
+struct Closeness {
+  double rel_l2 = 0, cosine = 1, max_abs = 0;
+};
+
+inline Closeness closeness(const std::vector<float>& a, const std::vector<float>& b) {
+  Closeness c;
+  double num = 0, den = 0, dot = 0, na = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    double d = double(a[i]) - double(b[i]);
+    num += d * d;
+    den += double(b[i]) * b[i];
+    dot += double(a[i]) * b[i];
+    na += double(a[i]) * a[i];
+    c.max_abs = std::max(c.max_abs, std::fabs(d));
+  }
+  c.rel_l2 = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  c.cosine = (na > 0 && den > 0) ? dot / std::sqrt(na * den) : (num == 0 ? 1.0 : 0.0);
+  return c;
+}
+
+// Asserts shape equality, relative L2 <= rel_l2 and cosine >= min_cosine; NaN never passes.
+inline ::testing::AssertionResult tensors_close(const Tensor& actual, const Tensor& expected, double rel_l2,
+                                                double min_cosine = -1) {
+  if (actual.shape() != expected.shape())
+    return ::testing::AssertionFailure() << "shape " << shape_str(actual.shape()) << " != expected "
+                                         << shape_str(expected.shape());
+  auto a = actual.to_vector(), b = expected.to_vector();
+  for (float x : a)
+    if (!std::isfinite(x)) return ::testing::AssertionFailure() << "non-finite value in result";
+  Closeness c = closeness(a, b);
+  if (!(c.rel_l2 <= rel_l2) || !(c.cosine >= min_cosine))
+    return ::testing::AssertionFailure() << "rel_l2 " << c.rel_l2 << " (limit " << rel_l2 << "), cosine " << c.cosine
+                                         << " (min " << min_cosine << "), max_abs " << c.max_abs;
+  return ::testing::AssertionSuccess() << "rel_l2 " << c.rel_l2 << ", cosine " << c.cosine;
+}
+
+// CPU fp32 tolerance from DESIGN.md.
+constexpr double kCpuRelL2 = 1e-4;
+
+// A scratch folder removed at the end of the test.
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    path = std::filesystem::temp_directory_path() /
+           ("ernie-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter()++));
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  std::string str() const { return path.string(); }
+  static int& counter() {
+    static int n = 0;
+    return n;
+  }
+};
+
+}  // namespace ernie::test

@@ -1,0 +1,26 @@
+// ernie-image doctor [--model DIR] [--json]
+#include <cstdio>
+
+#include "commands.h"
+#include "io/doctor.h"
+
+namespace ernie::cli {
+namespace {
+struct Opts {
+  std::string model;
+  bool json = false;
+};
+Register reg(90, [](CLI::App& app) {
+  auto o = std::make_shared<Opts>();
+  auto* c = app.add_subcommand("doctor", "Check this machine (GPUs, libraries) and a model folder; exit 0 when all is well");
+  c->add_option("--model,-m", o->model, "model folder (diffusers layout) to check");
+  c->add_flag("--json", o->json, "print the report as JSON");
+  return std::function<int()>([o] {
+    DoctorReport r = run_doctor(o->model);
+    if (o->json) std::printf("%s\n", r.json.dump(2).c_str());
+    else std::fputs(format_doctor(r.json).c_str(), stdout);
+    return r.problems == 0 ? 0 : 1;
+  });
+});
+}  // namespace
+}  // namespace ernie::cli
