@@ -1,0 +1,30 @@
+// CUDA backend of the op set (ops.h): bf16 (or f32) activations, fp32 accumulation, fused kernels.
+// Same signatures as ernie::ops; inputs already on the GPU. Only compiled with ERNIE_HAVE_CUDA.
+#pragma once
+#include "ops/ops.h"
+
+namespace ernie::cuda {
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias);
+Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps);
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps);
+Tensor group_norm(const Tensor& x, int groups, const Tensor& weight, const Tensor& bias, float eps, bool silu);
+Tensor silu(const Tensor& x);
+Tensor gelu(const Tensor& x);
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor scale(const Tensor& x, float s);
+Tensor swiglu(const Tensor& gate, const Tensor& up);
+Tensor geglu(const Tensor& gate, const Tensor& up);
+Tensor modulate(const Tensor& x, const Tensor& shift, const Tensor& scale);
+Tensor gated_residual(const Tensor& residual, const Tensor& gate, const Tensor& y);
+Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin);
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale, const ops::AttentionMask& mask);
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int stride, int pad);
+Tensor pad2d(const Tensor& x, int left, int right, int top, int bottom);
+Tensor upsample_nearest2x(const Tensor& x);
+Tensor permute(const Tensor& x, const std::vector<int>& dims);
+Tensor concat(const std::vector<Tensor>& xs, int dim);
+Tensor slice(const Tensor& x, int dim, int64_t start, int64_t len);
+Tensor embedding(const Tensor& table, const std::vector<int64_t>& ids, Device device, DType act);
+Tensor cast(const Tensor& x, DType dtype);
+}  // namespace ernie::cuda

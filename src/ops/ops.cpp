@@ -1,0 +1,67 @@
+// Dispatch of the op set to the backend that holds the inputs.
+#include "ops/ops.h"
+
+#include "core/error.h"
+#include "ops/cpu/cpu_ops.h"
+#ifdef ERNIE_HAVE_CUDA
+#include "ops/cuda/cuda_ops.h"
+#define ERNIE_OP(fn, dev, ...) return (dev).is_cpu() ? cpu::fn(__VA_ARGS__) : cuda::fn(__VA_ARGS__)
+#else
+#define ERNIE_OP(fn, dev, ...)                                                     \
+  do {                                                                             \
+    ERNIE_CHECK((dev).is_cpu(), #fn ": this build has no CUDA backend");           \
+    return cpu::fn(__VA_ARGS__);                                                   \
+  } while (0)
+#endif
+
+namespace ernie::ops {
+
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) { ERNIE_OP(linear, x.device(), x, w, bias); }
+Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps) { ERNIE_OP(rms_norm, x.device(), x, weight, eps); }
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps) {
+  ERNIE_OP(layer_norm, x.device(), x, weight, bias, eps);
+}
+Tensor group_norm(const Tensor& x, int groups, const Tensor& weight, const Tensor& bias, float eps, bool silu) {
+  ERNIE_OP(group_norm, x.device(), x, groups, weight, bias, eps, silu);
+}
+Tensor silu(const Tensor& x) { ERNIE_OP(silu, x.device(), x); }
+Tensor gelu(const Tensor& x) { ERNIE_OP(gelu, x.device(), x); }
+Tensor add(const Tensor& a, const Tensor& b) { ERNIE_OP(add, a.device(), a, b); }
+Tensor mul(const Tensor& a, const Tensor& b) { ERNIE_OP(mul, a.device(), a, b); }
+Tensor scale(const Tensor& x, float s) { ERNIE_OP(scale, x.device(), x, s); }
+Tensor swiglu(const Tensor& gate, const Tensor& up) { ERNIE_OP(swiglu, gate.device(), gate, up); }
+Tensor geglu(const Tensor& gate, const Tensor& up) { ERNIE_OP(geglu, gate.device(), gate, up); }
+Tensor modulate(const Tensor& x, const Tensor& shift, const Tensor& scale) {
+  ERNIE_OP(modulate, x.device(), x, shift, scale);
+}
+Tensor gated_residual(const Tensor& residual, const Tensor& gate, const Tensor& y) {
+  ERNIE_OP(gated_residual, residual.device(), residual, gate, y);
+}
+Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin) { ERNIE_OP(rope, x.device(), x, cos, sin); }
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale, const AttentionMask& mask) {
+  ERNIE_OP(attention, q.device(), q, k, v, scale, mask);
+}
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int stride, int pad) {
+  ERNIE_OP(conv2d, x.device(), x, w, bias, stride, pad);
+}
+Tensor pad2d(const Tensor& x, int left, int right, int top, int bottom) {
+  ERNIE_OP(pad2d, x.device(), x, left, right, top, bottom);
+}
+Tensor upsample_nearest2x(const Tensor& x) { ERNIE_OP(upsample_nearest2x, x.device(), x); }
+Tensor permute(const Tensor& x, const std::vector<int>& dims) { ERNIE_OP(permute, x.device(), x, dims); }
+Tensor concat(const std::vector<Tensor>& xs, int dim) {
+  ERNIE_CHECK(!xs.empty(), "concat: no tensors");
+  ERNIE_OP(concat, xs[0].device(), xs, dim);
+}
+Tensor slice(const Tensor& x, int dim, int64_t start, int64_t len) { ERNIE_OP(slice, x.device(), x, dim, start, len); }
+Tensor embedding(const Tensor& table, const std::vector<int64_t>& ids, Device device, DType act) {
+#ifdef ERNIE_HAVE_CUDA
+  if (device.is_cuda()) return cuda::embedding(table, ids, device, act);
+#endif
+  ERNIE_CHECK(device.is_cpu(), "embedding: this build has no CUDA backend");
+  ERNIE_CHECK(act == DType::F32, "embedding: the CPU backend computes in F32");
+  return cpu::embedding(table, ids);
+}
+Tensor cast(const Tensor& x, DType dtype) { ERNIE_OP(cast, x.device(), x, dtype); }
+
+}  // namespace ernie::ops
