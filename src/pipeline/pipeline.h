@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "core/tensor.h"
 
 namespace ernie {
@@ -73,6 +74,18 @@ class Pipeline {
   virtual std::vector<std::pair<int, int>> supported_sizes() const = 0;  // recommended (W, H)
   virtual bool turbo() const = 0;
   virtual const std::string& model_dir() const = 0;
+
+  // Several resolved requests of one shape (same width, height, steps, cfg, use_pe) in one pass through
+  // the denoiser; results in request order, each as generate() would return it; progress counts the
+  // batch's steps. A pipeline that batches says how many images it takes at most; the default (1) means
+  // it does not, and callers (the server) then never pass more than one request.
+  virtual int max_batch_images() const { return 1; }
+  virtual std::vector<GenerateResult> generate_batch(const std::vector<GenerateRequest>& reqs,
+                                                     const ProgressFn& progress = {},
+                                                     const std::atomic<bool>* cancel = nullptr) {
+    if (reqs.size() != 1) throw Error("this pipeline does not batch requests; pass one at a time");
+    return {generate(reqs[0], progress, cancel)};
+  }
 };
 
 }  // namespace ernie

@@ -1,0 +1,469 @@
+#include "server/job_queue.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+#include <random>
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
+#include "core/error.h"
+#include "io/png.h"
+#include "pipeline/metadata.h"
+
+namespace ernie::server {
+namespace {
+using nlohmann::json;
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+BatchKey key_of(const GenerateRequest& r) { return {r.width, r.height, r.steps, r.cfg, r.use_pe}; }
+
+// Gives freed heap pages back to the system once the server goes idle, so its resident memory returns
+// to the idle level after a burst of large requests.
+void return_free_memory() {
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
+}
+}  // namespace
+
+const char* state_name(JobState s) {
+  switch (s) {
+    case JobState::Queued: return "queued";
+    case JobState::Running: return "running";
+    case JobState::Succeeded: return "succeeded";
+    case JobState::Failed: return "failed";
+    case JobState::Cancelled: return "cancelled";
+  }
+  return "?";
+}
+
+JobQueue::JobQueue(std::unique_ptr<Pipeline> pipeline, QueueOptions opt, Metrics& metrics)
+    : pipeline_(std::move(pipeline)), opt_(std::move(opt)), metrics_(metrics) {
+  ERNIE_CHECK(pipeline_ != nullptr, "server: no pipeline");
+  ERNIE_CHECK(opt_.max_queue >= 1, "server: --max-queue must be at least 1, got ", std::to_string(opt_.max_queue));
+  int cap = pipeline_->max_batch_images();
+  opt_.batch.max_images = opt_.batch.max_images > 1 ? std::min(opt_.batch.max_images, cap) : cap;
+  id_salt_ = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
+  worker_thread_ = std::thread([this] { worker(); });
+}
+
+JobQueue::~JobQueue() {
+  if (worker_thread_.joinable()) {
+    begin_shutdown();
+    finish(0);
+  }
+}
+
+std::string JobQueue::new_id() {
+  // splitmix64 of a salted counter: unique, and not guessable from another job's id.
+  uint64_t z = (++id_counter_) * 0x9E3779B97F4A7C15ull + id_salt_;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  char b[32];
+  std::snprintf(b, sizeof b, "job_%016llx", (unsigned long long)z);
+  return b;
+}
+
+JobPtr JobQueue::submit(const GenerateRequest& resolved) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (stopping_) throw ApiException{shutting_down()};
+  if (int(waiting_.size()) >= opt_.max_queue) throw ApiException{queue_full(opt_.max_queue)};
+  prune();
+  auto j = std::make_shared<Job>();
+  j->id = new_id();
+  j->req = resolved;
+  j->created = Clock::now();
+  j->created_unix = int64_t(std::time(nullptr));
+  j->total = resolved.steps;
+  jobs_[j->id] = j;
+  waiting_.push_back(j);
+  push_event(*j, "queued", {{"id", j->id}, {"status", "queued"}, {"position", int(waiting_.size()) - 1}});
+  work_cv_.notify_one();
+  return j;
+}
+
+JobPtr JobQueue::find(const std::string& id) const {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = jobs_.find(id);
+  return it == jobs_.end() ? nullptr : it->second;
+}
+
+void JobQueue::push_event(Job& j, const std::string& type, json data) {
+  int64_t id = j.events.empty() ? 1 : j.events.back().id + 1;
+  j.events.push_back({id, type, data.dump()});
+  change_cv_.notify_all();
+}
+
+json JobQueue::params_json(const Job& j) const {
+  const GenerateRequest& r = j.req;
+  return {{"prompt", r.prompt},
+          {"negative_prompt", r.negative_prompt},
+          {"size", std::to_string(r.width) + "x" + std::to_string(r.height)},
+          {"n", r.num_images},
+          {"steps", r.steps},
+          {"guidance_scale", r.cfg},
+          {"seed", r.seed},
+          {"use_pe", r.use_pe}};
+}
+
+int JobQueue::position(const Job& j) const {
+  for (size_t i = 0; i < waiting_.size(); ++i)
+    if (waiting_[i].get() == &j) return int(i);
+  return -1;
+}
+
+json JobQueue::describe(const Job& j) const {
+  std::lock_guard<std::mutex> l(mu_);
+  json o = {{"id", j.id},
+            {"object", "image.job"},
+            {"status", state_name(j.state)},
+            {"created", j.created_unix},
+            {"phase", j.phase},
+            {"step", j.step},
+            {"total", j.total},
+            {"params", params_json(j)}};
+  if (j.state == JobState::Queued) o["queue_position"] = position(j);
+  if (j.state == JobState::Succeeded) {
+    int left = 0;
+    for (size_t i = 0; i < j.png.size(); ++i) left += !j.fetched[i] && !j.released;
+    o["images"] = int(j.png.size());
+    o["images_available"] = left;
+    o["revised_prompt"] = j.revised_prompt;
+  }
+  if (j.state != JobState::Queued) {
+    Clock::time_point end = is_terminal(j.state) ? j.finished : Clock::now();
+    json t = {{"queued_s", seconds((j.started == Clock::time_point{} ? end : j.started) - j.created)}};
+    if (j.state == JobState::Succeeded) {
+      t["encode_s"] = j.encode_s;
+      t["denoise_s"] = j.denoise_s;
+      t["decode_s"] = j.decode_s;
+    }
+    if (j.started != Clock::time_point{}) t["run_s"] = seconds(end - j.started);
+    o["timings"] = t;
+    o["batch_size"] = j.batch_size;
+  }
+  if (j.error) o["error"] = j.error->to_json()["error"];
+  return o;
+}
+
+void JobQueue::finish_job(Job& j, JobState s, std::optional<ApiError> err) {
+  j.state = s;
+  j.finished = Clock::now();
+  j.error = std::move(err);
+  if (s != JobState::Succeeded) j.released = true;
+  metrics_.count_job(state_name(s));
+  // Keep the replayable history short: the first event, the last progress event, and the end.
+  if (j.events.size() > 2) {
+    std::vector<JobEvent> kept{j.events.front()};
+    if (j.events.back().type == "progress") kept.push_back(j.events.back());
+    j.events = std::move(kept);
+  }
+  json d = {{"id", j.id}, {"status", state_name(s)}};
+  if (s == JobState::Succeeded) {
+    d["images"] = int(j.png.size());
+    d["revised_prompt"] = j.revised_prompt;
+    d["seed"] = j.req.seed;
+    d["timings"] = {{"encode_s", j.encode_s}, {"denoise_s", j.denoise_s}, {"decode_s", j.decode_s}};
+    push_event(j, "done", d);
+  } else {
+    if (j.error) d["error"] = j.error->to_json()["error"];
+    push_event(j, s == JobState::Failed ? "error" : "cancelled", d);
+  }
+}
+
+bool JobQueue::cancel(const JobPtr& j, const ApiError& why) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (is_terminal(j->state)) return false;
+  if (j->state == JobState::Queued) {
+    waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), j), waiting_.end());
+    finish_job(*j, JobState::Cancelled, why);
+    return true;
+  }
+  finish_job(*j, JobState::Cancelled, why);
+  if (running_) {
+    bool all = std::all_of(running_->jobs.begin(), running_->jobs.end(),
+                           [](const JobPtr& x) { return is_terminal(x->state); });
+    if (all) running_->cancel = true;  // nobody needs this batch any more: stop at the next step
+  }
+  return true;
+}
+
+void JobQueue::remove(const JobPtr& j) {
+  std::lock_guard<std::mutex> l(mu_);
+  j->png.clear();
+  j->png.shrink_to_fit();
+  j->released = true;
+  if (is_terminal(j->state)) jobs_.erase(j->id);
+}
+
+void JobQueue::wait_finished(const JobPtr& j) {
+  std::unique_lock<std::mutex> l(mu_);
+  change_cv_.wait(l, [&] { return is_terminal(j->state); });
+}
+
+std::vector<JobEvent> JobQueue::events_after(const JobPtr& j, int64_t after, std::chrono::milliseconds timeout,
+                                             bool* finished) {
+  std::unique_lock<std::mutex> l(mu_);
+  auto ready = [&] { return !j->events.empty() && j->events.back().id > after; };
+  change_cv_.wait_for(l, timeout, ready);
+  std::vector<JobEvent> out;
+  for (const JobEvent& e : j->events)
+    if (e.id > after) out.push_back(e);
+  *finished = is_terminal(j->state);
+  return out;
+}
+
+std::vector<std::pair<int, std::string>> JobQueue::take_images(const JobPtr& j, int index) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto conflict = [&](const std::string& msg, const std::string& code) {
+    throw ApiException{ApiError{409, msg, "invalid_request_error", "", code}};
+  };
+  if (!is_terminal(j->state)) conflict("job " + j->id + " is still " + state_name(j->state) + "; wait for it to finish", "not_ready");
+  if (j->state == JobState::Failed)
+    conflict("job " + j->id + " failed: " + (j->error ? j->error->message : std::string("unknown error")), "job_failed");
+  if (j->state == JobState::Cancelled) conflict("job " + j->id + " was cancelled", "job_cancelled");
+  auto gone = [&](const std::string& what) {
+    throw ApiException{ApiError{410, what + " of job " + j->id +
+                                         " was already fetched, deleted or expired (images are kept until fetched once)",
+                                "invalid_request_error", "", "gone"}};
+  };
+  std::vector<std::pair<int, std::string>> out;
+  if (index >= 0) {
+    if (index >= int(j->png.size()))
+      throw ApiException{not_found("job " + j->id + " has " + std::to_string(j->png.size()) + " image(s); there is no image " +
+                                   std::to_string(index))};
+    if (j->released || j->fetched[index]) gone("image " + std::to_string(index));
+    out.emplace_back(index, std::move(j->png[index]));
+    j->png[index] = std::string();
+    j->fetched[index] = true;
+  } else {
+    if (j->released) gone("the images");
+    for (size_t i = 0; i < j->png.size(); ++i) {
+      if (j->fetched[i]) continue;
+      out.emplace_back(int(i), std::move(j->png[i]));
+      j->png[i] = std::string();
+      j->fetched[i] = true;
+    }
+    if (out.empty()) gone("the images");
+  }
+  if (std::all_of(j->fetched.begin(), j->fetched.end(), [](bool b) { return b; })) j->released = true;
+  change_cv_.notify_all();
+  return out;
+}
+
+void JobQueue::prune() {
+  const Clock::time_point now = Clock::now();
+  std::vector<JobPtr> stored;
+  for (auto& [id, j] : jobs_) {
+    if (j->state != JobState::Succeeded || j->released) continue;
+    if (seconds(now - j->finished) > opt_.result_ttl_s) {
+      j->png.clear();
+      j->png.shrink_to_fit();
+      j->released = true;
+      ++metrics_.results_expired;
+    } else {
+      stored.push_back(j);
+    }
+  }
+  if (int(stored.size()) > opt_.max_results) {
+    std::sort(stored.begin(), stored.end(), [](const JobPtr& a, const JobPtr& b) { return a->finished < b->finished; });
+    for (size_t i = 0; i + opt_.max_results < stored.size(); ++i) {
+      stored[i]->png.clear();
+      stored[i]->png.shrink_to_fit();
+      stored[i]->released = true;
+      ++metrics_.results_expired;
+    }
+  }
+  std::vector<JobPtr> done;
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    const Job& j = *it->second;
+    bool finished = is_terminal(j.state) && j.released;
+    if (finished && seconds(now - j.finished) > opt_.record_ttl_s) {
+      it = jobs_.erase(it);
+      continue;
+    }
+    if (finished) done.push_back(it->second);
+    ++it;
+  }
+  if (done.size() > opt_.max_records) {
+    std::sort(done.begin(), done.end(), [](const JobPtr& a, const JobPtr& b) { return a->finished < b->finished; });
+    for (size_t i = 0; i + opt_.max_records < done.size(); ++i) jobs_.erase(done[i]->id);
+  }
+}
+
+void JobQueue::worker() {
+  std::unique_lock<std::mutex> l(mu_);
+  while (true) {
+    work_cv_.wait_for(l, std::chrono::seconds(1), [&] { return !waiting_.empty() || worker_exit_; });
+    prune();
+    if (waiting_.empty()) {
+      if (worker_exit_) break;
+      continue;
+    }
+    std::vector<Waiting> w;
+    for (size_t i = 0; i < waiting_.size() && i < 64; ++i) w.push_back({key_of(waiting_[i]->req), waiting_[i]->req.num_images});
+    std::vector<size_t> pick = choose_batch(w, cost_, opt_.batch);
+    auto b = std::make_shared<Batch>();
+    for (size_t i : pick) b->jobs.push_back(waiting_[i]);
+    for (auto it = pick.rbegin(); it != pick.rend(); ++it) waiting_.erase(waiting_.begin() + long(*it));
+    const Clock::time_point now = Clock::now();
+    for (const JobPtr& j : b->jobs) {
+      j->state = JobState::Running;
+      j->started = now;
+      j->batch_size = int(b->jobs.size());
+      j->phase = "start";
+      metrics_.queue_wait_seconds.observe(seconds(now - j->created));
+      push_event(*j, "progress", {{"phase", "start"}, {"step", 0}, {"total", j->total}});
+    }
+    if (b->jobs.size() > 1) {
+      ++metrics_.batches_run;
+      metrics_.batched_jobs += b->jobs.size();
+    }
+    running_ = b;
+    last_step_time_ = {};
+    l.unlock();
+    run_batch(b);
+    l.lock();
+    running_.reset();
+    change_cv_.notify_all();
+    if (waiting_.empty()) {
+      l.unlock();
+      return_free_memory();
+      l.lock();
+    }
+  }
+}
+
+void JobQueue::on_progress(const std::shared_ptr<Batch>& b, const Progress& p) {
+  std::lock_guard<std::mutex> l(mu_);
+  const Clock::time_point now = Clock::now();
+  if (p.phase == "denoise") {
+    if (p.step > 0 && last_step_time_ != Clock::time_point{}) metrics_.step_seconds.observe(seconds(now - last_step_time_));
+    last_step_time_ = now;
+  }
+  for (const JobPtr& j : b->jobs) {
+    if (is_terminal(j->state)) continue;
+    if (j->phase == p.phase && j->step == p.step && j->total == p.total) continue;
+    j->phase = p.phase;
+    j->step = p.step;
+    j->total = p.total;
+    push_event(*j, "progress", {{"phase", p.phase}, {"step", p.step}, {"total", p.total}});
+  }
+}
+
+void JobQueue::run_batch(const std::shared_ptr<Batch>& b) {
+  std::vector<GenerateRequest> reqs;
+  int images = 0;
+  for (const JobPtr& j : b->jobs) {
+    reqs.push_back(j->req);  // immutable after submit
+    images += j->req.num_images;
+  }
+  ProgressFn progress = [this, b](const Progress& p) { on_progress(b, p); };
+  const Clock::time_point t0 = Clock::now();
+  std::optional<ApiError> failure;
+  try {
+    std::vector<GenerateResult> results;
+    if (reqs.size() == 1) results.push_back(pipeline_->generate(reqs[0], progress, &b->cancel));
+    else results = pipeline_->generate_batch(reqs, progress, &b->cancel);
+    ERNIE_CHECK(results.size() == reqs.size(), "pipeline returned ", std::to_string(results.size()), " results for ",
+                std::to_string(reqs.size()), " requests");
+    const double took = seconds(Clock::now() - t0);
+    metrics_.job_seconds.observe(took);
+
+    // Encode outside the lock; skip jobs cancelled meanwhile.
+    std::vector<std::vector<std::string>> pngs(reqs.size());
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        if (is_terminal(b->jobs[i]->state)) continue;
+      }
+      const GenerateResult& r = results[i];
+      for (size_t k = 0; k < r.images.size(); ++k) {
+        const Image& im = r.images[k];
+        ImageMeta meta;
+        meta.request = r.resolved;
+        meta.revised_prompt = r.revised_prompt;
+        meta.model = opt_.model_name;
+        meta.seed = r.resolved.seed;
+        meta.batch_index = int(k);
+        meta.batch_size = int(r.images.size());
+        std::vector<uint8_t> bytes = encode_png(im.width, im.height, im.rgb, png_metadata(meta));
+        pngs[i].emplace_back(bytes.begin(), bytes.end());
+      }
+    }
+    std::lock_guard<std::mutex> l(mu_);
+    if (!b->cancel) cost_.record(key_of(reqs[0]), images, took);
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      Job& j = *b->jobs[i];
+      if (is_terminal(j.state)) continue;
+      j.png = std::move(pngs[i]);
+      j.fetched.assign(j.png.size(), false);
+      j.revised_prompt = results[i].revised_prompt;
+      j.encode_s = results[i].encode_s;
+      j.denoise_s = results[i].denoise_s;
+      j.decode_s = results[i].decode_s;
+      metrics_.images_generated += j.png.size();
+      finish_job(j, JobState::Succeeded, std::nullopt);
+    }
+    return;
+  } catch (const Cancelled&) {
+    failure = stopping_ ? shutting_down() : ApiError{409, "cancelled", "invalid_request_error", "", "cancelled"};
+  } catch (const OutOfMemory& e) {
+    failure = ApiError{500, std::string("out of memory: ") + e.what() + "; try a smaller size or fewer images",
+                       "server_error", "", "out_of_memory"};
+  } catch (const Error& e) {
+    failure = ApiError{500, std::string("generation failed: ") + e.what(), "server_error", "", "generation_failed"};
+  } catch (const std::exception& e) {
+    failure = ApiError{500, std::string("generation failed: ") + e.what(), "server_error", "", "internal_error"};
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  const bool cancelled = failure->code == "cancelled" || failure->code == "shutting_down";
+  for (const JobPtr& j : b->jobs)
+    if (!is_terminal(j->state)) finish_job(*j, cancelled ? JobState::Cancelled : JobState::Failed, failure);
+}
+
+void JobQueue::begin_shutdown() {
+  std::lock_guard<std::mutex> l(mu_);
+  stopping_ = true;
+  for (const JobPtr& j : waiting_) finish_job(*j, JobState::Cancelled, shutting_down());
+  waiting_.clear();
+  change_cv_.notify_all();
+}
+
+void JobQueue::finish(double grace_s) {
+  {
+    std::unique_lock<std::mutex> l(mu_);
+    auto deadline = Clock::now() + std::chrono::milliseconds(int64_t(std::max(0.0, grace_s) * 1000));
+    change_cv_.wait_until(l, deadline, [&] { return !running_; });
+    if (running_) {
+      for (const JobPtr& j : running_->jobs)
+        if (!is_terminal(j->state)) finish_job(*j, JobState::Cancelled, shutting_down());
+      running_->cancel = true;
+    }
+    worker_exit_ = true;
+    work_cv_.notify_all();
+  }
+  if (worker_thread_.joinable()) worker_thread_.join();
+}
+
+QueueGauges JobQueue::gauges() const {
+  std::lock_guard<std::mutex> l(mu_);
+  QueueGauges g;
+  g.queued = int(waiting_.size());
+  g.running = running_ ? int(running_->jobs.size()) : 0;
+  g.records = int(jobs_.size());
+  for (auto& [id, j] : jobs_) {
+    if (j->state != JobState::Succeeded || j->released) continue;
+    ++g.stored_results;
+    for (auto& p : j->png) g.stored_result_bytes += p.size();
+  }
+  g.shutting_down = stopping_;
+  return g;
+}
+
+}  // namespace ernie::server

@@ -1,0 +1,144 @@
+// The server's jobs: a FIFO of waiting requests, one worker thread that runs them on the Pipeline (in
+// batches when that is faster, see batching.h), live progress events, cancellation between steps, and
+// finished images held until fetched once. Memory is bounded: at most `max_queue` waiting jobs, at most
+// `max_results` unfetched results (older ones are released, as are those older than `result_ttl_s`),
+// at most `max_records` job records.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "pipeline/pipeline.h"
+#include "server/api_error.h"
+#include "server/batching.h"
+#include "server/metrics.h"
+
+namespace ernie::server {
+
+using Clock = std::chrono::steady_clock;
+
+enum class JobState { Queued, Running, Succeeded, Failed, Cancelled };
+const char* state_name(JobState s);
+inline bool is_terminal(JobState s) { return s != JobState::Queued && s != JobState::Running; }
+
+struct JobEvent {
+  int64_t id = 0;     // 1, 2, ... per job (SSE `id:`)
+  std::string type;   // "queued", "progress", "done", "error", "cancelled"
+  std::string data;   // JSON text
+};
+
+// Everything below is guarded by the JobQueue's mutex.
+struct Job {
+  std::string id;
+  GenerateRequest req;  // resolved
+  Clock::time_point created, started, finished;
+  int64_t created_unix = 0;
+  JobState state = JobState::Queued;
+  std::string phase;
+  int step = 0, total = 0;
+  std::vector<JobEvent> events;
+  std::optional<ApiError> error;  // failed or cancelled: why
+  std::vector<std::string> png;   // encoded images, each released when fetched
+  std::vector<bool> fetched;
+  bool released = false;          // results gone (fetched, deleted or expired)
+  std::string revised_prompt;
+  double encode_s = 0, denoise_s = 0, decode_s = 0;
+  int batch_size = 1;             // requests in the pipeline call that ran it
+};
+using JobPtr = std::shared_ptr<Job>;
+
+struct QueueOptions {
+  int max_queue = 16;          // waiting jobs; more -> 429
+  int max_results = 64;        // finished, unfetched results kept; the oldest beyond are released
+  double result_ttl_s = 900;   // unfetched results older than this are released
+  size_t max_records = 512;    // job records (status only) kept after their results are gone
+  double record_ttl_s = 3600;
+  BatchPolicy batch;           // max_images is taken from the pipeline unless set lower
+  std::string model_name;      // for the PNG metadata
+};
+
+class JobQueue {
+ public:
+  JobQueue(std::unique_ptr<Pipeline> pipeline, QueueOptions opt, Metrics& metrics);
+  ~JobQueue();  // cancels what is left and joins the worker
+
+  const Pipeline& pipeline() const { return *pipeline_; }
+
+  // Queues a resolved request; throws ApiException: 429 queue full, 503 shutting down.
+  JobPtr submit(const GenerateRequest& resolved);
+  JobPtr find(const std::string& id) const;
+
+  // Status as the API shows it.
+  nlohmann::json describe(const Job& j) const;
+
+  // Cancels a waiting or running job (it turns `cancelled` at once; the pipeline stops at its next step
+  // when no other request shares its batch). Returns false when the job had already finished.
+  bool cancel(const JobPtr& j, const ApiError& why);
+  // Releases a finished job's images and record (DELETE on a finished job).
+  void remove(const JobPtr& j);
+
+  // Blocks until the job is finished.
+  void wait_finished(const JobPtr& j);
+  // Events with id > after; waits up to `timeout` for one to arrive. `finished` tells whether the
+  // job's last event is among those already available.
+  std::vector<JobEvent> events_after(const JobPtr& j, int64_t after, std::chrono::milliseconds timeout,
+                                     bool* finished);
+
+  // Fetch-once: index < 0 takes every image not fetched yet. Throws ApiException: 404 no such image,
+  // 409 not finished / failed / cancelled, 410 already fetched or released.
+  std::vector<std::pair<int, std::string>> take_images(const JobPtr& j, int index);
+
+  // Shutdown, in two steps: stop taking work (submit -> 503) and cancel waiting jobs; then let the
+  // running batch finish for up to `grace_s` seconds, cancel it if it has not, and join the worker.
+  void begin_shutdown();
+  void finish(double grace_s);
+  bool stopping() const { return stopping_.load(); }
+
+  QueueGauges gauges() const;
+  int position(const Job& j) const;  // 0-based place among waiting jobs, -1 when not waiting
+
+ private:
+  struct Batch {
+    std::vector<JobPtr> jobs;
+    std::atomic<bool> cancel{false};
+  };
+
+  void worker();
+  void run_batch(const std::shared_ptr<Batch>& b);
+  void on_progress(const std::shared_ptr<Batch>& b, const Progress& p);
+  void push_event(Job& j, const std::string& type, nlohmann::json data);  // with mu_ held
+  void finish_job(Job& j, JobState s, std::optional<ApiError> err);    // with mu_ held
+  void prune();                                                          // with mu_ held
+  std::string new_id();
+  nlohmann::json params_json(const Job& j) const;
+
+  std::unique_ptr<Pipeline> pipeline_;
+  QueueOptions opt_;
+  Metrics& metrics_;
+
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_;    // the worker: new work or stop
+  std::condition_variable change_cv_;  // watchers: any job changed
+  std::deque<JobPtr> waiting_;
+  std::map<std::string, JobPtr> jobs_;
+  std::shared_ptr<Batch> running_;
+  CostModel cost_;
+  std::atomic<bool> stopping_{false};
+  bool worker_exit_ = false;
+  uint64_t id_counter_ = 0;
+  uint64_t id_salt_ = 0;
+  Clock::time_point last_step_time_{};
+  std::thread worker_thread_;
+};
+
+}  // namespace ernie::server

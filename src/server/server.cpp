@@ -1,0 +1,365 @@
+#include "server/server.h"
+
+#include <httplib.h>
+
+#include <cstdio>
+#include <ctime>
+#include <random>
+#include <thread>
+
+#include "core/error.h"
+#include "pipeline/metadata.h"
+#include "server/web_assets.h"
+
+namespace ernie::server {
+namespace {
+using nlohmann::json;
+
+void send_json(httplib::Response& res, int status, const json& j) {
+  res.status = status;
+  res.set_content(j.dump(), "application/json");
+}
+void send_error(httplib::Response& res, const ApiError& e) { send_json(res, e.status, e.to_json()); }
+
+uint64_t random_seed() {
+  thread_local std::mt19937_64 rng{(uint64_t(std::random_device{}()) << 32) ^ std::random_device{}()};
+  return rng() & 0xffffffffull;  // 32 bits: exact in JavaScript and in every UI
+}
+
+// Which request field a Pipeline::resolve message is about, for the error's `param`.
+std::string param_of(const std::string& msg) {
+  static const std::pair<const char*, const char*> prefixes[] = {
+      {"width", "size"}, {"height", "size"}, {"size", "size"}, {"steps", "steps"},
+      {"cfg", "guidance_scale"}, {"number of images", "n"}, {"prompt", "prompt"}};
+  for (auto& [p, field] : prefixes)
+    if (msg.rfind(p, 0) == 0) return field;
+  return "";
+}
+
+bool constant_time_equal(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d |= uint8_t(a[i]) ^ uint8_t(b[i]);
+  return d == 0;
+}
+
+// Reads a POST body with a hard limit (chunked bodies included; httplib limits only Content-Length).
+// Returns false after filling `res` with 413 or 400.
+bool read_body(const httplib::Request& req, const httplib::ContentReader& reader, size_t limit, std::string& body,
+               httplib::Response& res) {
+  const bool chunked = req.get_header_value("Transfer-Encoding").find("chunked") != std::string::npos;
+  if (!chunked && !req.has_header("Content-Length")) return true;  // no body
+  bool over = false;
+  bool ok = reader([&](const char* d, size_t n) {
+    if (body.size() + n > limit) {
+      over = true;
+      return false;
+    }
+    body.append(d, n);
+    return true;
+  });
+  if (over || (!ok && res.status == 413)) {
+    send_error(res, too_large(limit));
+    return false;
+  }
+  if (!ok) {
+    send_error(res, ApiError{400, "could not read the request body", "invalid_request_error", "", "bad_body"});
+    return false;
+  }
+  return true;
+}
+
+std::string size_str(int w, int h) { return std::to_string(w) + "x" + std::to_string(h); }
+
+}  // namespace
+
+std::string base64_encode(const std::string& in) {
+  static const char* t = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((in.size() + 2) / 3 * 4);
+  size_t i = 0;
+  for (; i + 2 < in.size(); i += 3) {
+    uint32_t v = uint32_t(uint8_t(in[i])) << 16 | uint32_t(uint8_t(in[i + 1])) << 8 | uint8_t(in[i + 2]);
+    out += t[v >> 18];
+    out += t[(v >> 12) & 63];
+    out += t[(v >> 6) & 63];
+    out += t[v & 63];
+  }
+  if (i < in.size()) {
+    uint32_t v = uint32_t(uint8_t(in[i])) << 16 | (i + 1 < in.size() ? uint32_t(uint8_t(in[i + 1])) << 8 : 0);
+    out += t[v >> 18];
+    out += t[(v >> 12) & 63];
+    out += i + 1 < in.size() ? t[(v >> 6) & 63] : '=';
+    out += '=';
+  }
+  return out;
+}
+
+Server::Server(std::unique_ptr<Pipeline> pipeline, ServerOptions opt) : opt_(std::move(opt)) {
+  ERNIE_CHECK(pipeline != nullptr, "server: no pipeline");
+  model_name_ = model_display_name(pipeline->model_dir());
+  opt_.queue.model_name = model_name_;
+  queue_ = std::make_unique<JobQueue>(std::move(pipeline), opt_.queue, metrics_);
+  http_ = std::make_unique<httplib::Server>();
+  const int threads = std::max(4, opt_.http_threads);
+  http_->new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
+  http_->set_payload_max_length(opt_.max_body_bytes);
+  http_->set_keep_alive_timeout(2);
+  http_->set_read_timeout(15, 0);
+  http_->set_write_timeout(15, 0);
+  routes();
+}
+
+Server::~Server() {
+  if (queue_ && !queue_->stopping()) {
+    queue_->begin_shutdown();
+    queue_->finish(0);
+  }
+}
+
+int Server::bind() {
+  if (opt_.port == 0) {
+    port_ = http_->bind_to_any_port(opt_.host);
+    ERNIE_CHECK(port_ > 0, "serve: cannot listen on ", opt_.host, " (any port)");
+  } else {
+    ERNIE_CHECK(http_->bind_to_port(opt_.host, opt_.port), "serve: cannot listen on ", opt_.host, ":",
+                std::to_string(opt_.port), " (in use, or not an address of this machine?)");
+    port_ = opt_.port;
+  }
+  return port_;
+}
+
+void Server::run() { http_->listen_after_bind(); }
+
+void Server::shutdown(double grace_s) {
+  queue_->begin_shutdown();
+  queue_->finish(grace_s);
+  closing_ = true;
+  // Let open event streams send their last event before the listener goes away.
+  for (int i = 0; i < 300 && streams_open_.load() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  http_->stop();
+}
+
+bool Server::authorized(const httplib::Request& req) const {
+  if (opt_.api_key.empty()) return true;
+  const std::string h = req.get_header_value("Authorization");
+  const std::string prefix = "Bearer ";
+  if (h.size() <= prefix.size() || h.compare(0, prefix.size(), prefix) != 0) return false;
+  return constant_time_equal(h.substr(prefix.size()), opt_.api_key);
+}
+
+GenerateRequest Server::parse_and_resolve(const std::string& body) const {
+  ParsedRequest p = parse_generation_request(body, opt_.limits);
+  if (!p.seed_given) p.req.seed = random_seed();
+  try {
+    return queue_->pipeline().resolve(p.req);
+  } catch (const Error& e) {
+    bad_request(e.what(), param_of(e.what()), "invalid_value");
+  }
+}
+
+json Server::model_info() const {
+  const Pipeline& p = queue_->pipeline();
+  GenerateRequest probe;
+  probe.prompt = "x";
+  GenerateRequest d = p.resolve(probe);
+  json sizes = json::array();
+  for (auto [w, h] : p.supported_sizes()) sizes.push_back(size_str(w, h));
+  return {{"model", model_name_},
+          {"engine", engine_version()},
+          {"turbo", p.turbo()},
+          {"scale_factor", p.scale_factor()},
+          {"supported_sizes", sizes},
+          {"defaults", {{"size", size_str(d.width, d.height)}, {"steps", d.steps}, {"guidance_scale", d.cfg}}},
+          {"limits",
+           {{"max_images", opt_.limits.max_images},
+            {"max_steps", opt_.limits.max_steps},
+            {"max_side", opt_.limits.max_side},
+            {"max_queue", opt_.queue.max_queue},
+            {"max_body_bytes", opt_.max_body_bytes}}},
+          {"max_batch_images", p.max_batch_images()},
+          {"api_key_required", !opt_.api_key.empty()}};
+}
+
+void Server::handle_generations(const httplib::Request& req, httplib::Response& res, const std::string& body) {
+  if (!authorized(req)) return send_error(res, unauthorized());
+  if (queue_->stopping()) return send_error(res, shutting_down());
+  JobPtr job = queue_->submit(parse_and_resolve(body));
+  res.set_header("X-Job-Id", job->id);
+  queue_->wait_finished(job);
+  if (job->state != JobState::Succeeded) {
+    ApiError e = job->error.value_or(ApiError{500, "job ended without a result", "server_error", "", "internal_error"});
+    queue_->remove(job);
+    return send_error(res, e);
+  }
+  json data = json::array();
+  for (auto& [i, png] : queue_->take_images(job, -1))
+    data.push_back({{"b64_json", base64_encode(png)}, {"revised_prompt", job->revised_prompt}});
+  json out = {{"created", job->created_unix}, {"data", std::move(data)}, {"id", job->id}, {"seed", job->req.seed},
+              {"size", size_str(job->req.width, job->req.height)}, {"steps", job->req.steps},
+              {"guidance_scale", job->req.cfg}};
+  queue_->remove(job);
+  send_json(res, 200, out);
+}
+
+void Server::handle_submit(const httplib::Request& req, httplib::Response& res, const std::string& body) {
+  if (!authorized(req)) return send_error(res, unauthorized());
+  if (queue_->stopping()) return send_error(res, shutting_down());
+  JobPtr job = queue_->submit(parse_and_resolve(body));
+  res.set_header("Location", "/v1/jobs/" + job->id);
+  send_json(res, 202, queue_->describe(*job));
+}
+
+void Server::handle_events(const httplib::Request& req, httplib::Response& res, const JobPtr& job) {
+  int64_t after = 0;
+  const std::string last = req.get_header_value("Last-Event-ID");
+  if (!last.empty() && last.size() < 19 && last.find_first_not_of("0123456789") == std::string::npos)
+    after = std::stoll(last);
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  ++streams_open_;
+  auto state = std::make_shared<std::pair<int64_t, int>>(after, 0);  // last sent id, idle polls
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [this, job, state](size_t, httplib::DataSink& sink) {
+        bool finished = false;
+        std::vector<JobEvent> evs = queue_->events_after(job, state->first, std::chrono::milliseconds(500), &finished);
+        for (const JobEvent& e : evs) {
+          std::string msg = "id: " + std::to_string(e.id) + "\nevent: " + e.type + "\ndata: " + e.data + "\n\n";
+          if (!sink.write(msg.data(), msg.size())) return false;
+          state->first = e.id;
+        }
+        if (finished || closing_) {
+          sink.done();
+          return true;
+        }
+        if (evs.empty() && ++state->second % 10 == 0) {  // a comment every ~5 s finds closed connections
+          static const std::string ping = ": ping\n\n";
+          if (!sink.write(ping.data(), ping.size())) return false;
+        }
+        return true;
+      },
+      [this](bool) { --streams_open_; });
+}
+
+void Server::routes() {
+  httplib::Server& s = *http_;
+  // Wraps a handler: ApiException -> its error; anything else -> 500 with the message.
+  auto guard = [](auto fn) {
+    return [fn](const httplib::Request& req, httplib::Response& res) {
+      try {
+        fn(req, res);
+      } catch (const ApiException& e) {
+        send_error(res, e.error);
+      } catch (const std::exception& e) {
+        send_error(res, ApiError{500, std::string("internal error: ") + e.what(), "server_error", "", "internal_error"});
+      }
+    };
+  };
+  auto with_body = [this, guard](auto fn) {
+    return [this, guard, fn](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+      std::string body;
+      if (!read_body(req, reader, opt_.max_body_bytes, body, res)) return;
+      guard([&](const httplib::Request& rq, httplib::Response& rs) { fn(rq, rs, body); })(req, res);
+    };
+  };
+  auto job_route = [this, guard](auto fn) {
+    return guard([this, fn](const httplib::Request& req, httplib::Response& res) {
+      if (!authorized(req)) return send_error(res, unauthorized());
+      JobPtr job = queue_->find(req.matches[1]);
+      if (!job) return send_error(res, not_found("no job '" + std::string(req.matches[1]) + "' (unknown, or released)"));
+      fn(req, res, job);
+    });
+  };
+
+  s.Post("/v1/images/generations", with_body([this](auto& req, auto& res, const std::string& body) {
+    handle_generations(req, res, body);
+  }));
+  s.Post("/v1/jobs", with_body([this](auto& req, auto& res, const std::string& body) { handle_submit(req, res, body); }));
+
+  const std::string id = R"(/v1/jobs/([A-Za-z0-9_]{1,64}))";
+  s.Get(id, job_route([this](auto&, auto& res, const JobPtr& job) { send_json(res, 200, queue_->describe(*job)); }));
+  s.Get(id + "/events", job_route([this](auto& req, auto& res, const JobPtr& job) { handle_events(req, res, job); }));
+  s.Delete(id, job_route([this](auto&, auto& res, const JobPtr& job) {
+    if (queue_->cancel(job, ApiError{409, "cancelled by DELETE /v1/jobs/" + job->id, "invalid_request_error", "",
+                                     "cancelled"}))
+      return send_json(res, 200, queue_->describe(*job));
+    queue_->remove(job);
+    send_json(res, 200, {{"id", job->id}, {"object", "image.job.deleted"}, {"deleted", true}});
+  }));
+  s.Get(id + "/images", job_route([this](auto&, auto& res, const JobPtr& job) {
+    json data = json::array();
+    for (auto& [i, png] : queue_->take_images(job, -1))
+      data.push_back({{"index", i}, {"b64_json", base64_encode(png)}, {"revised_prompt", job->revised_prompt}});
+    send_json(res, 200, {{"created", job->created_unix}, {"id", job->id}, {"data", std::move(data)}});
+  }));
+  s.Get(id + R"(/images/([0-9]{1,4}))", job_route([this](auto& req, auto& res, const JobPtr& job) {
+    auto imgs = queue_->take_images(job, std::stoi(req.matches[2]));
+    res.set_header("Cache-Control", "no-store");
+    res.set_header("Content-Disposition", "inline; filename=\"" + job->id + "-" + std::to_string(imgs[0].first) + ".png\"");
+    res.status = 200;
+    res.set_content(std::move(imgs[0].second), "image/png");
+  }));
+
+  s.Get("/v1/models", guard([this](auto& req, auto& res) {
+    if (!authorized(req)) return send_error(res, unauthorized());
+    send_json(res, 200,
+              {{"object", "list"}, {"data", {{{"id", model_name_}, {"object", "model"}, {"owned_by", "ernie-image"}}}}});
+  }));
+  s.Get("/v1/info", guard([this](auto& req, auto& res) {
+    if (!authorized(req)) return send_error(res, unauthorized());
+    send_json(res, 200, model_info());
+  }));
+  s.Get("/health", guard([this](auto&, auto& res) {
+    QueueGauges g = queue_->gauges();
+    send_json(res, g.shutting_down ? 503 : 200,
+              {{"status", g.shutting_down ? "shutting_down" : "ok"}, {"model", model_name_}, {"queued", g.queued},
+               {"running", g.running}});
+  }));
+  s.Get("/metrics", guard([this](auto&, auto& res) {
+    res.status = 200;
+    res.set_content(metrics_.render(queue_->gauges()), "text/plain; version=0.0.4");
+  }));
+  s.Get(R"(/|/[A-Za-z0-9_.-]{1,64})", guard([](auto& req, auto& res) {
+    const WebAsset* a = find_web_asset(req.path);
+    if (!a) return send_error(res, not_found("no page " + req.path));
+    res.status = 200;
+    res.set_header("X-Content-Type-Options", "nosniff");
+    res.set_header("Content-Security-Policy",
+                   "default-src 'self'; img-src 'self' blob: data:; style-src 'self'; script-src 'self'");
+    res.set_content(reinterpret_cast<const char*>(a->data), a->size, a->mime);
+  }));
+
+  // Anything httplib answers itself (no route, unreadable request) gets an OpenAI-shaped body too.
+  s.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    ApiError e{res.status, "", "invalid_request_error", "", ""};
+    if (res.status == 404) {
+      e.message = "no route " + req.method + " " + req.path;
+      e.code = "not_found";
+    } else if (res.status == 413) {
+      e.message = "request body is too large";
+      e.code = "request_too_large";
+    } else {
+      e.message = "the server could not handle this request (HTTP " + std::to_string(res.status) + ")";
+    }
+    res.set_content(e.to_json().dump(), "application/json");
+    return httplib::Server::HandlerResponse::Handled;
+  }));
+  s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
+    send_error(res, ApiError{500, "internal error", "server_error", "", "internal_error"});
+  });
+  s.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    metrics_.count_request(res.status);
+    if (opt_.log_requests) {
+      std::time_t t = std::time(nullptr);
+      char ts[32];
+      std::tm tm{};
+      localtime_r(&t, &tm);
+      std::strftime(ts, sizeof ts, "%H:%M:%S", &tm);
+      std::fprintf(stderr, "%s %s %s %d\n", ts, req.method.c_str(), req.path.c_str(), res.status);
+    }
+  });
+}
+
+}  // namespace ernie::server

@@ -1,0 +1,80 @@
+// `ernie-image serve`: the HTTP API and web page over one loaded Pipeline.
+//   POST   /v1/images/generations   OpenAI Images compatible; waits and returns b64_json PNGs
+//   POST   /v1/jobs                 queues the same body, returns {id} at once (202)
+//   GET    /v1/jobs/{id}            status, phase, step/total
+//   GET    /v1/jobs/{id}/events     server-sent events: queued, progress..., done | error | cancelled
+//   DELETE /v1/jobs/{id}            cancels a waiting or running job; frees a finished one
+//   GET    /v1/jobs/{id}/images     every image not fetched yet (JSON, b64), then released
+//   GET    /v1/jobs/{id}/images/{i} one image as image/png, then released
+//   GET    /v1/models, /v1/info     the model, its supported sizes and defaults
+//   GET    /health, /metrics        liveness; Prometheus text
+//   GET    /                        the web page
+// Errors use the OpenAI shape (api_error.h). With an API key every /v1 route needs
+// `Authorization: Bearer KEY`.
+#pragma once
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "pipeline/pipeline.h"
+#include "server/job_queue.h"
+#include "server/request_parse.h"
+
+namespace httplib {
+class Server;
+struct Request;
+struct Response;
+}  // namespace httplib
+
+namespace ernie::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;                     // 0: any free port (tests)
+  std::string api_key;                 // empty: no key needed
+  size_t max_body_bytes = 1 << 20;     // larger bodies -> 413
+  int http_threads = 32;               // connections served at once (SSE streams hold one each)
+  QueueOptions queue;
+  ParseLimits limits;
+  bool log_requests = true;            // one line per request on stderr
+};
+
+class Server {
+ public:
+  Server(std::unique_ptr<Pipeline> pipeline, ServerOptions opt);
+  ~Server();
+
+  // Binds the socket; returns the port (the chosen one when port is 0). Throws Error when it cannot.
+  int bind();
+  // Serves until stop() (blocking). Call bind() first.
+  void run();
+  // Graceful stop: new work gets 503, waiting jobs are cancelled, the running batch gets `grace_s`
+  // seconds to finish before it is cancelled, open event streams end, then run() returns.
+  void shutdown(double grace_s);
+
+  JobQueue& queue() { return *queue_; }
+  int port() const { return port_; }
+
+ private:
+  void routes();
+  bool authorized(const httplib::Request& req) const;
+  void handle_generations(const httplib::Request& req, httplib::Response& res, const std::string& body);
+  void handle_submit(const httplib::Request& req, httplib::Response& res, const std::string& body);
+  void handle_events(const httplib::Request& req, httplib::Response& res, const JobPtr& job);
+  GenerateRequest parse_and_resolve(const std::string& body) const;
+  nlohmann::json model_info() const;
+
+  ServerOptions opt_;
+  Metrics metrics_;
+  std::unique_ptr<JobQueue> queue_;
+  std::unique_ptr<httplib::Server> http_;
+  std::atomic<bool> closing_{false};  // event streams end
+  std::atomic<int> streams_open_{0};
+  int port_ = 0;
+  std::string model_name_;
+};
+
+// Base64 (RFC 4648, with padding).
+std::string base64_encode(const std::string& bytes);
+
+}  // namespace ernie::server

@@ -1,0 +1,118 @@
+// ernie-image serve --model DIR [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--max-queue N]
+//   [--device auto|cpu|cuda[:i]] [--dtype f32|bf16] [--threads N] [--no-pe] [--max-body-bytes N]
+//   [--shutdown-grace S]
+// Loads the model once and serves the HTTP API and web page (src/server/server.h). SIGTERM or SIGINT:
+// new work gets 503, waiting jobs are cancelled, the running one may finish within the grace period,
+// then the process exits 0. A second signal exits at once.
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <pthread.h>
+#include <thread>
+#include <unistd.h>
+
+#include "commands.h"
+#include "core/error.h"
+#include "core/system_info.h"
+#include "generate_util.h"
+#include "pipeline/pipeline.h"
+#include "pipeline/progress.h"
+#include "server/server.h"
+
+namespace ernie::cli {
+namespace {
+
+struct Opts {
+  std::string model, host = "127.0.0.1", api_key, device = "auto", dtype;
+  int port = 8080, max_queue = 16, threads = 0;
+  size_t max_body = 1 << 20;
+  double grace = 30;
+  bool no_pe = false, quiet = false;
+};
+
+Device pick_device(const std::string& s) {
+  if (s != "auto") return Device::parse(s);
+  SystemInfo si = query_system_info();
+  return si.cuda_built && !si.gpus.empty() ? Device::parse("cuda") : kCPU;
+}
+
+int run(const Opts& o) {
+  ERNIE_CHECK(o.port >= 0 && o.port <= 65535, "--port ", std::to_string(o.port), " is not a TCP port");
+  ERNIE_CHECK(o.max_queue >= 1, "--max-queue ", std::to_string(o.max_queue), " must be at least 1");
+  ERNIE_CHECK(o.threads >= 0, "--threads ", std::to_string(o.threads), " must not be negative");
+  ERNIE_CHECK(o.max_body >= 1024, "--max-body-bytes must be at least 1024");
+  ERNIE_CHECK(o.grace >= 0, "--shutdown-grace must not be negative");
+
+  // Signals are taken by one thread with sigwait: block them before any other thread exists.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+
+  PipelineOptions popt;
+  popt.model_dir = o.model;
+  popt.device = pick_device(o.device);
+  popt.dtype = parse_dtype_option(o.dtype, popt.device);
+  popt.threads = o.threads;
+  popt.keep_text_encoder = true;
+  popt.load_pe = !o.no_pe && std::filesystem::is_directory(std::filesystem::path(o.model) / "pe");
+
+  std::fprintf(stderr, "loading %s on %s\n", o.model.c_str(), popt.device.str().c_str());
+  ProgressPrinter printer(o.quiet ? ProgressMode::Quiet : ProgressMode::Bar);
+  std::unique_ptr<Pipeline> pipe = Pipeline::load(popt, printer.fn());
+  printer.finish();
+
+  server::ServerOptions so;
+  so.host = o.host;
+  so.port = o.port;
+  so.api_key = o.api_key;
+  so.max_body_bytes = o.max_body;
+  so.queue.max_queue = o.max_queue;
+  so.http_threads = std::max(32, o.max_queue + 16);
+  so.log_requests = !o.quiet;
+  server::Server srv(std::move(pipe), so);
+  const int port = srv.bind();
+  std::string host = o.host.find(':') != std::string::npos ? "[" + o.host + "]" : o.host;
+  std::printf("ernie-image serve: listening on http://%s:%d/\n", host.c_str(), port);
+  std::fflush(stdout);
+
+  std::thread http([&] { srv.run(); });
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  std::fprintf(stderr, "ernie-image serve: %s, shutting down (grace %.0f s; signal again to exit now)\n",
+               sig == SIGTERM ? "SIGTERM" : "SIGINT", o.grace);
+  std::thread force([sigs] {
+    int again = 0;
+    sigwait(&sigs, &again);
+    std::fprintf(stderr, "ernie-image serve: second signal, exiting now\n");
+    std::_Exit(130);
+  });
+  force.detach();
+  srv.shutdown(o.grace);
+  http.join();
+  std::fprintf(stderr, "ernie-image serve: stopped\n");
+  return 0;
+}
+
+Register reg(30, [](CLI::App& app) {
+  auto o = std::make_shared<Opts>();
+  auto* c = app.add_subcommand("serve", "Serve an HTTP API (OpenAI Images compatible, jobs with live progress) and a web page");
+  c->add_option("--model,-m", o->model, "model folder (diffusers layout)")->required();
+  c->add_option("--host", o->host, "address to listen on (default 127.0.0.1: this machine only)");
+  c->add_option("--port", o->port, "TCP port (default 8080; 0 picks a free one)");
+  c->add_option("--api-key", o->api_key, "require 'Authorization: Bearer KEY' on /v1 routes");
+  c->add_option("--max-queue", o->max_queue, "waiting requests before 429 (default 16)");
+  c->add_option("--max-body-bytes", o->max_body, "largest request body before 413 (default 1 MiB)");
+  c->add_option("--shutdown-grace", o->grace, "seconds a running job may take to finish on SIGTERM (default 30)");
+  c->add_option("--device", o->device, "auto (default: CUDA when present), cpu, cuda or cuda:N");
+  c->add_option("--dtype", o->dtype, "activation type: f32 (CPU) or bf16 (CUDA default)");
+  c->add_option("--threads", o->threads, "CPU threads (default: all cores)");
+  c->add_flag("--no-pe", o->no_pe, "do not load the prompt enhancer (requests with use_pe then fail)");
+  c->add_flag("--quiet,-q", o->quiet, "no loading bar, no request log");
+  return std::function<int()>([o] { return run(*o); });
+});
+
+}  // namespace
+}  // namespace ernie::cli
