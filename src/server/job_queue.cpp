@@ -95,7 +95,7 @@ JobPtr JobQueue::find(const std::string& id) const {
 
 void JobQueue::push_event(Job& j, const std::string& type, json data) {
   int64_t id = j.events.empty() ? 1 : j.events.back().id + 1;
-  j.events.push_back({id, type, data.dump()});
+  j.events.push_back({id, type, data.dump(-1, ' ', false, json::error_handler_t::replace)});
   change_cv_.notify_all();
 }
 

@@ -17,7 +17,7 @@ using nlohmann::json;
 
 void send_json(httplib::Response& res, int status, const json& j) {
   res.status = status;
-  res.set_content(j.dump(), "application/json");
+  res.set_content(j.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
 }
 void send_error(httplib::Response& res, const ApiError& e) { send_json(res, e.status, e.to_json()); }
 
@@ -43,17 +43,19 @@ bool constant_time_equal(const std::string& a, const std::string& b) {
   return d == 0;
 }
 
-// Reads a POST body with a hard limit (chunked bodies included; httplib limits only Content-Length).
-// Returns false after filling `res` with 413 or 400.
+// Reads a POST body with a hard limit on what is kept (chunked bodies included; httplib limits only
+// Content-Length). The rest of an oversized body is read and dropped, as httplib does, so the
+// connection stays in step. Returns false after filling `res` with 413 or 400.
 bool read_body(const httplib::Request& req, const httplib::ContentReader& reader, size_t limit, std::string& body,
                httplib::Response& res) {
   const bool chunked = req.get_header_value("Transfer-Encoding").find("chunked") != std::string::npos;
   if (!chunked && !req.has_header("Content-Length")) return true;  // no body
   bool over = false;
   bool ok = reader([&](const char* d, size_t n) {
-    if (body.size() + n > limit) {
+    if (over || body.size() + n > limit) {
+      if (!over) std::string().swap(body);
       over = true;
-      return false;
+      return true;
     }
     body.append(d, n);
     return true;
@@ -343,7 +345,7 @@ void Server::routes() {
     } else {
       e.message = "the server could not handle this request (HTTP " + std::to_string(res.status) + ")";
     }
-    res.set_content(e.to_json().dump(), "application/json");
+    res.set_content(e.to_json().dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
     return httplib::Server::HandlerResponse::Handled;
   }));
   s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {

@@ -1,0 +1,171 @@
+"""Load test of `ernie-image serve` on loopback, bounded in count and time: 200 requests from 20 clients,
+a third of them malformed (bad JSON, absurd sizes, negative steps, 10 MB bodies, wrong or missing keys,
+...). Every request must get its correct answer, the server must stay up, its memory (RSS) must return
+near its idle level afterwards, and SIGTERM must end it with exit code 0 (under AddressSanitizer that
+includes the leak check). Deterministic: request i always has the same kind, body and seed.
+
+usage: load_test.py ERNIE_IMAGE_BINARY TESTS_DATA_DIR"""
+import base64
+import json
+import os
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serverlib import Check, Server, png_info  # noqa: E402
+
+REQUESTS, CLIENTS, TIME_LIMIT_S = 200, 20, 60.0
+KEY = "load-key"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+check = Check()
+
+# Malformed kinds: (name, path, body, headers, expected status)
+def malformed(k, size):
+    ten_mb = b'{"prompt": "' + b"z" * (10 << 20) + b'"}'
+    kinds = [
+        ("bad_json", b'{"prompt": "unterminated', AUTH, 400),
+        ("absurd_size", {"prompt": "x", "size": "100000x100000"}, AUTH, 400),
+        ("negative_steps", {"prompt": "x", "size": size, "steps": -3}, AUTH, 400),
+        ("ten_mb_body", ten_mb, AUTH, 413),
+        ("wrong_key", {"prompt": "x", "size": size, "steps": 1}, {"Authorization": "Bearer nope"}, 401),
+        ("no_key", {"prompt": "x", "size": size, "steps": 1}, {}, 401),
+        ("zero_size", {"prompt": "x", "size": "0x0"}, AUTH, 400),
+        ("not_object", b"[1, 2, 3]", AUTH, 400),
+        ("huge_n", {"prompt": "x", "size": size, "n": 10 ** 6}, AUTH, 400),
+        ("steps_string", {"prompt": "x", "size": size, "steps": "2"}, AUTH, 400),
+    ]
+    return kinds[k % len(kinds)]
+
+
+def run_one(srv, i, size, results):
+    t0 = time.time()
+    path = "/v1/images/generations" if i % 2 == 0 else "/v1/jobs"
+    try:
+        if i % 3 == 2:
+            name, body, headers, want = malformed(i // 3, size)
+            s, _, b = srv.request("POST", path, body, headers, timeout=TIME_LIMIT_S)
+            j = json.loads(b)
+            ok = s == want and set(j["error"]) >= {"message", "type", "param", "code"}
+            results[i] = (name, ok, f"{s} (want {want}) {b[:120]!r}", time.time() - t0)
+            return
+        body = {"prompt": f"load test image {i}", "size": size, "steps": 2, "seed": i}
+        w, h = map(int, size.split("x"))
+        if path == "/v1/images/generations":
+            s, j = srv.json("POST", path, body, AUTH, timeout=TIME_LIMIT_S)
+            ok = s == 200 and len(j["data"]) == 1 and png_info(base64.b64decode(j["data"][0]["b64_json"]))[:2] == (w, h)
+            results[i] = ("generation", ok, f"{s}", time.time() - t0)
+        else:
+            s, j = srv.json("POST", path, body, AUTH, timeout=TIME_LIMIT_S)
+            if s != 202:
+                results[i] = ("job", False, f"submit {s} {j}", time.time() - t0)
+                return
+            evs = srv.events(j["id"], AUTH, timeout=TIME_LIMIT_S)
+            s2, hdr, png = srv.request("GET", f"/v1/jobs/{j['id']}/images/0", headers=AUTH, timeout=TIME_LIMIT_S)
+            ok = (evs and evs[0][1] == "queued" and evs[-1][1] == "done" and s2 == 200
+                  and png_info(png)[:2] == (w, h))
+            results[i] = ("job", ok, f"events {[e[1] for e in evs][:3]}..{evs[-1][1] if evs else None} image {s2}",
+                          time.time() - t0)
+    except Exception as e:  # noqa: BLE001 - any failure is a wrong answer
+        results[i] = ("exception", False, repr(e)[:200], time.time() - t0)
+
+
+def metrics(srv):
+    _, _, b = srv.request("GET", "/metrics")
+    out = {}
+    for l in b.decode().splitlines():
+        if l and not l.startswith("#"):
+            k, v = l.rsplit(" ", 1)
+            out[k] = float(v)
+    return out
+
+
+def wait_idle(srv, timeout=60):
+    end = time.time() + timeout
+    while time.time() < end:
+        s, j = srv.json("GET", "/health")
+        if j["queued"] == 0 and j["running"] == 0:
+            return
+        time.sleep(0.05)
+    raise AssertionError("server did not go idle")
+
+
+def main():
+    binary, data = sys.argv[1], sys.argv[2]
+    model = os.path.join(data, "tiny-ernie-image", "model")
+    srv = Server(binary, model, "--api-key", KEY, "--max-queue", "64", "--quiet")
+    try:
+        s, info = srv.json("GET", "/v1/info", headers=AUTH)
+        sf = info["scale_factor"]
+        size = f"{8 * sf}x{8 * sf}"
+        # Warm up (first-use allocations), then read the idle level.
+        for i in range(3):
+            s, j = srv.json("POST", "/v1/images/generations", {"prompt": "warm up", "size": size, "steps": 2}, AUTH)
+            assert s == 200, (s, j)
+        wait_idle(srv)
+        time.sleep(1.5)
+        idle_kib = srv.rss_kib()
+        m0 = metrics(srv)
+
+        results = [None] * REQUESTS
+        peak = [idle_kib]
+        stop = threading.Event()
+
+        def sample():
+            while not stop.is_set():
+                peak[0] = max(peak[0], srv.rss_kib())
+                time.sleep(0.05)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        t0 = time.time()
+
+        def client(c):
+            for i in range(c, REQUESTS, CLIENTS):
+                run_one(srv, i, size, results)
+
+        threads = [threading.Thread(target=client, args=(c,)) for c in range(CLIENTS)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(TIME_LIMIT_S + 30)
+        took = time.time() - t0
+        stop.set()
+
+        bad = [(i, r) for i, r in enumerate(results) if r is None or not r[1]]
+        for i, r in bad[:20]:
+            print(f"request {i}: {r}")
+        n_valid = sum(1 for i in range(REQUESTS) if i % 3 != 2)
+        check(not bad, f"{len(bad)} of {REQUESTS} requests got a wrong answer")
+        check(took < TIME_LIMIT_S, f"the load took {took:.1f} s, limit {TIME_LIMIT_S:.0f} s")
+        check(srv.proc.poll() is None, "the server died under load")
+
+        wait_idle(srv)
+        time.sleep(2.0)  # the worker gives memory back once idle
+        after_kib = srv.rss_kib()
+        m1 = metrics(srv)
+        check(m1["ernie_images_generated_total"] - m0["ernie_images_generated_total"] == n_valid,
+              f"images generated {m1['ernie_images_generated_total'] - m0['ernie_images_generated_total']}, want {n_valid}")
+        check(m1["ernie_results_stored"] == 0 and m1["ernie_queue_length"] == 0,
+              f"results still stored {m1['ernie_results_stored']}, queue {m1['ernie_queue_length']}")
+        for code in ("400", "401", "413"):
+            check(m1.get(f'ernie_http_requests_total{{code="{code}"}}', 0) > 0, f"no {code} counted")
+        limit_kib = idle_kib * 1.25 + 32 * 1024
+        print(f"load: {REQUESTS} requests ({n_valid} valid) from {CLIENTS} clients in {took:.1f} s; "
+              f"RSS idle {idle_kib / 1024:.1f} MiB, peak {peak[0] / 1024:.1f} MiB, after {after_kib / 1024:.1f} MiB "
+              f"(limit {limit_kib / 1024:.1f} MiB)", flush=True)
+        lat = sorted(r[3] for r in results if r and r[0] in ("generation", "job"))
+        if lat:
+            print(f"valid request latency: median {lat[len(lat) // 2]:.2f} s, max {lat[-1]:.2f} s")
+        check(after_kib <= limit_kib, f"RSS after the load {after_kib / 1024:.1f} MiB > limit {limit_kib / 1024:.1f} MiB")
+        rc = srv.terminate(120)
+        check(rc == 0, f"exit code {rc} after SIGTERM, want 0")
+    finally:
+        srv.kill()
+        if check.failures:
+            sys.stdout.write("server log (tail):\n" + "".join(srv.stderr_lines[-40:]))
+    check.done("server load test")
+
+
+if __name__ == "__main__":
+    main()
