@@ -6,6 +6,7 @@ PKGS=(
   libpcre2-dev nlohmann-json3-dev libpng-dev libcpp-httplib-dev libcli11-dev
   libopenblas-dev libomp-dev libgtest-dev libgmock-dev libbenchmark-dev
   clang lld libclang-rt-dev
+  chromium
 )
 missing=()
 for p in "${PKGS[@]}"; do
@@ -17,4 +18,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# The web page's browser test (tests/scripts/test_browser_server.sh): playwright-core from npm drives
+# Debian's chromium; node_modules stays out of git.
+browser_dir="$(cd "$(dirname "$0")/.." && pwd)/tests/browser"
+if command -v npm >/dev/null && [ ! -f "$browser_dir/node_modules/playwright-core/package.json" ]; then
+  (cd "$browser_dir" && npm ci --no-audit --no-fund --loglevel=error)
 fi
