@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "golden.h"
 #include "io/configs.h"
+#include "io/model_file.h"
 #include "io/model_folder.h"
 #include "io/safetensors.h"
 #include "models/mistral.h"
@@ -22,6 +24,14 @@ using test::golden_ids;
 using test::golden_tensor;
 using test::kCpuRelL2;
 using test::tensors_close;
+
+// tensors_close, printing the closeness so the logs show the measured margin.
+::testing::AssertionResult close_to(const Tensor& actual, const Tensor& expected, double rel_l2, const std::string& what,
+                                    double min_cosine = -1) {
+  ::testing::AssertionResult r = tensors_close(actual, expected, rel_l2, min_cosine);
+  std::cout << "[ closeness ] " << what << ": " << r.message() << std::endl;
+  return r;
+}
 
 const nlohmann::json& golden_doc() {
   static nlohmann::json j = read_json_file(test::golden_json());
@@ -57,7 +67,7 @@ TEST(TextEncoder, MatchesGoldenHiddenStatesMinus2) {
     std::vector<int64_t> ids = prompt_ids(i);
     Tensor h = te.encode(ids);
     EXPECT_EQ(h.dtype(), DType::F32);
-    EXPECT_TRUE(tensors_close(h, golden_tensor("te." + std::to_string(i) + ".hidden"), kCpuRelL2)) << "prompt " << i;
+    EXPECT_TRUE(close_to(h, golden_tensor("te." + std::to_string(i) + ".hidden"), kCpuRelL2, "te." + std::to_string(i) + ".hidden"));
   }
 }
 
@@ -96,8 +106,20 @@ TEST(PromptEnhancerLM, TeacherForcedLogitsMatchGolden) {
   for (int n = 0; n < 2; ++n) {
     PeCase c = pe_case(n);
     Tensor logits = lm.logits(lm.forward(c.all, lm.num_layers()));
-    EXPECT_TRUE(tensors_close(logits, golden_tensor("pe." + std::to_string(n) + ".logits"), kCpuRelL2)) << "case " << n;
+    EXPECT_TRUE(close_to(logits, golden_tensor("pe." + std::to_string(n) + ".logits"), kCpuRelL2, "pe." + std::to_string(n) + ".logits"));
   }
+}
+
+TEST(PromptEnhancerLM, GoldenDataTellsYarnFromPlainRope) {
+  // The golden logits are sensitive to the RoPE frequencies: plain theta (as stable-diffusion.cpp uses)
+  // must not pass where YaRN does.
+  const ModelFolder& m = tiny();
+  MistralConfig plain = *m.pe;
+  plain.rope_type = "default";
+  MistralModel lm = MistralModel::load(*m.pe_c, plain, kCPU, DType::F32, -1, true);
+  PeCase c = pe_case(0);
+  EXPECT_FALSE(close_to(lm.logits(lm.forward(c.all, lm.num_layers())), golden_tensor("pe.0.logits"), kCpuRelL2,
+                        "plain-theta RoPE pe.0.logits"));
 }
 
 TEST(PromptEnhancerLM, GreedyDecodeWithKvCacheReproducesGolden) {
@@ -122,9 +144,10 @@ TEST(PromptEnhancerLM, GreedyDecodeWithKvCacheReproducesGolden) {
     // Incremental logits equal the teacher-forced ones (golden rows P-1 .. P+22, and our own full pass).
     Tensor incremental = ops::concat(rows, 0);
     Tensor golden = ops::slice(golden_tensor("pe." + std::to_string(n) + ".logits"), 0, P - 1, int64_t(rows.size()));
-    EXPECT_TRUE(tensors_close(incremental, golden, kCpuRelL2)) << "case " << n;
+    EXPECT_TRUE(close_to(incremental, golden, kCpuRelL2, "pe." + std::to_string(n) + " cached logits vs golden"));
     Tensor full = lm.logits(lm.forward(c.all, lm.num_layers()));
-    EXPECT_TRUE(tensors_close(incremental, ops::slice(full, 0, P - 1, int64_t(rows.size())), 1e-5)) << "case " << n;
+    EXPECT_TRUE(close_to(incremental, ops::slice(full, 0, P - 1, int64_t(rows.size())), 1e-5,
+                         "pe." + std::to_string(n) + " cached vs full-pass logits"));
   }
 }
 
@@ -172,6 +195,27 @@ TEST(TextEncoder, WrongShapeTensorIsAClearErrorAtLoad) {
     EXPECT_NE(msg.find(bad), std::string::npos) << msg;
     EXPECT_NE(msg.find("[95, 48]"), std::string::npos) << msg;
     EXPECT_NE(msg.find("[96, 48]"), std::string::npos) << msg;
+  }
+}
+
+TEST(TextEncoder, ConvertedSingleFileModels) {
+  // bf16 conversion is lossless: same golden results. int8 per-channel: close, not exact.
+  test::TempDir dir;
+  for (WeightFormat f : {WeightFormat::BF16, WeightFormat::INT8}) {
+    const std::string file = dir.str() + "/model-" + weight_format_name(f) + ".safetensors";
+    ConvertOptions opt;
+    opt.format = f;
+    convert_model(tiny(), file, opt);
+    ModelFolder m = ModelFolder::open(file);
+    TextEncoder te = TextEncoder::load(m, kCPU, DType::F32);
+    Tensor golden = golden_tensor("te.0.hidden");
+    const std::string fmt = weight_format_name(f);
+    EXPECT_TRUE(close_to(te.encode(prompt_ids(0)), golden, f == WeightFormat::BF16 ? kCpuRelL2 : 5e-2,
+                         fmt + " file te.0.hidden", 0.99));
+    MistralModel pe = MistralModel::load(*m.pe_c, *m.pe, kCPU, DType::F32, -1, true);
+    PeCase c = pe_case(0);
+    EXPECT_TRUE(close_to(pe.logits(pe.forward(c.all, pe.num_layers())), golden_tensor("pe.0.logits"),
+                         f == WeightFormat::BF16 ? kCpuRelL2 : 5e-2, fmt + " file pe.0.logits", 0.99));
   }
 }
 

@@ -5,7 +5,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <filesystem>
 #include <map>
 
 #include "core/error.h"
@@ -113,15 +112,17 @@ MistralModel MistralModel::load(const Component& comp, const MistralConfig& cfg,
               std::to_string(cfg.num_hidden_layers), " layers");
   std::map<std::string, Shape> want;
   for (const TensorSpec& s : mistral_tensor_specs(cfg, with_lm_head)) want[s.name] = s.shape;
-  const std::string config_path = (std::filesystem::path(comp.dir) / "config.json").string();
+  const std::string where = comp.dir.empty() ? comp.name : comp.dir;
   auto get = [&](const std::string& name) {
     const Shape& shape = want.at(name);
-    const std::string full = name[0] == '@' ? name.substr(1) : comp.prefix + name;  // '@': outside the LM prefix
+    const bool outside = name[0] == '@';  // '@': next to the language model ("lm_head.weight")
+    const std::string full = outside ? comp.root + name.substr(1) : comp.prefix + name;
     ERNIE_CHECK(comp.ckpt.contains(full), comp.name, ": missing tensor '", full, "' ", shape_str(shape), " in ",
-                comp.dir);
-    Tensor t = comp.ckpt.tensor(full);
-    ERNIE_CHECK(t.shape() == shape, comp.name, ": tensor '", full, "' has shape ", shape_str(t.shape()), " but ",
-                config_path, " implies ", shape_str(shape));
+                where);
+    // Component::tensor de-quantizes fp8/int8 weights of a converted file to F32.
+    Tensor t = outside ? comp.ckpt.tensor(full) : comp.tensor(name);
+    ERNIE_CHECK(t.shape() == shape, comp.name, ": tensor '", full, "' has shape ", shape_str(t.shape()),
+                " but the config (", where, ") implies ", shape_str(shape));
     ERNIE_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::BF16 || t.dtype() == DType::F16, comp.name,
                 ": tensor '", full, "' has dtype ", dtype_name(t.dtype()), " (expected BF16, F16 or F32)");
     return t.to(device);  // CPU: the mmap view itself
