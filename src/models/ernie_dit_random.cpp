@@ -39,7 +39,7 @@ Tensor random_bf16(const std::string& name, const Shape& shape, uint64_t seed) {
   constexpr int64_t kChunk = 1 << 16;
   const float half_width = 0.02f * std::sqrt(3.0f);  // U(-a, a) has std a/sqrt(3)
   const uint64_t base = splitmix64(seed ^ name_hash(name));
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= (int64_t(1) << 20))
   for (int64_t c = 0; c < (n + kChunk - 1) / kChunk; ++c) {
     uint64_t s = splitmix64(base + uint64_t(c)) | 1;
     const int64_t end = std::min(n, (c + 1) * kChunk);
