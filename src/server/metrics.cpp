@@ -3,6 +3,19 @@
 #include <cstdio>
 #include <unistd.h>
 
+#if defined(__SANITIZE_ADDRESS__)
+#define ERNIE_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ERNIE_ASAN 1
+#endif
+#endif
+#if defined(ERNIE_ASAN)
+extern "C" size_t __sanitizer_get_current_allocated_bytes();  // sanitizer/allocator_interface.h
+#elif defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include "core/system_info.h"
 
 namespace ernie::server {
@@ -63,6 +76,17 @@ void Metrics::count_job(const std::string& s) {
   ++jobs_[s];
 }
 
+uint64_t heap_in_use_bytes() {
+#if defined(ERNIE_ASAN)
+  return __sanitizer_get_current_allocated_bytes();
+#elif defined(__GLIBC__)
+  struct mallinfo2 mi = mallinfo2();
+  return mi.uordblks + mi.hblkhd;
+#else
+  return 0;
+#endif
+}
+
 uint64_t process_rss_bytes() {
   FILE* f = std::fopen("/proc/self/statm", "r");
   if (!f) return 0;
@@ -106,6 +130,8 @@ std::string Metrics::render(const QueueGauges& g) const {
   queue_wait_seconds.render(out, "ernie_queue_wait_seconds", "Time a job waited before it started.");
   head(out, "ernie_process_resident_memory_bytes", "gauge", "Resident set size of the server process.");
   line(out, "ernie_process_resident_memory_bytes", double(process_rss_bytes()));
+  head(out, "ernie_heap_in_use_bytes", "gauge", "Heap bytes allocated and not freed (the allocator's count).");
+  line(out, "ernie_heap_in_use_bytes", double(heap_in_use_bytes()));
 #ifdef ERNIE_HAVE_CUDA
   SystemInfo si = query_system_info();
   if (!si.gpus.empty()) {

@@ -49,5 +49,6 @@ class Metrics {
 };
 
 uint64_t process_rss_bytes();  // from /proc/self/statm; 0 when unavailable
+uint64_t heap_in_use_bytes();  // live heap bytes (glibc mallinfo2, or AddressSanitizer's count); 0 when unknown
 
 }  // namespace ernie::server
