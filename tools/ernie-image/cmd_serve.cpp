@@ -75,6 +75,10 @@ int run(const Opts& o) {
   server::Server srv(std::move(pipe), so);
   const int port = srv.bind();
   std::string host = o.host.find(':') != std::string::npos ? "[" + o.host + "]" : o.host;
+  const bool loopback = o.host == "127.0.0.1" || o.host == "localhost" || o.host == "::1";
+  if (!loopback && o.api_key.empty())
+    std::fprintf(stderr, "warning: listening on %s without --api-key: anyone who can reach this port can use it\n",
+                 o.host.c_str());
   std::printf("ernie-image serve: listening on http://%s:%d/\n", host.c_str(), port);
   std::fflush(stdout);
 
