@@ -348,10 +348,12 @@ void JobQueue::on_progress(const std::shared_ptr<Batch>& b, const Progress& p) {
   }
   for (const JobPtr& j : b->jobs) {
     if (is_terminal(j->state)) continue;
-    if (j->phase == p.phase && j->step == p.step && j->total == p.total) continue;
+    // The job's step/total count denoising steps; events carry every phase's own counts.
+    if (p.phase == "denoise") {
+      j->step = p.step;
+      j->total = p.total;
+    }
     j->phase = p.phase;
-    j->step = p.step;
-    j->total = p.total;
     push_event(*j, "progress", {{"phase", p.phase}, {"step", p.step}, {"total", p.total}});
   }
 }

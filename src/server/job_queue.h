@@ -44,8 +44,8 @@ struct Job {
   Clock::time_point created, started, finished;
   int64_t created_unix = 0;
   JobState state = JobState::Queued;
-  std::string phase;
-  int step = 0, total = 0;
+  std::string phase;              // "start", then the pipeline's: "encode", "denoise", "decode", ...
+  int step = 0, total = 0;        // denoising steps done / to do
   std::vector<JobEvent> events;
   std::optional<ApiError> error;  // failed or cancelled: why
   std::vector<std::string> png;   // encoded images, each released when fetched
