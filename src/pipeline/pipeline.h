@@ -1,0 +1,78 @@
+// The ERNIE-Image pipeline: prompt -> (optional prompt enhancer) -> text encoder -> denoising loop with
+// classifier-free guidance -> VAE decode -> RGB images. One object per loaded model; the CLI, the server
+// and the C API are thin layers over it.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace ernie {
+
+struct PipelineOptions {
+  std::string model_dir;
+  Device device = kCPU;
+  DType dtype = DType::F32;      // activations: F32 on CPU; BF16 (default) or F32 on CUDA
+  int threads = 0;               // CPU threads, 0 = all
+  bool keep_text_encoder = true; // false: free it after encoding (CLI); true: keep resident (server)
+  bool load_pe = false;          // load the prompt enhancer (pe/) when present
+};
+
+struct GenerateRequest {
+  std::string prompt;
+  std::string negative_prompt;  // default "" as the reference
+  int width = 0, height = 0;    // 0 = model default (1024)
+  int steps = 0;                // 0 = model default (50, Turbo 8)
+  float cfg = -1;               // < 0 = model default (4.0, Turbo 1.0)
+  uint64_t seed = 0;
+  int num_images = 1;           // images per prompt (batch)
+  bool use_pe = false;          // rewrite the prompt with the prompt enhancer first
+  std::optional<Tensor> init_latents;  // [B, 4L, H/s, W/s] patchified initial noise (reproduce a run)
+};
+
+struct Progress {
+  std::string phase;  // "load", "encode", "enhance", "denoise", "decode"
+  int step = 0, total = 0;
+  double elapsed_s = 0;
+};
+using ProgressFn = std::function<void(const Progress&)>;
+
+struct Image {
+  int width = 0, height = 0;
+  std::vector<uint8_t> rgb;  // height * width * 3
+};
+
+struct GenerateResult {
+  std::vector<Image> images;
+  Tensor latents;            // final DiT latents (before de-normalisation), [B, 4L, H/s, W/s] F32 on the host
+  Tensor image_f32;          // the float image in [0, 1], [B, H, W, 3], as the reference returns it
+  std::string revised_prompt;  // the prompt actually encoded (after the prompt enhancer)
+  GenerateRequest resolved;    // the request with defaults filled in
+  double encode_s = 0, denoise_s = 0, decode_s = 0;
+};
+
+class Pipeline {
+ public:
+  static std::unique_ptr<Pipeline> load(const PipelineOptions& opt, const ProgressFn& progress = {});
+  virtual ~Pipeline() = default;
+  // Fills defaults and validates (sizes multiple of the scale factor, steps >= 1, cfg >= 0, ...);
+  // throws Error before any compute.
+  virtual GenerateRequest resolve(const GenerateRequest& req) const = 0;
+  // `cancel` is polled between steps; when set, throws Cancelled.
+  virtual GenerateResult generate(const GenerateRequest& req, const ProgressFn& progress = {},
+                                  const std::atomic<bool>* cancel = nullptr) = 0;
+  // Text encoder output for a prompt ([T, hidden] F32 on the host).
+  virtual Tensor encode_prompt(const std::string& prompt) = 0;
+  virtual std::string enhance_prompt(const std::string& prompt, int width, int height) = 0;
+  virtual int scale_factor() const = 0;            // pixels per DiT token (16 released, 4 tiny)
+  virtual std::vector<std::pair<int, int>> supported_sizes() const = 0;  // recommended (W, H)
+  virtual bool turbo() const = 0;
+  virtual const std::string& model_dir() const = 0;
+};
+
+}  // namespace ernie
