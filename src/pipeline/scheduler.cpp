@@ -24,7 +24,7 @@ float div(float a, float b) { return float(double(a) / double(b)); }
 std::vector<float> linspace_1_to_0(int n) {
   const int64_t steps = int64_t(n) + 1, halfway = steps / 2;
   const float step = div(-1.0f, float(n));
-  std::vector<float> v(size_t(n));
+  std::vector<float> v(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i)
     v[size_t(i)] = i < halfway ? float(1.0 + double(step) * double(i))  // exact in double, rounded once
                                : sub(0.0f, mul(step, float(steps - 1 - i)));
