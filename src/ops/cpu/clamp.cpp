@@ -5,11 +5,12 @@
 
 #include "core/error.h"
 #include "ops/cpu/cpu_ops.h"
+#include "ops/cpu/cpu_util.h"
 
 namespace ernie::cpu {
 
 Tensor clamp(const Tensor& x, float lo, float hi) {
-  ERNIE_CHECK(x.defined() && x.device().is_cpu() && x.dtype() == DType::F32, "clamp: x must be an F32 CPU tensor");
+  detail::check_act(x, "clamp", "x");
   ERNIE_CHECK(!(lo > hi), "clamp: lo ", std::to_string(lo), " > hi ", std::to_string(hi));
   Tensor y = Tensor::empty(x.shape(), DType::F32);
   const float* a = x.f32();
