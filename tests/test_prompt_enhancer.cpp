@@ -5,11 +5,15 @@
 // tested on the language model itself in test_text_encoder.cpp (PromptEnhancerLM.*).
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <fstream>
+
+#include <sys/wait.h>
 
 #include "core/error.h"
 #include "golden.h"
 #include "io/configs.h"
+#include "io/model_file.h"
 #include "models/prompt_enhancer.h"
 #include "ops/ops.h"
 #include "text/chat_template.h"
@@ -189,6 +193,81 @@ TEST(PromptEnhancer, MissingPromptEnhancerIsAClearError) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("no prompt enhancer"), std::string::npos) << e.what();
   }
+}
+
+TEST(PromptEnhancer, LoadsFromAConvertedSingleFile) {
+  // The tokenizer, chat template and generation config travel inside the file's metadata.
+  test::TempDir dir;
+  const std::string file = dir.str() + "/model.safetensors";
+  ConvertOptions copt;
+  copt.format = WeightFormat::BF16;
+  convert_model(ModelFolder::open(test::tiny_model(), true), file, copt);
+  PromptEnhancer pe = PromptEnhancer::load(ModelFolder::open(file, true), kCPU, DType::F32);
+  const ojson& c = golden_doc()["pe_cases"][0];
+  EnhanceOptions opt;
+  opt.sampling = greedy();
+  opt.max_new_tokens = 24;
+  EnhanceResult r = pe.enhance(c["prompt"], c["width"], c["height"], opt);
+  EXPECT_EQ(r.prompt_ids, test::golden_ids("pe.0.prompt_ids"));
+  EXPECT_EQ(r.generation.ids, test::golden_ids("pe.0.generated_ids"));
+  EXPECT_EQ(r.text, c["decoded"].get<std::string>());
+}
+
+// ---- the CLI ----------------------------------------------------------------------------------------------
+
+struct CliRun {
+  int status;
+  std::string out;
+};
+CliRun run_cli(const std::string& args) {
+  std::string cmd = std::string("'") + ERNIE_CLI + "' " + args;
+  FILE* f = popen(cmd.c_str(), "r");
+  if (!f) return {-1, ""};
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  int st = pclose(f);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+TEST(EnhanceCli, PrintsTheGreedyGoldenText) {
+  CliRun r = run_cli("enhance -m '" + test::tiny_model() + "' -p 'a cat' --temperature 0 --max-new-tokens 24 -q");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.out, golden_doc()["pe_cases"][0]["decoded"].get<std::string>() + "\n");
+  r = run_cli("enhance -m '" + test::tiny_model() +
+              "' -p '一只黑白相间的中华田园犬' -W 848 -H 1264 --system 'Rewrite the prompt.' --temperature 0 "
+              "--max-new-tokens 24 --json");
+  EXPECT_EQ(r.status, 0);
+  ojson j = ojson::parse(r.out);
+  EXPECT_EQ(j["revised_prompt"], golden_doc()["pe_cases"][1]["decoded"]);
+  EXPECT_EQ(j["new_tokens"], 24);
+  EXPECT_EQ(j["greedy"], true);
+}
+
+TEST(EnhanceCli, BadOptionsAreClearErrors) {
+  const std::string m = "enhance -m '" + test::tiny_model() + "' -p x ";
+  for (const auto& [args, words] : std::vector<std::pair<std::string, std::string>>{
+           {"--top-p 2", "top_p"}, {"-W 0", "-W/-H"}, {"--temperature -1", "temperature"},
+           {"--device tpu", "tpu"}, {"--max-new-tokens -5", "max-new-tokens"}}) {
+    CliRun r = run_cli(m + args + " 2>&1");
+    EXPECT_NE(r.status, 0) << args;
+    EXPECT_NE(r.out.find(words), std::string::npos) << args << ": " << r.out;
+  }
+  CliRun r = run_cli("enhance -m /no/such/model -p x 2>&1");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("/no/such/model"), std::string::npos) << r.out;
+}
+
+TEST(BenchPeCli, TinyRandomRunReportsJson) {
+  CliRun r = run_cli("bench-pe --random --size tiny --prompt-tokens 8 --new-tokens 4 --repeats 1 --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  ojson j = ojson::parse(r.out);
+  EXPECT_EQ(j["config"]["hidden_size"], 48);
+  EXPECT_EQ(j["prompt_tokens"], 8);
+  EXPECT_GT(j["prefill_ms"].get<double>(), 0);
+  EXPECT_GT(j["decode_tokens_per_s"].get<double>(), 0);
+  EXPECT_NE(run_cli("bench-pe --size tiny 2>&1").status, 0);  // --random is required
 }
 
 }  // namespace
