@@ -905,28 +905,35 @@ nlohmann::ordered_json chat_template_context(const nlohmann::ordered_json& messa
   return ctx;
 }
 
+std::string select_chat_template(const std::optional<std::string>& jinja_file, const nlohmann::json& tokenizer_config,
+                                 const std::string& where) {
+  if (jinja_file) return *jinja_file;
+  if (tokenizer_config.is_object()) {
+    auto it = tokenizer_config.find("chat_template");
+    if (it != tokenizer_config.end() && it->is_string()) return it->get<std::string>();
+    if (it != tokenizer_config.end() && it->is_array()) {
+      for (const auto& t : *it)
+        if (t.is_object() && t.value("name", "") == "default" && t.contains("template") && t["template"].is_string())
+          return t["template"].get<std::string>();
+    }
+  }
+  fail(where, ": no chat template (neither chat_template.jinja nor a \"chat_template\" in tokenizer_config.json)");
+}
+
 std::string load_chat_template(const std::string& tokenizer_dir) {
   namespace fs = std::filesystem;
+  std::optional<std::string> jinja;
   fs::path jinja_file = fs::path(tokenizer_dir) / "chat_template.jinja";
   if (fs::exists(jinja_file)) {
     std::ifstream f(jinja_file, std::ios::binary);
     ERNIE_CHECK(f, jinja_file.string(), ": cannot read");
     std::stringstream ss;
     ss << f.rdbuf();
-    return ss.str();
+    jinja = ss.str();
   }
   fs::path cfg_path = fs::path(tokenizer_dir) / "tokenizer_config.json";
-  if (fs::exists(cfg_path)) {
-    nlohmann::json cfg = read_json_file(cfg_path.string());
-    auto it = cfg.find("chat_template");
-    if (it != cfg.end() && it->is_string()) return it->get<std::string>();
-    if (it != cfg.end() && it->is_array()) {
-      for (const auto& t : *it)
-        if (t.is_object() && t.value("name", "") == "default" && t.contains("template") && t["template"].is_string())
-          return t["template"].get<std::string>();
-    }
-  }
-  fail(tokenizer_dir, ": no chat template (neither chat_template.jinja nor a \"chat_template\" in tokenizer_config.json)");
+  nlohmann::json cfg = (!jinja && fs::exists(cfg_path)) ? read_json_file(cfg_path.string()) : nlohmann::json();
+  return select_chat_template(jinja, cfg, tokenizer_dir);
 }
 
 }  // namespace ernie

@@ -20,6 +20,7 @@
 // upper/lower change ASCII letters only.
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -62,5 +63,9 @@ nlohmann::ordered_json chat_template_context(const nlohmann::ordered_json& messa
 // "chat_template" string of tokenizer_config.json (or its entry named "default"). Throws Error when
 // neither exists.
 std::string load_chat_template(const std::string& tokenizer_dir);
+// The same choice from contents already read: `jinja_file` (nullopt when there is no
+// chat_template.jinja) and tokenizer_config.json (null when absent). `where` names the source in errors.
+std::string select_chat_template(const std::optional<std::string>& jinja_file, const nlohmann::json& tokenizer_config,
+                                 const std::string& where);
 
 }  // namespace ernie
