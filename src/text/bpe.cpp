@@ -29,7 +29,7 @@ Bpe::Bpe(VocabMap vocab, const std::vector<std::pair<std::string, std::string>>&
 
   merges_.reserve(merges.size());
   for (size_t rank = 0; rank < merges.size(); ++rank) {
-    const auto& [a, b] = merges[rank];
+    const std::string &a = merges[rank].first, &b = merges[rank].second;
     auto ia = vocab_.find(a), ib = vocab_.find(b);
     auto missing = [&](const std::string& t) {
       fail(where, ": merge ", std::to_string(rank), " (\"", a, "\" \"", b, "\") names token \"", t,
