@@ -37,7 +37,7 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
   const int64_t group = Hq / Hkv, nblk = (Sq + kQueryBlock - 1) / kQueryBlock;
   const int64_t qrow = Hq * D, krow = Hkv * D;
 
-#pragma omp parallel
+#pragma omp parallel if (detail::worth_threads(B * Hq * Sq * std::max<int64_t>(Sk, 1) * D))
   {
     std::vector<float> p(static_cast<size_t>(Sk));
 #pragma omp for collapse(3) schedule(dynamic)
@@ -58,6 +58,7 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
             for (int64_t j = 0; j < n; ++j) {
               const float* kj = kb + j * krow;
               float s = 0.f;
+#pragma omp simd reduction(+ : s)
               for (int64_t d = 0; d < D; ++d) s += qi[d] * kj[d];
               p[size_t(j)] = s * scale;
               mx = std::max(mx, p[size_t(j)]);
