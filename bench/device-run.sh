@@ -32,9 +32,6 @@ for stage in "$@"; do
         echo "## ernie-image bench --random $args --json" >> "$OUT/bench.log"
         $B bench --random $args --json >> "$OUT/bench.log" 2>&1
       done
-      echo "## ernie-image bench --random -W 8192 -H 8192 --steps 1 --repeat 1" >> "$OUT/bench.log"
-      $B bench --random -W 8192 -H 8192 --steps 1 --repeat 1 >> "$OUT/bench.log" 2>&1
-      echo "exit $?" >> "$OUT/bench.log"
       grep -E "##|_s\"|peak|tflops|fraction|error|exit" "$OUT/bench.log" ;;
   esac
   echo "[$stage done at $(( $(date +%s) - T0 )) s]"
