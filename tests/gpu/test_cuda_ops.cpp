@@ -80,8 +80,8 @@ TEST(CudaOps, GroupNormSmallAndMultiChunk) {
 
 TEST(CudaOps, Elementwise) {
   ERNIE_REQUIRE_GPU();
-  FOR_DTYPES {
-    Tensor a = as_dtype(rnd({3, 7, 33}, 15, 4.f), dt), b = as_dtype(rnd({3, 7, 33}, 16, 4.f), dt);
+  FOR_DTYPES for (const Shape& shape : {Shape{3, 7, 33}, Shape{2, 5, 64}}) {  // scalar and 16-byte paths
+    Tensor a = as_dtype(rnd(shape, 15, 4.f), dt), b = as_dtype(rnd(shape, 16, 4.f), dt);
     Tensor ga = up(a, dt), gb = up(b, dt);
     EXPECT_TRUE(tensors_close(down(ops::silu(ga)), cpu::silu(a), tol(dt), min_cos(dt)));
     EXPECT_TRUE(tensors_close(down(ops::gelu(ga)), cpu::gelu(a), tol(dt), min_cos(dt)));
@@ -111,9 +111,9 @@ TEST(CudaOps, ModulateAndGatedResidual) {
 TEST(CudaOps, Rope) {
   ERNIE_REQUIRE_GPU();
   FOR_DTYPES {
-    for (int64_t tb : {int64_t(1), int64_t(2)}) {
-      Tensor x = as_dtype(rnd({2, 7, 3, 16}, 22), dt);
-      Tensor cs = rnd({tb, 7, 16}, 23), sn = rnd({tb, 7, 16}, 24);
+    for (int64_t tb : {int64_t(1), int64_t(2)}) for (int64_t D : {int64_t(16), int64_t(12)}) {
+      Tensor x = as_dtype(rnd({2, 7, 3, D}, 22), dt);
+      Tensor cs = rnd({tb, 7, D}, 23), sn = rnd({tb, 7, D}, 24);
       EXPECT_TRUE(tensors_close(down(ops::rope(up(x, dt), cs.to(kGPU), sn.to(kGPU))), cpu::rope(x, cs, sn), tol(dt),
                                 min_cos(dt)));
     }
@@ -160,6 +160,10 @@ TEST(CudaOps, AttentionFlashAndSimple) {
   FOR_DTYPES {
     for (const AttnCase& c : cases) check_attention(c, dt, seed += 3);
   }
+  // The 32-keys-per-tile variant of the head_dim-128 flash kernel.
+  setenv("ERNIE_FLASH_BC", "32", 1);
+  for (const AttnCase& c : cases) check_attention(c, DType::BF16, seed += 3);
+  unsetenv("ERNIE_FLASH_BC");
   // The simple kernel on the shapes the flash kernel normally takes.
   setenv("ERNIE_ATTENTION", "simple", 1);
   for (const AttnCase& c : cases) check_attention(c, DType::BF16, seed += 3);

@@ -11,7 +11,6 @@
 namespace ernie::cuda {
 
 namespace {
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 bool force_simple() {
   const char* e = std::getenv("ERNIE_ATTENTION");
   return e && std::strcmp(e, "simple") == 0;

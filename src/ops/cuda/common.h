@@ -5,6 +5,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <string>
 
 #include "core/error.h"
@@ -71,6 +72,15 @@ struct VecF {
   __device__ __forceinline__ bool defined() const { return p != nullptr; }
 };
 VecF vec(const Tensor& t);  // undefined tensor -> null vector
+
+// 16-byte packs for vectorised memory-bound kernels: 8 bf16 or 4 f32 per load/store.
+template <class T>
+inline constexpr int kPack = int(16 / sizeof(T));
+template <class T>
+struct alignas(16) Pack {
+  T v[kPack<T>];
+};
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace ernie::cuda
 

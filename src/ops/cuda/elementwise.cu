@@ -28,6 +28,72 @@ __global__ void unary_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t
   }
 }
 
+template <class T, Unary U>
+__global__ void unary_vec_kernel(const Pack<T>* __restrict__ x, Pack<T>* __restrict__ y, int64_t n, float s) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const Pack<T> a = x[i];
+    Pack<T> r;
+#pragma unroll
+    for (int k = 0; k < kPack<T>; ++k) {
+      float v = to_f(a.v[k]);
+      if constexpr (U == Unary::Silu) v = silu_f(v);
+      else if constexpr (U == Unary::Gelu) v = gelu_f(v);
+      else v *= s;
+      r.v[k] = from_f<T>(v);
+    }
+    y[i] = r;
+  }
+}
+
+template <Binary B>
+__device__ __forceinline__ float binary_f(float p, float q) {
+  if constexpr (B == Binary::Add) return p + q;
+  else if constexpr (B == Binary::Mul) return p * q;
+  else if constexpr (B == Binary::Swiglu) return silu_f(p) * q;
+  else return gelu_f(p) * q;
+}
+
+template <class T, Binary B>
+__global__ void binary_vec_kernel(const Pack<T>* __restrict__ a, const Pack<T>* __restrict__ b, Pack<T>* __restrict__ y,
+                                  int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const Pack<T> p = a[i], q = b[i];
+    Pack<T> r;
+#pragma unroll
+    for (int k = 0; k < kPack<T>; ++k) r.v[k] = from_f<T>(binary_f<B>(to_f(p.v[k]), to_f(q.v[k])));
+    y[i] = r;
+  }
+}
+
+// Row-vector ops with the vectors in the activation dtype: packs along C (C % pack == 0).
+template <class T>
+__global__ void modulate_vec_kernel(const Pack<T>* __restrict__ x, const Pack<T>* __restrict__ shift,
+                                    const Pack<T>* __restrict__ scale, Pack<T>* __restrict__ y, int64_t cp,
+                                    int64_t seq, int64_t ss, int64_t sc) {
+  const int64_t row = blockIdx.x, b = row / seq;
+  for (int64_t k = threadIdx.x; k < cp; k += blockDim.x) {
+    const Pack<T> a = x[row * cp + k], sh = shift[b * ss + k], s = scale[b * sc + k];
+    Pack<T> r;
+#pragma unroll
+    for (int e = 0; e < kPack<T>; ++e) r.v[e] = from_f<T>(to_f(a.v[e]) * (1.f + to_f(s.v[e])) + to_f(sh.v[e]));
+    y[row * cp + k] = r;
+  }
+}
+
+template <class T>
+__global__ void gated_residual_vec_kernel(const Pack<T>* __restrict__ res, const Pack<T>* __restrict__ gate,
+                                          const Pack<T>* __restrict__ y, Pack<T>* __restrict__ out, int64_t cp,
+                                          int64_t seq, int64_t gs) {
+  const int64_t row = blockIdx.x, b = row / seq;
+  for (int64_t k = threadIdx.x; k < cp; k += blockDim.x) {
+    const Pack<T> r = res[row * cp + k], g = gate[b * gs + k], v = y[row * cp + k];
+    Pack<T> o;
+#pragma unroll
+    for (int e = 0; e < kPack<T>; ++e) o.v[e] = from_f<T>(to_f(r.v[e]) + to_f(g.v[e]) * to_f(v.v[e]));
+    out[row * cp + k] = o;
+  }
+}
+
 template <class T, Binary B>
 __global__ void binary_kernel(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ y, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
@@ -74,8 +140,13 @@ Tensor unary(const Tensor& x, const char* op, float s = 0.f) {
   const int64_t n = x.numel();
   if (n == 0) return y;
   cudaStream_t st = stream(detail::dev(x));
-  ERNIE_DISPATCH_ACT(x.dtype(), op,
-                     unary_kernel<T, U><<<detail::blocks_for(n, kThreads), kThreads, 0, st>>>(x.data<T>(), y.data<T>(), n, s));
+  ERNIE_DISPATCH_ACT(x.dtype(), op, {
+    if (n % kPack<T> == 0 && aligned16(x.raw()))
+      unary_vec_kernel<T, U><<<detail::blocks_for(n / kPack<T>, kThreads), kThreads, 0, st>>>(
+          x.data<Pack<T>>(), y.data<Pack<T>>(), n / kPack<T>, s);
+    else
+      unary_kernel<T, U><<<detail::blocks_for(n, kThreads), kThreads, 0, st>>>(x.data<T>(), y.data<T>(), n, s);
+  });
   ERNIE_CUDA_LAUNCH(op);
   return y;
 }
@@ -91,9 +162,13 @@ Tensor binary(const Tensor& a, const Tensor& b, const char* op, const char* an, 
   const int64_t n = a.numel();
   if (n == 0) return y;
   cudaStream_t st = stream(detail::dev(a));
-  ERNIE_DISPATCH_ACT(a.dtype(), op,
-                     binary_kernel<T, B><<<detail::blocks_for(n, kThreads), kThreads, 0, st>>>(a.data<T>(), b.data<T>(),
-                                                                                               y.data<T>(), n));
+  ERNIE_DISPATCH_ACT(a.dtype(), op, {
+    if (n % kPack<T> == 0 && aligned16(a.raw()) && aligned16(b.raw()))
+      binary_vec_kernel<T, B><<<detail::blocks_for(n / kPack<T>, kThreads), kThreads, 0, st>>>(
+          a.data<Pack<T>>(), b.data<Pack<T>>(), y.data<Pack<T>>(), n / kPack<T>);
+    else
+      binary_kernel<T, B><<<detail::blocks_for(n, kThreads), kThreads, 0, st>>>(a.data<T>(), b.data<T>(), y.data<T>(), n);
+  });
   ERNIE_CUDA_LAUNCH(op);
   return y;
 }
@@ -116,9 +191,17 @@ Tensor modulate(const Tensor& x, const Tensor& shift, const Tensor& scale) {
   const int64_t n = x.numel(), c = x.dim(-1), b = x.dim(0);
   if (n == 0) return y;
   cudaStream_t st = stream(detail::dev(x));
-  ERNIE_DISPATCH_ACT(x.dtype(), "modulate",
-                     modulate_kernel<T><<<unsigned(n / c), kThreads, 0, st>>>(
-                         x.data<T>(), vec(shift), vec(scale), y.data<T>(), c, n / c / b, ss, sc));
+  ERNIE_DISPATCH_ACT(x.dtype(), "modulate", {
+    constexpr int P = kPack<T>;
+    if (c % P == 0 && shift.dtype() == x.dtype() && scale.dtype() == x.dtype() && aligned16(x.raw()) &&
+        aligned16(shift.raw()) && aligned16(scale.raw()))
+      modulate_vec_kernel<T><<<unsigned(n / c), kThreads, 0, st>>>(x.data<Pack<T>>(), shift.data<Pack<T>>(),
+                                                                   scale.data<Pack<T>>(), y.data<Pack<T>>(), c / P,
+                                                                   n / c / b, ss / P, sc / P);
+    else
+      modulate_kernel<T><<<unsigned(n / c), kThreads, 0, st>>>(x.data<T>(), vec(shift), vec(scale), y.data<T>(), c,
+                                                               n / c / b, ss, sc);
+  });
   ERNIE_CUDA_LAUNCH("modulate");
   return y;
 }
@@ -134,9 +217,17 @@ Tensor gated_residual(const Tensor& residual, const Tensor& gate, const Tensor& 
   const int64_t n = residual.numel(), c = residual.dim(-1), b = residual.dim(0);
   if (n == 0) return out;
   cudaStream_t st = stream(detail::dev(residual));
-  ERNIE_DISPATCH_ACT(residual.dtype(), "gated_residual",
-                     gated_residual_kernel<T><<<unsigned(n / c), kThreads, 0, st>>>(
-                         residual.data<T>(), vec(gate), y.data<T>(), out.data<T>(), c, n / c / b, gs));
+  ERNIE_DISPATCH_ACT(residual.dtype(), "gated_residual", {
+    constexpr int P = kPack<T>;
+    if (c % P == 0 && gate.dtype() == residual.dtype() && aligned16(residual.raw()) && aligned16(gate.raw()) &&
+        aligned16(y.raw()))
+      gated_residual_vec_kernel<T><<<unsigned(n / c), kThreads, 0, st>>>(
+          residual.data<Pack<T>>(), gate.data<Pack<T>>(), y.data<Pack<T>>(), out.data<Pack<T>>(), c / P, n / c / b,
+          gs / P);
+    else
+      gated_residual_kernel<T><<<unsigned(n / c), kThreads, 0, st>>>(residual.data<T>(), vec(gate), y.data<T>(),
+                                                                     out.data<T>(), c, n / c / b, gs);
+  });
   ERNIE_CUDA_LAUNCH("gated_residual");
   return out;
 }

@@ -32,6 +32,37 @@ __global__ void rms_norm_kernel(const T* __restrict__ x, VecF w, T* __restrict__
   }
 }
 
+// The same with 16-byte packs (C % pack == 0, aligned rows).
+template <class T>
+__global__ void rms_norm_vec_kernel(const Pack<T>* __restrict__ x, VecF w, Pack<T>* __restrict__ y, int64_t rows,
+                                    int cp, float eps) {
+  constexpr int P = kPack<T>;
+  const int64_t row = blockIdx.x * int64_t(kWarps) + threadIdx.y;
+  if (row >= rows) return;
+  const Pack<T>* xr = x + row * cp;
+  Pack<T>* yr = y + row * cp;
+  float ss = 0.f;
+  for (int i = threadIdx.x; i < cp; i += 32) {
+    const Pack<T> a = xr[i];
+#pragma unroll
+    for (int e = 0; e < P; ++e) {
+      const float v = to_f(a.v[e]);
+      ss += v * v;
+    }
+  }
+  const float inv = rsqrtf(warp_sum(ss) / float(cp * P) + eps);
+  for (int i = threadIdx.x; i < cp; i += 32) {
+    const Pack<T> a = xr[i];
+    Pack<T> r;
+#pragma unroll
+    for (int e = 0; e < P; ++e) {
+      const float v = to_f(a.v[e]) * inv;
+      r.v[e] = from_f<T>(w.defined() ? v * w[i * P + e] : v);
+    }
+    yr[i] = r;
+  }
+}
+
 template <class T>
 __global__ void layer_norm_kernel(const T* __restrict__ x, VecF w, VecF b, T* __restrict__ y, int64_t rows, int c,
                                   float eps) {
@@ -76,8 +107,13 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps) {
   cudaStream_t st = stream(detail::dev(x));
   const dim3 block(32, kWarps);
   const unsigned grid = unsigned((rows + kWarps - 1) / kWarps);
-  ERNIE_DISPATCH_ACT(x.dtype(), "rms_norm",
-                     rms_norm_kernel<T><<<grid, block, 0, st>>>(x.data<T>(), vec(weight), y.data<T>(), rows, int(c), eps));
+  ERNIE_DISPATCH_ACT(x.dtype(), "rms_norm", {
+    if (c % kPack<T> == 0 && aligned16(x.raw()))
+      rms_norm_vec_kernel<T><<<grid, block, 0, st>>>(x.data<Pack<T>>(), vec(weight), y.data<Pack<T>>(), rows,
+                                                     int(c / kPack<T>), eps);
+    else
+      rms_norm_kernel<T><<<grid, block, 0, st>>>(x.data<T>(), vec(weight), y.data<T>(), rows, int(c), eps);
+  });
   ERNIE_CUDA_LAUNCH("rms_norm");
   return y;
 }

@@ -25,6 +25,31 @@ __global__ void rope_kernel(const T* __restrict__ x, const float* __restrict__ c
   }
 }
 
+// One thread per (row, pack of P angles in the first half); half % P == 0.
+template <class T>
+__global__ void rope_vec_kernel(const T* __restrict__ x, const float* __restrict__ cs, const float* __restrict__ sn,
+                                T* __restrict__ y, int64_t n_packs, int heads, int half, int64_t seq, int64_t table_b) {
+  constexpr int P = kPack<T>;
+  const int ppr = half / P;  // packs per half row
+  for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < n_packs; p += int64_t(gridDim.x) * blockDim.x) {
+    const int j = int(p % ppr) * P;
+    const int64_t row = p / ppr, bs = row / heads, b = bs / seq, s = bs % seq;
+    const int64_t t = b * table_b + s * 2 * half;
+    const T* xr = x + row * 2 * half;
+    T* yr = y + row * 2 * half;
+    const Pack<T> a = *reinterpret_cast<const Pack<T>*>(xr + j), c = *reinterpret_cast<const Pack<T>*>(xr + j + half);
+    Pack<T> lo, hi;
+#pragma unroll
+    for (int e = 0; e < P; ++e) {
+      const float av = to_f(a.v[e]), cv = to_f(c.v[e]);
+      lo.v[e] = from_f<T>(av * cs[t + j + e] - cv * sn[t + j + e]);
+      hi.v[e] = from_f<T>(cv * cs[t + j + half + e] + av * sn[t + j + half + e]);
+    }
+    *reinterpret_cast<Pack<T>*>(yr + j) = lo;
+    *reinterpret_cast<Pack<T>*>(yr + j + half) = hi;
+  }
+}
+
 }  // namespace
 
 Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
@@ -44,10 +69,16 @@ Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
   if (n_pairs == 0) return y;
   cudaStream_t st = stream(detail::dev(x));
   const int64_t table_b = cos.dim(0) == 1 ? 0 : s * d;
-  ERNIE_DISPATCH_ACT(x.dtype(), "rope",
-                     rope_kernel<T><<<detail::blocks_for(n_pairs, 256), 256, 0, st>>>(
-                         x.data<T>(), cos.data<float>(), sin.data<float>(), y.data<T>(), n_pairs, int(h), int(d / 2), s,
-                         table_b));
+  ERNIE_DISPATCH_ACT(x.dtype(), "rope", {
+    if ((d / 2) % kPack<T> == 0 && aligned16(x.raw())) {
+      const int64_t n_packs = n_pairs / kPack<T>;
+      rope_vec_kernel<T><<<detail::blocks_for(n_packs, 256), 256, 0, st>>>(
+          x.data<T>(), cos.data<float>(), sin.data<float>(), y.data<T>(), n_packs, int(h), int(d / 2), s, table_b);
+    } else {
+      rope_kernel<T><<<detail::blocks_for(n_pairs, 256), 256, 0, st>>>(
+          x.data<T>(), cos.data<float>(), sin.data<float>(), y.data<T>(), n_pairs, int(h), int(d / 2), s, table_b);
+    }
+  });
   ERNIE_CUDA_LAUNCH("rope");
   return y;
 }
