@@ -131,7 +131,9 @@ void dev_copy(void* dst, Device dd, const void* src, Device sd, size_t bytes) {
   const int device = dd.is_cuda() ? dd.index : sd.index;
   cudaStream_t st = stream(device);
   ERNIE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, st));
-  if (dd.is_cpu() || sd.is_cpu()) ERNIE_CUDA_CHECK(cudaStreamSynchronize(st));
+  // Device -> host: the caller reads the result next. Host -> device from pageable memory returns once the
+  // source is staged, so the host buffer may go right away and the device need not drain (no bubble).
+  if (dd.is_cpu()) ERNIE_CUDA_CHECK(cudaStreamSynchronize(st));
 }
 
 void dev_zero(void* p, size_t bytes, int device) {
