@@ -28,7 +28,7 @@ for stage in "$@"; do
       ./build/tests/ernie_gpu_tests --gtest_also_run_disabled_tests --gtest_filter='CudaPerf.*' > "$OUT/perf.log" 2>&1
       grep -vE "^\[|^Running|^$" "$OUT/perf.log" ;;
     bench)
-      for args in "--steps 8 --cfg 1 --repeat 2" "--steps 4 --cfg 4 --repeat 1"; do
+      for args in "--steps 8 --cfg 1 --repeat 2" "--steps 50 --cfg 4 --repeat 1"; do
         echo "## ernie-image bench --random $args --json" >> "$OUT/bench.log"
         $B bench --random $args --json >> "$OUT/bench.log" 2>&1
       done
