@@ -88,6 +88,7 @@ TEST(CudaOps, Elementwise) {
     EXPECT_TRUE(tensors_close(down(ops::add(ga, gb)), cpu::add(a, b), tol(dt), min_cos(dt)));
     EXPECT_TRUE(tensors_close(down(ops::mul(ga, gb)), cpu::mul(a, b), tol(dt), min_cos(dt)));
     EXPECT_TRUE(tensors_close(down(ops::scale(ga, -0.37f)), cpu::scale(a, -0.37f), tol(dt), min_cos(dt)));
+    EXPECT_TRUE(tensors_close(down(ops::clamp(ga, -1.f, 1.5f)), cpu::clamp(a, -1.f, 1.5f), tol(dt), min_cos(dt)));
     EXPECT_TRUE(tensors_close(down(ops::swiglu(ga, gb)), cpu::swiglu(a, b), tol(dt), min_cos(dt)));
     EXPECT_TRUE(tensors_close(down(ops::geglu(ga, gb)), cpu::geglu(a, b), tol(dt), min_cos(dt)));
   }

@@ -14,22 +14,24 @@ constexpr int kThreads = 256;
 __device__ __forceinline__ float silu_f(float v) { return v / (1.f + __expf(-v)); }
 __device__ __forceinline__ float gelu_f(float v) { return 0.5f * v * (1.f + erff(v * 0.70710678118654752440f)); }
 
-enum class Unary { Silu, Gelu, Scale };
+enum class Unary { Silu, Gelu, Scale, Clamp };
 enum class Binary { Add, Mul, Swiglu, Geglu };
 
 template <class T, Unary U>
-__global__ void unary_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t n, float s) {
+__global__ void unary_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t n, float s, float s2) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     float v = to_f(x[i]);
     if constexpr (U == Unary::Silu) v = silu_f(v);
     else if constexpr (U == Unary::Gelu) v = gelu_f(v);
-    else v *= s;
+    else if constexpr (U == Unary::Scale) v *= s;
+    else v = v != v ? v : fminf(fmaxf(v, s), s2);
     y[i] = from_f<T>(v);
   }
 }
 
 template <class T, Unary U>
-__global__ void unary_vec_kernel(const Pack<T>* __restrict__ x, Pack<T>* __restrict__ y, int64_t n, float s) {
+__global__ void unary_vec_kernel(const Pack<T>* __restrict__ x, Pack<T>* __restrict__ y, int64_t n, float s,
+                                 float s2) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const Pack<T> a = x[i];
     Pack<T> r;
@@ -38,7 +40,8 @@ __global__ void unary_vec_kernel(const Pack<T>* __restrict__ x, Pack<T>* __restr
       float v = to_f(a.v[k]);
       if constexpr (U == Unary::Silu) v = silu_f(v);
       else if constexpr (U == Unary::Gelu) v = gelu_f(v);
-      else v *= s;
+      else if constexpr (U == Unary::Scale) v *= s;
+      else v = v != v ? v : fminf(fmaxf(v, s), s2);  // NaN stays NaN, as torch.clamp
       r.v[k] = from_f<T>(v);
     }
     y[i] = r;
@@ -134,7 +137,7 @@ __global__ void cast_kernel(const S* __restrict__ x, D* __restrict__ y, int64_t 
 }
 
 template <Unary U>
-Tensor unary(const Tensor& x, const char* op, float s = 0.f) {
+Tensor unary(const Tensor& x, const char* op, float s = 0.f, float s2 = 0.f) {
   detail::check_act(x, op, "x");
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   const int64_t n = x.numel();
@@ -143,9 +146,9 @@ Tensor unary(const Tensor& x, const char* op, float s = 0.f) {
   ERNIE_DISPATCH_ACT(x.dtype(), op, {
     if (n % kPack<T> == 0 && aligned16(x.raw()))
       unary_vec_kernel<T, U><<<detail::blocks_for(n / kPack<T>, kThreads), kThreads, 0, st>>>(
-          x.data<Pack<T>>(), y.data<Pack<T>>(), n / kPack<T>, s);
+          x.data<Pack<T>>(), y.data<Pack<T>>(), n / kPack<T>, s, s2);
     else
-      unary_kernel<T, U><<<detail::blocks_for(n, kThreads), kThreads, 0, st>>>(x.data<T>(), y.data<T>(), n, s);
+      unary_kernel<T, U><<<detail::blocks_for(n, kThreads), kThreads, 0, st>>>(x.data<T>(), y.data<T>(), n, s, s2);
   });
   ERNIE_CUDA_LAUNCH(op);
   return y;
@@ -178,6 +181,10 @@ Tensor binary(const Tensor& a, const Tensor& b, const char* op, const char* an, 
 Tensor silu(const Tensor& x) { return unary<Unary::Silu>(x, "silu"); }
 Tensor gelu(const Tensor& x) { return unary<Unary::Gelu>(x, "gelu"); }
 Tensor scale(const Tensor& x, float s) { return unary<Unary::Scale>(x, "scale", s); }
+Tensor clamp(const Tensor& x, float lo, float hi) {
+  ERNIE_CHECK(!(lo > hi), "clamp: lo ", std::to_string(lo), " > hi ", std::to_string(hi));
+  return unary<Unary::Clamp>(x, "clamp", lo, hi);
+}
 Tensor add(const Tensor& a, const Tensor& b) { return binary<Binary::Add>(a, b, "add", "a", "b"); }
 Tensor mul(const Tensor& a, const Tensor& b) { return binary<Binary::Mul>(a, b, "mul", "a", "b"); }
 Tensor swiglu(const Tensor& gate, const Tensor& up) { return binary<Binary::Swiglu>(gate, up, "swiglu", "gate", "up"); }
