@@ -3,6 +3,7 @@
 #include "gpu_util.h"
 #include "io/model_folder.h"
 #include "models/ernie_dit.h"
+#include "models/flux2_vae.h"
 #include "models/mistral.h"
 
 #include <algorithm>
@@ -30,6 +31,23 @@ TEST(CudaGolden, DitForward) {
     auto r = close_for(out, golden_tensor("dit.out"), dt);
     EXPECT_TRUE(r);
     std::printf("dit.out %s: %s\n", dtype_name(dt), r.message());
+  }
+}
+
+TEST(CudaGolden, VaeDecodeAndEncode) {
+  ERNIE_REQUIRE_GPU();
+  const ModelFolder m = ModelFolder::open(tiny_model(), false);
+  for (DType dt : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Flux2Vae vae = Flux2Vae::load(m, kGPU, dt);
+    auto r = close_for(vae.decode(golden_tensor("vae.dec.z").to_f32()), golden_tensor("vae.dec.img"), dt);
+    EXPECT_TRUE(r) << "vae.dec.img";
+    std::printf("vae.dec.img %s: %s\n", dtype_name(dt), r.message());
+    auto [mean, logvar] = vae.encode(golden_tensor("vae.enc.img").to_f32());
+    auto rm = close_for(mean, golden_tensor("vae.enc.mean"), dt), rl = close_for(logvar, golden_tensor("vae.enc.logvar"), dt);
+    EXPECT_TRUE(rm) << "vae.enc.mean";
+    EXPECT_TRUE(rl) << "vae.enc.logvar";
+    std::printf("vae.enc.mean %s: %s\nvae.enc.logvar %s: %s\n", dtype_name(dt), rm.message(), dtype_name(dt), rl.message());
   }
 }
 

@@ -161,6 +161,17 @@ TEST(CudaOps, AttentionFlashAndSimple) {
   FOR_DTYPES {
     for (const AttnCase& c : cases) check_attention(c, dt, seed += 3);
   }
+  // Heads wider than the kernels take (the VAE's single 512-wide head) go through cuBLASLt.
+  FOR_DTYPES {
+    check_attention({1, 300, 300, 1, 1, 512, false, 0, {}}, dt, seed += 3);
+    check_attention({2, 64, 80, 2, 1, 320, true, 16, {80, 50}}, dt, seed += 3);
+  }
+  // The GEMM path on every case.
+  setenv("ERNIE_ATTENTION", "gemm", 1);
+  FOR_DTYPES {
+    for (const AttnCase& c : cases) check_attention(c, dt, seed += 3);
+  }
+  unsetenv("ERNIE_ATTENTION");
   // The 32-keys-per-tile variant of the head_dim-128 flash kernel.
   setenv("ERNIE_FLASH_BC", "32", 1);
   for (const AttnCase& c : cases) check_attention(c, DType::BF16, seed += 3);

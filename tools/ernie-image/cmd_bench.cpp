@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "io/model_folder.h"
 #include "models/ernie_dit.h"
+#include "models/flux2_vae.h"
 #include "models/mistral.h"
 #include "ops/ops.h"
 #ifdef ERNIE_HAVE_CUDA
@@ -161,13 +162,17 @@ int run(const Opts& o) {
   std::vector<int64_t> lens(size_t(rows), T);
   if (rows == 2) lens[1] = 1;  // the negative prompt: BOS only
 
-  // ---- DiT: load ----
+  // ---- DiT and VAE: load ----
   auto t0 = Clock::now();
   const DitConfig cfg = o.random ? DitConfig{} : folder->dit;
   ErnieDit dit = o.random ? ErnieDit::random(cfg, dev, act, o.seed) : ErnieDit::load(*folder, dev, act);
   sync(dev);
   j["dit_load_s"] = since(t0);
-  j["load_s"] = j["te_load_s"].get<double>() + j["dit_load_s"].get<double>();
+  t0 = Clock::now();
+  Flux2Vae vae = o.random ? Flux2Vae::random(VaeConfig{}, dev, act, o.seed + 20) : Flux2Vae::load(*folder, dev, act);
+  sync(dev);
+  j["vae_load_s"] = since(t0);
+  j["load_s"] = j["te_load_s"].get<double>() + j["dit_load_s"].get<double>() + j["vae_load_s"].get<double>();
 
   // ---- denoising loop ----
   const std::vector<float> sig = sigmas(o.steps);
@@ -198,8 +203,20 @@ int run(const Opts& o) {
   j["denoise_s"] = denoise_s;
   j["denoise_runs_s"] = den;
   j["step_s"] = denoise_s / o.steps;
-  j["decode_s"] = 0.0;
-  j["decode_note"] = "VAE decode not timed yet";
+
+  // ---- VAE decode of the final latents (de-normalise, unpatchify, decode) ----
+  const Tensor latents = random_act({1, cfg.out_channels, h, w}, o.seed + 4, dev, act);
+  auto decode = [&] { return vae.decode(vae.denormalize_and_unpatchify(latents)); };
+  decode();  // warm-up: cuDNN plans
+  sync(dev);
+  std::vector<double> dec;
+  for (int r = 0; r < o.repeat; ++r) {
+    auto t = Clock::now();
+    Tensor img = decode();
+    sync(dev);
+    dec.push_back(since(t));
+  }
+  j["decode_s"] = median(dec);
   j["total_s"] = j["encode_s"].get<double>() + denoise_s + j["decode_s"].get<double>();
 
   const auto [gemm, attn] = dit_flops(cfg, h * w + T, rows);

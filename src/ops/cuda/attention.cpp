@@ -11,9 +11,10 @@
 namespace ernie::cuda {
 
 namespace {
-bool force_simple() {
+// ERNIE_ATTENTION=simple|gemm forces a path (tests, measurements).
+bool forced(const char* path) {
   const char* e = std::getenv("ERNIE_ATTENTION");
-  return e && std::strcmp(e, "simple") == 0;
+  return e && std::strcmp(e, path) == 0;
 }
 }  // namespace
 
@@ -35,14 +36,19 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
   for (int64_t L : mask.kv_len)
     ERNIE_CHECK(L >= 0 && L <= Sk, "attention: kv_len ", std::to_string(L), " outside [0, ", std::to_string(Sk), "]");
   ERNIE_CHECK(mask.q_offset >= 0, "attention: negative q_offset ", std::to_string(mask.q_offset));
-  ERNIE_CHECK(D <= 256, "attention: head_dim ", std::to_string(D), " > 256 is not supported on CUDA");
   ERNIE_CHECK(Sq < INT32_MAX && Sk < INT32_MAX && Hq < 65536, "attention: sizes too large");
   Tensor out = Tensor::empty(q.shape(), q.dtype(), q.device());
   if (out.numel() == 0) return out;
   cudaStream_t st = stream(detail::dev(q));
   const bool bf16 = q.dtype() == DType::BF16;
   const bool flash = bf16 && attn::flash_supported(int(D)) && aligned16(q.raw()) && aligned16(k.raw()) &&
-                     aligned16(v.raw()) && !force_simple();
+                     aligned16(v.raw()) && !forced("simple") && !forced("gemm");
+  // Long sequences without the flash kernel (f32, or head_dim > 128) and heads wider than the simple
+  // kernel's 256 go through cuBLASLt.
+  if (!flash && (D > 256 || forced("gemm") || (!forced("simple") && Sq * Sk >= (int64_t(1) << 20)))) {
+    attn::gemm_path(q, k, v, out, scale, mask);
+    return out;
+  }
   const size_t q_batch = size_t(Sq * Hq * D) * dtype_size(q.dtype()), k_batch = size_t(Sk * Hkv * D) * dtype_size(q.dtype());
   for (int64_t b0 = 0; b0 < B; b0 += attn::kMaxBatch) {
     const int nb = int(std::min<int64_t>(attn::kMaxBatch, B - b0));

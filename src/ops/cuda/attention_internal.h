@@ -4,6 +4,9 @@
 
 #include <cstdint>
 
+#include "core/tensor.h"
+#include "ops/ops.h"
+
 namespace ernie::cuda::attn {
 
 constexpr int kMaxBatch = 64;  // kv_len travels in the kernel parameters
@@ -25,5 +28,7 @@ bool flash_supported(int D);
 void flash_bf16(const Params& p, cudaStream_t st);
 // Any head_dim <= 256, F32 or BF16 (`bf16`): one warp per query row, online softmax.
 void simple(const Params& p, bool bf16, cudaStream_t st);
+// Any head_dim, F32 or BF16: S = q·kᵀ (fp32) and P·v through cuBLASLt around a masked row softmax.
+void gemm_path(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out, float scale, const ops::AttentionMask& m);
 
 }  // namespace ernie::cuda::attn

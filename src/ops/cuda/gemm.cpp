@@ -10,6 +10,7 @@
 
 #include "ops/cuda/common.h"
 #include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/gemm.h"
 
 namespace ernie::cuda {
 
@@ -48,7 +49,7 @@ int alignment(const void* p) {
   return 2;
 }
 
-using Key = std::tuple<int, int64_t, int64_t, int64_t, int, bool, int, int, int, int>;
+using Key = std::tuple<int, int64_t, int64_t, int64_t, int, bool, int, int, int, int, int>;  // ..., out type
 
 struct Plan {
   cublasLtMatmulDesc_t op = nullptr;
@@ -62,9 +63,10 @@ const Plan& plan_for(const Key& key, cublasLtHandle_t lt) {
   std::lock_guard<std::mutex> lk(mu);
   auto it = plans.find(key);
   if (it != plans.end()) return it->second;
-  const auto [device, M, N, K, dt, has_bias, al_a, al_b, al_c, al_bias] = key;
+  const auto [device, M, N, K, dt, has_bias, al_a, al_b, al_c, al_bias, out_dt] = key;
   (void)device;
   const cudaDataType_t type = dt == kF32 ? CUDA_R_32F : CUDA_R_16BF;
+  const cudaDataType_t out_type = out_dt == kF32 ? CUDA_R_32F : CUDA_R_16BF;
   Plan p;
   ERNIE_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
@@ -73,11 +75,11 @@ const Plan& plan_for(const Key& key, cublasLtHandle_t lt) {
   if (has_bias) {
     const cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
     ERNIE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep));
-    ERNIE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type, sizeof type));
+    ERNIE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &out_type, sizeof out_type));
   }
   ERNIE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, type, uint64_t(K), uint64_t(N), K));  // w: K x N, ld K
   ERNIE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, type, uint64_t(K), uint64_t(M), K));  // x: K x M, ld K
-  ERNIE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, type, uint64_t(N), uint64_t(M), N));  // y: N x M, ld N
+  ERNIE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, out_type, uint64_t(N), uint64_t(M), N));  // y: N x M, ld N
   cublasLtMatmulPreference_t pref;
   ERNIE_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t ws = kWorkspace;
@@ -127,20 +129,33 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   }
   ERNIE_CHECK(M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX, "linear: sizes too large");
   const Tensor wc = w.dtype() == x.dtype() ? w : cast(w, x.dtype());  // weights are normally stored in act dtype
+  gemm_nt(x, wc, b, y, M, N, K);
+  return y;
+}
+
+void gemm_nt(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, int64_t M, int64_t N, int64_t K) {
   const int device = detail::dev(x);
   cudaStream_t st = stream(device);
   Handle& h = handle(device);
   const int dt = x.dtype() == DType::F32 ? kF32 : kBF16;
-  const Key key{device, M, N, K, dt, b.defined(), alignment(wc.raw()), alignment(x.raw()), alignment(y.raw()),
-                b.defined() ? alignment(b.raw()) : 0};
+  const int out_dt = y.dtype() == DType::F32 ? kF32 : kBF16;
+  const Key key{device, M, N, K, dt, b.defined(), alignment(w.raw()), alignment(x.raw()), alignment(y.raw()),
+                b.defined() ? alignment(b.raw()) : 0, out_dt};
   const Plan& p = plan_for(key, h.lt);
   if (b.defined()) {
     const void* bp = b.raw();
     ERNIE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp));
   }
   const float alpha = 1.f, beta = 0.f;
-  ERNIE_CUBLAS_CHECK(cublasLtMatmul(h.lt, p.op, &alpha, wc.raw(), p.a, x.raw(), p.b, &beta, y.raw(), p.c, y.raw(), p.c,
+  ERNIE_CUBLAS_CHECK(cublasLtMatmul(h.lt, p.op, &alpha, w.raw(), p.a, x.raw(), p.b, &beta, y.raw(), p.c, y.raw(), p.c,
                                     &p.algo, h.workspace.raw(), kWorkspace, st));
+}
+
+Tensor matmul_nt(const Tensor& a, const Tensor& b, DType out) {
+  ERNIE_CHECK(a.ndim() == 2 && b.ndim() == 2 && a.dim(1) == b.dim(1) && a.dtype() == b.dtype() && a.dim(1) > 0,
+              "matmul_nt: ", detail::shapes(a, b), " do not form a[M, K] · b[N, K]ᵀ");
+  Tensor y = Tensor::empty({a.dim(0), b.dim(0)}, out, a.device());
+  if (y.numel()) gemm_nt(a, b, Tensor(), y, a.dim(0), b.dim(0), a.dim(1));
   return y;
 }
 
