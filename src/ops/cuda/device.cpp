@@ -81,13 +81,17 @@ void* dev_alloc(size_t bytes, int device) {
   std::lock_guard<std::mutex> lk(s.mu);
   ensure_init(device, s);
   ERNIE_CUDA_CHECK(cudaSetDevice(device));
-  const size_t cls = size_class(std::max<size_t>(bytes, 1));
+  size_t cls = size_class(std::max<size_t>(bytes, 1));
   void* p = nullptr;
-  auto it = s.free_blocks.find(cls);
-  if (it != s.free_blocks.end() && !it->second.empty()) {
-    p = it->second.back();
-    it->second.pop_back();
-  } else {
+  // Best fit among cached blocks up to twice the size class, before asking the driver for more.
+  for (auto it = s.free_blocks.lower_bound(cls); it != s.free_blocks.end() && it->first < 2 * cls; ++it)
+    if (!it->second.empty()) {
+      p = it->second.back();
+      it->second.pop_back();
+      cls = it->first;
+      break;
+    }
+  if (!p) {
     cudaError_t e = cudaMalloc(&p, cls);
     if (e == cudaErrorMemoryAllocation) {  // give the cache back and try once more
       cudaGetLastError();
