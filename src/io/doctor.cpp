@@ -14,9 +14,10 @@ namespace ernie {
 namespace {
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-std::string gib(double bytes) {
+std::string human_bytes(double bytes) {
   char b[32];
-  std::snprintf(b, sizeof b, "%.2f GiB", bytes / kGiB);
+  if (bytes >= kGiB) std::snprintf(b, sizeof b, "%.2f GiB", bytes / kGiB);
+  else std::snprintf(b, sizeof b, "%.2f MiB", bytes / (1024.0 * 1024.0));
   return b;
 }
 
@@ -130,7 +131,7 @@ std::string format_doctor(const json& j) {
         char line[256];
         std::snprintf(line, sizeof line, "  %-13s %14s params  %-5s  %s on disk\n", it.key().c_str(),
                       std::to_string(c["params"].get<size_t>()).c_str(), c["dtype"].get<std::string>().c_str(),
-                      gib(double(c["bytes_on_disk"].get<size_t>())).c_str());
+                      human_bytes(double(c["bytes_on_disk"].get<size_t>())).c_str());
         o << line;
       }
     if (m.contains("memory")) {

@@ -1,0 +1,45 @@
+// `ernie-image doctor`: report contents and exit status, through the real binary.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "cli.h"
+#include "golden.h"
+#include "io/doctor.h"
+
+using namespace ernie;
+using json = nlohmann::json;
+
+
+TEST(Doctor, ReportsFixture) {
+  DoctorReport r = run_doctor(test::tiny_model());
+  EXPECT_EQ(r.problems, 0) << r.json.dump(2);
+  const json& c = r.json["model"]["components"];
+  for (const char* k : {"transformer", "text_encoder", "vae", "pe"}) {
+    ASSERT_TRUE(c.contains(k)) << k;
+    EXPECT_GT(c[k]["params"].get<size_t>(), 0u);
+    EXPECT_EQ(c[k]["dtype"], "BF16");
+    EXPECT_GT(c[k]["bytes_on_disk"].get<size_t>(), 0u);
+  }
+  EXPECT_EQ(c["transformer"]["params"].get<size_t>(), 143456u);
+  EXPECT_TRUE(r.json["build"].contains("cuda"));
+  EXPECT_TRUE(r.json.contains("gpus"));
+}
+
+TEST(Doctor, CliExitStatus) {
+  test::CliRun ok = test::run_cli("doctor --model " + test::tiny_model());
+  EXPECT_EQ(ok.status, 0) << ok.out;
+  EXPECT_NE(ok.out.find("all is well"), std::string::npos) << ok.out;
+
+  test::CliRun js = test::run_cli("doctor --json --model " + test::tiny_model());
+  EXPECT_EQ(js.status, 0);
+  json j = json::parse(js.out);
+  EXPECT_TRUE(j["ok"].get<bool>());
+
+  test::TempDir d;
+  test::CliRun bad = test::run_cli("doctor --model " + d.str());
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.out.find("problem: "), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("model_index.json"), std::string::npos) << bad.out;
+}
