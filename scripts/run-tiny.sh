@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Sets up, builds, and runs the main job on the bundled tiny model.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j "$(nproc)" --target ernie-image
+./build/ernie-image doctor --model tests/data/tiny-ernie-image/model

@@ -1,0 +1,79 @@
+// Scaled dot-product attention with GQA, causal masking at a query offset (KV-cached decoding) and
+// per-batch key lengths. fp32 scores and softmax; threads over (batch, head, block of queries).
+// A query row that sees no valid key returns zeros.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "ops/cpu/cpu_ops.h"
+#include "ops/cpu/cpu_util.h"
+
+namespace ernie::cpu {
+
+namespace {
+constexpr int64_t kQueryBlock = 64;
+}
+
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale, const ops::AttentionMask& mask) {
+  detail::check_act(q, "attention", "q");
+  detail::check_act(k, "attention", "k");
+  detail::check_act(v, "attention", "v");
+  ERNIE_CHECK(q.ndim() == 4 && k.ndim() == 4 && k.shape() == v.shape(), "attention: q ", shape_str(q.shape()), ", k ",
+              shape_str(k.shape()), ", v ", shape_str(v.shape()), " must be [B, S, heads, head_dim] with k = v");
+  const int64_t B = q.dim(0), Sq = q.dim(1), Hq = q.dim(2), D = q.dim(3);
+  const int64_t Sk = k.dim(1), Hkv = k.dim(2);
+  ERNIE_CHECK(k.dim(0) == B && k.dim(3) == D && Hkv > 0 && Hq % Hkv == 0, "attention: q ", shape_str(q.shape()),
+              " and k/v ", shape_str(k.shape()), " disagree on batch or head_dim, or q heads are not a multiple of kv heads");
+  ERNIE_CHECK(mask.kv_len.empty() || int64_t(mask.kv_len.size()) == B, "attention: kv_len has ",
+              std::to_string(mask.kv_len.size()), " entries for batch ", std::to_string(B));
+  for (int64_t L : mask.kv_len)
+    ERNIE_CHECK(L >= 0 && L <= Sk, "attention: kv_len ", std::to_string(L), " outside [0, ", std::to_string(Sk), "]");
+  ERNIE_CHECK(mask.q_offset >= 0, "attention: negative q_offset ", std::to_string(mask.q_offset));
+
+  Tensor out = Tensor::empty(q.shape(), DType::F32);
+  const float *qp = q.f32(), *kp = k.f32(), *vp = v.f32();
+  float* op = out.f32();
+  const int64_t group = Hq / Hkv, nblk = (Sq + kQueryBlock - 1) / kQueryBlock;
+  const int64_t qrow = Hq * D, krow = Hkv * D;
+
+#pragma omp parallel
+  {
+    std::vector<float> p(static_cast<size_t>(Sk));
+#pragma omp for collapse(3) schedule(dynamic)
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < Hq; ++h)
+        for (int64_t blk = 0; blk < nblk; ++blk) {
+          const int64_t kh = h / group;
+          const int64_t valid = mask.kv_len.empty() ? Sk : mask.kv_len[size_t(b)];
+          const float* kb = kp + b * Sk * krow + kh * D;
+          const float* vb = vp + b * Sk * krow + kh * D;
+          for (int64_t i = blk * kQueryBlock; i < std::min(Sq, (blk + 1) * kQueryBlock); ++i) {
+            const float* qi = qp + (b * Sq + i) * qrow + h * D;
+            float* oi = op + (b * Sq + i) * qrow + h * D;
+            const int64_t n = mask.causal ? std::min(valid, mask.q_offset + i + 1) : valid;
+            std::fill(oi, oi + D, 0.f);
+            if (n <= 0) continue;
+            float mx = -std::numeric_limits<float>::infinity();
+            for (int64_t j = 0; j < n; ++j) {
+              const float* kj = kb + j * krow;
+              float s = 0.f;
+              for (int64_t d = 0; d < D; ++d) s += qi[d] * kj[d];
+              p[size_t(j)] = s * scale;
+              mx = std::max(mx, p[size_t(j)]);
+            }
+            float sum = 0.f;
+            for (int64_t j = 0; j < n; ++j) sum += (p[size_t(j)] = std::exp(p[size_t(j)] - mx));
+            const float inv = 1.f / sum;
+            for (int64_t j = 0; j < n; ++j) {
+              const float w = p[size_t(j)] * inv;
+              const float* vj = vb + j * krow;
+              for (int64_t d = 0; d < D; ++d) oi[d] += w * vj[d];
+            }
+          }
+        }
+  }
+  return out;
+}
+
+}  // namespace ernie::cpu

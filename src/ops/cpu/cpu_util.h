@@ -1,0 +1,43 @@
+// Internal helpers of the CPU backend: input checks with messages that name the op and the shapes,
+// and small-vector conversion of weights (any float dtype) to f32.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/tensor.h"
+
+namespace ernie::cpu::detail {
+
+// An activation: defined, on the CPU, F32.
+inline void check_act(const Tensor& x, const char* op, const char* what) {
+  ERNIE_CHECK(x.defined(), op, ": ", what, " is undefined");
+  ERNIE_CHECK(x.device().is_cpu(), op, ": ", what, " is on ", x.device().str(), ", expected cpu");
+  ERNIE_CHECK(x.dtype() == DType::F32, op, ": ", what, " ", shape_str(x.shape()), " has dtype ",
+              dtype_name(x.dtype()), "; the CPU backend computes in F32 (cast it first)");
+}
+
+// A weight: defined, on the CPU, F32, BF16 or F16.
+inline void check_weight(const Tensor& w, const char* op, const char* what) {
+  ERNIE_CHECK(w.defined(), op, ": ", what, " is undefined");
+  ERNIE_CHECK(w.device().is_cpu(), op, ": ", what, " is on ", w.device().str(), ", expected cpu");
+  ERNIE_CHECK(w.dtype() == DType::F32 || w.dtype() == DType::BF16 || w.dtype() == DType::F16, op, ": ", what, " ",
+              shape_str(w.shape()), " has dtype ", dtype_name(w.dtype()), " (expected F32, BF16 or F16)");
+}
+
+// An optional per-channel vector of length n (weight/bias), returned as f32 values (empty if undefined).
+inline std::vector<float> vec_f32(const Tensor& v, int64_t n, const char* op, const char* what) {
+  if (!v.defined()) return {};
+  check_weight(v, op, what);
+  ERNIE_CHECK(v.numel() == n, op, ": ", what, " ", shape_str(v.shape()), " should have ", std::to_string(n),
+              " elements");
+  std::vector<float> out(static_cast<size_t>(n));
+  convert_to_f32(v.dtype(), v.raw(), out.data(), size_t(n));
+  return out;
+}
+
+inline std::string shapes(const Tensor& a, const Tensor& b) {
+  return shape_str(a.shape()) + " and " + shape_str(b.shape());
+}
+
+}  // namespace ernie::cpu::detail

@@ -1,0 +1,91 @@
+// Normalisations over the last dim (rms_norm, layer_norm) and GroupNorm over [B, C, *]; fp32 data,
+// double accumulation of the statistics.
+#include <cmath>
+#include <vector>
+
+#include "ops/cpu/cpu_ops.h"
+#include "ops/cpu/cpu_util.h"
+
+namespace ernie::cpu {
+
+Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps) {
+  detail::check_act(x, "rms_norm", "x");
+  ERNIE_CHECK(x.ndim() >= 1, "rms_norm: x is a scalar");
+  const int64_t c = x.dim(-1), rows = c ? x.numel() / c : 0;
+  std::vector<float> w = detail::vec_f32(weight, c, "rms_norm", "weight");
+  Tensor y = Tensor::empty(x.shape(), DType::F32);
+  const float* xp = x.f32();
+  float* yp = y.f32();
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* a = xp + r * c;
+    float* o = yp + r * c;
+    double ss = 0;
+    for (int64_t i = 0; i < c; ++i) ss += double(a[i]) * a[i];
+    const float inv = float(1.0 / std::sqrt(ss / double(c) + double(eps)));
+    for (int64_t i = 0; i < c; ++i) o[i] = a[i] * inv * (w.empty() ? 1.f : w[i]);
+  }
+  return y;
+}
+
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps) {
+  detail::check_act(x, "layer_norm", "x");
+  ERNIE_CHECK(x.ndim() >= 1, "layer_norm: x is a scalar");
+  const int64_t c = x.dim(-1), rows = c ? x.numel() / c : 0;
+  std::vector<float> w = detail::vec_f32(weight, c, "layer_norm", "weight");
+  std::vector<float> b = detail::vec_f32(bias, c, "layer_norm", "bias");
+  Tensor y = Tensor::empty(x.shape(), DType::F32);
+  const float* xp = x.f32();
+  float* yp = y.f32();
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* a = xp + r * c;
+    float* o = yp + r * c;
+    double s = 0;
+    for (int64_t i = 0; i < c; ++i) s += a[i];
+    const double mean = s / double(c);
+    double v = 0;
+    for (int64_t i = 0; i < c; ++i) v += (a[i] - mean) * (a[i] - mean);
+    const double inv = 1.0 / std::sqrt(v / double(c) + double(eps));
+    for (int64_t i = 0; i < c; ++i)
+      o[i] = float((a[i] - mean) * inv) * (w.empty() ? 1.f : w[i]) + (b.empty() ? 0.f : b[i]);
+  }
+  return y;
+}
+
+Tensor group_norm(const Tensor& x, int groups, const Tensor& weight, const Tensor& bias, float eps, bool silu) {
+  detail::check_act(x, "group_norm", "x");
+  ERNIE_CHECK(x.ndim() >= 2, "group_norm: x ", shape_str(x.shape()), " must be [B, C, ...]");
+  const int64_t n = x.dim(0), c = x.dim(1), hw = (n * c != 0) ? x.numel() / (n * c) : 0;
+  ERNIE_CHECK(groups > 0 && c % groups == 0, "group_norm: ", std::to_string(c), " channels of x ",
+              shape_str(x.shape()), " are not divisible into ", std::to_string(groups), " groups");
+  std::vector<float> w = detail::vec_f32(weight, c, "group_norm", "weight");
+  std::vector<float> b = detail::vec_f32(bias, c, "group_norm", "bias");
+  const int64_t cg = c / groups, len = cg * hw;
+  Tensor y = Tensor::empty(x.shape(), DType::F32);
+  const float* xp = x.f32();
+  float* yp = y.f32();
+#pragma omp parallel for schedule(static)
+  for (int64_t bg = 0; bg < n * groups; ++bg) {
+    const int64_t g = bg % groups;
+    const float* a = xp + bg * len;
+    float* o = yp + bg * len;
+    double s = 0;
+    for (int64_t i = 0; i < len; ++i) s += a[i];
+    const double mean = len ? s / double(len) : 0;
+    double v = 0;
+    for (int64_t i = 0; i < len; ++i) v += (a[i] - mean) * (a[i] - mean);
+    const double inv = 1.0 / std::sqrt((len ? v / double(len) : 0) + double(eps));
+    for (int64_t ch = 0; ch < cg; ++ch) {
+      const int64_t cc = g * cg + ch;
+      const float sc = w.empty() ? 1.f : w[cc], sh = b.empty() ? 0.f : b[cc];
+      for (int64_t i = ch * hw; i < (ch + 1) * hw; ++i) {
+        float t = float((a[i] - mean) * inv) * sc + sh;
+        o[i] = silu ? t / (1.f + std::exp(-t)) : t;
+      }
+    }
+  }
+  return y;
+}
+
+}  // namespace ernie::cpu
