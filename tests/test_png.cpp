@@ -3,6 +3,7 @@
 
 #include <fstream>
 
+#include "core/error.h"
 #include "golden.h"
 #include "io/png.h"
 

@@ -3,9 +3,10 @@
 
 #include <cmath>
 
+#include "core/error.h"
 #include "golden.h"
 #include "pipeline/request.h"
-#include "pipeline/sampler.h"
+#include "pipeline/noise.h"
 
 using namespace ernie;
 

@@ -14,6 +14,7 @@
 #include "ops/cpu/cpu_ops.h"
 #include "ops/ops.h"
 #include "pipeline/request.h"
+#include "pipeline/noise.h"
 #include "pipeline/sampler.h"
 #include "pipeline/scheduler.h"
 #include "text/tokenizer.h"
@@ -23,8 +24,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-constexpr size_t kMaxTextTokens = 2048;  // tokenizer model_max_length: the reference truncates there
 
 // VaeImageProcessor.postprocess: (x / 2 + 0.5).clamp(0, 1), NCHW -> NHWC; then numpy_to_pil's
 // (x * 255).round() (half to even).
@@ -201,12 +200,11 @@ class ErniePipeline final : public Pipeline {
     if (!text_encoder_) text_encoder_ = TextEncoder::load(m_, opt_.device, opt_.dtype);
   }
 
-  // encode_prompt: tokenizer(add_special_tokens=True, truncation to model_max_length); an empty result
-  // falls back to [bos] as the reference does.
+  // encode_prompt: tokenizer(text, add_special_tokens=True, truncation=True) (cut at model_max_length, 2048
+  // for the release); an empty result falls back to [bos] as the reference does.
   std::vector<int64_t> tokenize(const std::string& text) const {
-    std::vector<int64_t> ids = tokenizer_->encode(text, true);
-    if (ids.size() > kMaxTextTokens) ids.resize(kMaxTextTokens);
-    if (ids.empty()) ids.push_back(m_.text_encoder.bos_token_id);
+    std::vector<int64_t> ids = tokenizer_->encode(text, true, true);
+    if (ids.empty()) ids.push_back(tokenizer_->bos_id() >= 0 ? tokenizer_->bos_id() : m_.text_encoder.bos_token_id);
     return ids;
   }
 

@@ -19,11 +19,6 @@ struct TextBatch {
 };
 TextBatch pad_text(const std::vector<Tensor>& hiddens, Device device, DType act);
 
-// The initial noise: standard normal F32 on the host. Image b of the batch draws its values in row-major
-// order from std::mt19937_64 seeded with seed + b, through the Box-Muller transform (documented so a run is
-// reproducible across machines; it does not reproduce torch's generator — use init latents for that).
-Tensor initial_noise(const Shape& shape, uint64_t seed);
-
 struct SamplerInput {
   Tensor latents;                 // [B, C, h, w] initial noise, any float dtype/device
   std::vector<Tensor> cond;       // B text embeddings [T_i, C_text]

@@ -12,10 +12,10 @@
 #include "io/png.h"
 #include "io/safetensors.h"
 #include "pipeline/metadata.h"
+#include "pipeline/noise.h"
 #include "pipeline/pipeline.h"
 #include "pipeline/progress.h"
 #include "pipeline/request.h"
-#include "pipeline/sampler.h"
 
 namespace ernie::cli {
 namespace {
