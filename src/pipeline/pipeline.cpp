@@ -68,6 +68,7 @@ class ErniePipeline final : public Pipeline {
       m_.require_ok("pe");
     }
     limits_ = model_limits(m_);
+    FlowMatchEulerScheduler check_scheduler(m_.scheduler);  // unsupported scheduler options fail at load
     tokenizer_ = Tokenizer::load(m_.tokenizer_dir);
     report(1);
     load_text_encoder();
@@ -129,13 +130,12 @@ class ErniePipeline final : public Pipeline {
     in.latents = r.init_latents ? *r.init_latents : initial_noise(shape, r.seed);
     in.cond.assign(size_t(r.num_images), cond);
     if (do_cfg) in.uncond.assign(size_t(r.num_images), uncond);
-    const Schedule sched = flow_match_schedule(m_.scheduler, r.steps, int(shape[2] * shape[3]));
-    in.sigmas = sched.sigmas;
-    in.timesteps = sched.timesteps;
     in.cfg = r.cfg;
+    FlowMatchEulerScheduler scheduler(m_.scheduler);
+    scheduler.set_timesteps(r.steps, shape[2] * shape[3]);
     t0 = Clock::now();
     if (progress) progress({"denoise", 0, r.steps, 0});
-    Tensor latents = sample_euler_cfg(*dit_, opt_.device, opt_.dtype, in, [&](int step) {
+    Tensor latents = sample_euler_cfg(*dit_, scheduler, opt_.device, opt_.dtype, in, [&](int step) {
       if (progress) progress({"denoise", step, r.steps, seconds_since(t0)});
     }, cancel);
     res.latents = latents.to(kCPU);

@@ -8,6 +8,7 @@
 
 #include "core/tensor.h"
 #include "models/ernie_dit.h"
+#include "pipeline/scheduler.h"
 
 namespace ernie {
 
@@ -23,15 +24,14 @@ struct SamplerInput {
   Tensor latents;                 // [B, C, h, w] initial noise, any float dtype/device
   std::vector<Tensor> cond;       // B text embeddings [T_i, C_text]
   std::vector<Tensor> uncond;     // B negative embeddings; used only when cfg > 1
-  std::vector<float> sigmas;      // N + 1, ending with 0
-  std::vector<float> timesteps;   // N, what the DiT receives (sigma * 1000)
   float cfg = 1;
 };
 
-// Runs the N steps and returns the final latents [B, C, h, w] F32 on the DiT's device. The latents stay
+// Runs the scheduler's N steps (set_timesteps already called) and returns the final latents [B, C, h, w] F32 on the DiT's device. The latents stay
 // F32 between steps (the reference keeps them in the model dtype). `on_step(i)` is called after step i
 // (1-based); `cancel` is polled before every step (throws Cancelled).
-Tensor sample_euler_cfg(const ErnieDit& dit, Device device, DType act, const SamplerInput& in,
+Tensor sample_euler_cfg(const ErnieDit& dit, const FlowMatchEulerScheduler& scheduler, Device device, DType act,
+                        const SamplerInput& in,
                         const std::function<void(int)>& on_step = {}, const std::atomic<bool>* cancel = nullptr);
 
 }  // namespace ernie
