@@ -117,6 +117,12 @@ MistralConfig parse_mistral_config(const json& root, const std::string& path) {
   field(j, "rope_theta", c.rope_theta, path);
   if (j.contains(rope_key) && j[rope_key].is_object()) {
     const json& r = j[rope_key];
+    // transformers treats absent mscale/mscale_all_dim/attention_factor as None (0 here); a yarn config
+    // without original_max_position_embeddings falls back to max_position_embeddings, one without factor
+    // to max_position_embeddings / original_max_position_embeddings.
+    c.mscale = 0, c.mscale_all_dim = 0, c.attention_factor = 0;
+    c.original_max_position_embeddings = c.max_position_embeddings;
+    c.factor = 0;
     field(r, "rope_theta", c.rope_theta, path);
     if (r.contains("rope_type")) field(r, "rope_type", c.rope_type, path);
     else field(r, "type", c.rope_type, path);
@@ -124,8 +130,13 @@ MistralConfig parse_mistral_config(const json& root, const std::string& path) {
     field(r, "original_max_position_embeddings", c.original_max_position_embeddings, path);
     field(r, "beta_fast", c.beta_fast, path);
     field(r, "beta_slow", c.beta_slow, path);
+    if (c.beta_fast == 0) c.beta_fast = 32;  // `or 32` / `or 1` in transformers
+    if (c.beta_slow == 0) c.beta_slow = 1;
     field(r, "mscale", c.mscale, path);
     field(r, "mscale_all_dim", c.mscale_all_dim, path);
+    field(r, "attention_factor", c.attention_factor, path);
+    field(r, "truncate", c.rope_truncate, path);
+    if (c.factor == 0) c.factor = c.max_position_embeddings / c.original_max_position_embeddings;
     if (model_type == "ministral3") field(r, "llama_4_scaling_beta", c.llama_4_scaling_beta, path);
   } else {
     ERNIE_CHECK(!j.contains(rope_key) || j[rope_key].is_null(), path, ": field '", rope_key, "' is not an object");
@@ -142,6 +153,9 @@ MistralConfig parse_mistral_config(const json& root, const std::string& path) {
               std::to_string(c.num_key_value_heads));
   ERNIE_CHECK(c.head_dim % 2 == 0, path, ": head_dim must be even for RoPE");
   ERNIE_CHECK(c.rms_norm_eps > 0 && c.rope_theta > 0, path, ": rms_norm_eps and rope_theta must be positive");
+  ERNIE_CHECK(c.rope_type != "yarn" || (c.factor > 0 && c.original_max_position_embeddings > 0 && c.beta_fast > 0 &&
+                                        c.beta_slow > 0),
+              path, ": yarn rope parameters (factor, original_max_position_embeddings, beta_fast, beta_slow) must be positive");
   return c;
 }
 

@@ -28,7 +28,10 @@ struct MistralConfig {
   // RoPE: rope_type "default" or "yarn"
   std::string rope_type = "yarn";
   double rope_theta = 1e6, factor = 16, original_max_position_embeddings = 16384, beta_fast = 32, beta_slow = 1;
-  double mscale = 1, mscale_all_dim = 1, llama_4_scaling_beta = 0;  // llama-4 q scale: ministral3 only
+  // YaRN attention factor inputs; 0 = absent (as None in transformers). attention_factor 0 = derive it.
+  double mscale = 1, mscale_all_dim = 1, attention_factor = 0;
+  bool rope_truncate = true;         // YaRN: floor/ceil the correction range
+  double llama_4_scaling_beta = 0;  // llama-4 q scale: ministral3 only
   int max_position_embeddings = 262144;
 };
 

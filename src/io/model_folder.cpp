@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/model_file.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -185,6 +187,7 @@ std::string resolve_prefix(const Checkpoint& ck, const std::vector<std::string>&
 }  // namespace
 
 ModelFolder ModelFolder::open(const std::string& dir, bool with_pe) {
+  if (fs::is_regular_file(dir)) return open_single_file(dir, with_pe);
   ModelFolder m;
   m.root = fs::absolute(dir).lexically_normal().string();
   ERNIE_CHECK(fs::is_directory(m.root), dir, ": model folder not found");
@@ -224,11 +227,91 @@ ModelFolder ModelFolder::open(const std::string& dir, bool with_pe) {
     m.pe_c->prefix = resolve_prefix(m.pe_c->ckpt, {"model.", "language_model.model.", "model.language_model.", ""});
     m.pe_c->specs = mistral_tensor_specs(*m.pe, true);
     fs::path pt = fs::path(m.root) / "pe_tokenizer";
-    if (!fs::exists(pt / "tokenizer.json")) pt = fs::path(m.root) / "pe";
+    m.pe_tokenizer_rel = "pe_tokenizer";
+    if (!fs::exists(pt / "tokenizer.json")) pt = fs::path(m.root) / "pe", m.pe_tokenizer_rel = "pe";
     if (fs::exists(pt / "tokenizer.json")) m.pe_tokenizer_dir = pt.string();
+    else m.pe_tokenizer_rel.clear();
   }
   (void)idx;
   return m;
+}
+
+ModelFolder ModelFolder::open_single_file(const std::string& path, bool with_pe) {
+  ModelFolder m;
+  m.root = fs::absolute(path).lexically_normal().string();
+  m.file_ = SafeTensorsFile::open(m.root);
+  auto fmt = m.file_->metadata().find("format");
+  ERNIE_CHECK(fmt != m.file_->metadata().end() && fmt->second.rfind("ernie-image/", 0) == 0, path,
+              ": not an ernie-image converted model (metadata 'format' missing; convert it with `ernie-image convert`)");
+  ERNIE_CHECK(fmt->second == "ernie-image/1", path, ": converted with a newer format '", fmt->second,
+              "'; this build reads ernie-image/1");
+  auto cfg = [&](const std::string& rel) {
+    std::string text = m.read_file(rel);
+    json j = json::parse(text, nullptr, false);
+    ERNIE_CHECK(!j.is_discarded() && j.is_object(), path, ": embedded ", rel, " is not a JSON object");
+    return j;
+  };
+  auto where = [&](const std::string& rel) { return path + ":" + rel; };
+  m.turbo = m.file_->metadata().count("variant") && m.file_->metadata().at("variant") == "turbo";
+  m.dit = parse_dit_config(cfg("transformer/config.json"), where("transformer/config.json"));
+  m.text_encoder = parse_mistral_config(cfg("text_encoder/config.json"), where("text_encoder/config.json"));
+  m.vae = parse_vae_config(cfg("vae/config.json"), where("vae/config.json"));
+  m.scheduler = parse_scheduler_config(cfg("scheduler/scheduler_config.json"), where("scheduler/scheduler_config.json"));
+  ERNIE_CHECK(m.has_file("tokenizer/tokenizer.json"), path, ": embedded tokenizer/tokenizer.json is missing");
+  Checkpoint all;
+  all = Checkpoint::open_file(m.root);  // one mapping shared by every component
+  auto comp = [&](const std::string& name, const std::vector<std::string>& prefixes) {
+    Component c;
+    c.name = name;
+    c.root = name + "/";
+    c.ckpt = all;
+    std::vector<std::string> full;
+    for (const std::string& p : prefixes) full.push_back(c.root + p);
+    c.prefix = full.size() == 1 ? full[0] : resolve_prefix(all, full);
+    return c;
+  };
+  m.transformer_c = comp("transformer", {""});
+  m.transformer_c.specs = dit_tensor_specs(m.dit);
+  m.text_encoder_c = comp("text_encoder", {"language_model.model.", "model.language_model.", "model.", ""});
+  m.text_encoder_c.specs = mistral_tensor_specs(m.text_encoder, false);
+  m.vae_c = comp("vae", {""});
+  m.vae_c.specs = vae_tensor_specs(m.vae);
+  if (with_pe && m.has_file("pe/config.json")) {
+    m.pe = parse_mistral_config(cfg("pe/config.json"), where("pe/config.json"));
+    m.pe_c = comp("pe", {"model.", "language_model.model.", "model.language_model.", ""});
+    m.pe_c->specs = mistral_tensor_specs(*m.pe, true);
+    for (const char* rel : {"pe_tokenizer", "pe"})
+      if (m.pe_tokenizer_rel.empty() && m.has_file(std::string(rel) + "/tokenizer.json")) m.pe_tokenizer_rel = rel;
+  }
+  return m;
+}
+
+bool ModelFolder::has_file(const std::string& rel) const {
+  if (file_) return file_->metadata().count("file:" + rel) > 0;
+  return fs::is_regular_file(fs::path(root) / rel);
+}
+
+std::string ModelFolder::read_file(const std::string& rel) const {
+  if (file_) {
+    auto it = file_->metadata().find("file:" + rel);
+    ERNIE_CHECK(it != file_->metadata().end(), root, ": converted model has no embedded '", rel, "'");
+    return it->second;
+  }
+  std::string p = (fs::path(root) / rel).string();
+  std::ifstream in(p, std::ios::binary);
+  ERNIE_CHECK(in, p, ": cannot open");
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+Tensor Component::tensor(const std::string& name) const {
+  auto [q, scale] = quantized(name);
+  return scale.defined() ? dequantize_rows(q, scale) : q;
+}
+
+std::pair<Tensor, Tensor> Component::quantized(const std::string& name) const {
+  Tensor t = ckpt.tensor(prefix + name);
+  if (!is_quantized(name)) return {t, Tensor()};
+  return {t, ckpt.tensor(prefix + name + "_scale")};
 }
 
 namespace {
@@ -236,23 +319,30 @@ void check_component(const Component& c, std::vector<Problem>& out) {
   std::map<std::string, const TensorSpec*> want;
   for (const TensorSpec& s : c.specs) {
     // "@name" means: outside the language-model prefix (lm_head sits next to "model.").
-    std::string full = s.name[0] == '@' ? s.name.substr(1) : c.prefix + s.name;
+    std::string full = s.name[0] == '@' ? c.root + s.name.substr(1) : c.prefix + s.name;
     want[full] = &s;
     const TensorInfo* ti = c.ckpt.find(full);
     if (!ti) {
       if (s.required) out.push_back({c.name, "missing tensor '" + full + "' " + shape_str(s.shape)});
       continue;
     }
+    if (const TensorInfo* sc = c.ckpt.find(full + "_scale")) {  // a quantized weight and its row scales
+      want[full + "_scale"] = &s;
+      if (sc->shape != Shape{s.shape.empty() ? 0 : s.shape[0]} || sc->dtype != DType::F32 ||
+          (ti->dtype != DType::F8_E4M3 && ti->dtype != DType::I8))
+        out.push_back({c.name, "quantized tensor '" + full + "' (" + dtype_name(ti->dtype) + ") has a malformed scale " +
+                                   shape_str(sc->shape) + " " + dtype_name(sc->dtype)});
+    }
     if (ti->shape != s.shape)
       out.push_back({c.name, "tensor '" + full + "' has shape " + shape_str(ti->shape) + ", the config implies " +
                                  shape_str(s.shape) + " (" + ti->file + ")"});
-    if (!dtype_is_float(ti->dtype) && s.name != "bn.num_batches_tracked")
+    if (!dtype_is_float(ti->dtype) && s.name != "bn.num_batches_tracked" && !want.count(full + "_scale"))
       out.push_back({c.name, "tensor '" + full + "' has non-float dtype " + std::string(dtype_name(ti->dtype))});
   }
   size_t unexpected = 0;
   std::string example;
   for (const TensorInfo* ti : c.ckpt.tensors()) {
-    if (want.count(ti->name)) continue;
+    if (want.count(ti->name) || ti->name.rfind(c.root, 0) != 0) continue;
     if (++unexpected == 1) example = ti->name;
   }
   if (unexpected)

@@ -30,13 +30,19 @@ struct Problem {
 
 struct Component {
   std::string name;    // folder name
-  std::string dir;     // absolute folder path
-  std::string prefix;  // resolved tensor-name prefix ("" or "language_model.model.")
+  std::string dir;     // absolute folder path (empty inside a converted file)
+  std::string root;    // "" in a folder; "transformer/" etc. inside a converted single file
+  std::string prefix;  // full tensor-name prefix: root + the model's own ("language_model.model.")
   Checkpoint ckpt;
   std::vector<TensorSpec> specs;
   size_t params() const;
   std::string dominant_dtype() const;  // dtype holding most parameters
-  Tensor tensor(const std::string& name) const { return ckpt.tensor(prefix + name); }
+  // A weight by its name without prefix. Quantized weights (fp8/int8 with "<name>_scale") come back
+  // de-quantized to F32 on the host; use quantized() for the raw pair.
+  Tensor tensor(const std::string& name) const;
+  // {q, scale} when `name` is stored quantized, else {tensor, undefined}.
+  std::pair<Tensor, Tensor> quantized(const std::string& name) const;
+  bool is_quantized(const std::string& name) const { return ckpt.contains(prefix + name + "_scale"); }
 };
 
 class ModelFolder {
@@ -48,6 +54,11 @@ class ModelFolder {
   std::vector<Problem> check() const;
   // Throws the first fatal problem of `component`, if any (run before using it).
   void require_ok(const std::string& component) const;
+  // A small file of the model by its path relative to the model root ("tokenizer/tokenizer.json"),
+  // from the folder or from a converted file's metadata. has_file() tells whether it exists.
+  std::string read_file(const std::string& rel) const;
+  bool has_file(const std::string& rel) const;
+  bool is_single_file() const { return file_ != nullptr; }
 
   std::string root;
   bool turbo = false;  // ERNIE-Image-Turbo (8 steps, cfg 1) vs ERNIE-Image (50 steps, cfg 4)
@@ -58,7 +69,14 @@ class ModelFolder {
   std::optional<MistralConfig> pe;
   Component transformer_c, text_encoder_c, vae_c;
   std::optional<Component> pe_c;
-  std::string tokenizer_dir, pe_tokenizer_dir;  // empty when absent
+  // Absolute tokenizer folders of a model folder (empty when absent or inside a converted file, where
+  // read_file("tokenizer/tokenizer.json") serves them).
+  std::string tokenizer_dir, pe_tokenizer_dir;
+  std::string pe_tokenizer_rel;  // "pe_tokenizer" or "pe": where the PE tokenizer files are; empty when absent
+
+ private:
+  static ModelFolder open_single_file(const std::string& path, bool with_pe);
+  std::shared_ptr<SafeTensorsFile> file_;  // set for a converted single-file model
 };
 
 // Which variant a folder holds: "turbo" in the folder name or in model_index.json's _name_or_path.

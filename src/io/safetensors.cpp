@@ -228,16 +228,27 @@ size_t Checkpoint::bytes_on_disk() const {
 
 void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata, size_t align) {
+  std::vector<PendingTensor> pending;
+  for (const auto& [name, t] : tensors) pending.push_back({name, t.dtype(), t.shape(), [t] { return t; }});
+  save_safetensors_streamed(path, pending, metadata, align);
+}
+
+void save_safetensors_streamed(const std::string& path, const std::vector<PendingTensor>& tensors,
+                               const std::map<std::string, std::string>& metadata, size_t align,
+                               const std::function<void(size_t, size_t)>& progress) {
+  ERNIE_CHECK(align > 0 && align <= 4096, "save_safetensors: alignment ", std::to_string(align), " out of range");
   json h = json::object();
   if (!metadata.empty()) h["__metadata__"] = metadata;
   std::vector<size_t> offs;
   size_t off = 0;
-  for (auto& [name, t] : tensors) {
+  for (const PendingTensor& t : tensors) {
     off = (off + align - 1) / align * align;
     offs.push_back(off);
-    h[name] = {{"dtype", dtype_name(t.dtype())}, {"shape", t.shape()}, {"data_offsets", {off, off + t.nbytes()}}};
-    off += t.nbytes();
+    size_t bytes = size_t(shape_numel(t.shape)) * dtype_size(t.dtype);
+    h[t.name] = {{"dtype", dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {off, off + bytes}}};
+    off += bytes;
   }
+  const size_t total = off;
   std::string hs = h.dump();
   // Pad the header with spaces so the data section starts on an `align` boundary.
   size_t data_start = (8 + hs.size() + align - 1) / align * align;
@@ -250,15 +261,26 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
   bool ok = std::fwrite(len, 1, 8, f) == 8 && std::fwrite(hs.data(), 1, hs.size(), f) == hs.size();
   size_t pos = 0;
   static const char zeros[4096] = {};
-  for (size_t i = 0; ok && i < tensors.size(); ++i) {
-    while (ok && pos < offs[i]) {
-      size_t k = std::min(offs[i] - pos, sizeof zeros);
-      ok = std::fwrite(zeros, 1, k, f) == k;
-      pos += k;
+  try {
+    for (size_t i = 0; ok && i < tensors.size(); ++i) {
+      while (ok && pos < offs[i]) {
+        size_t k = std::min(offs[i] - pos, sizeof zeros);
+        ok = std::fwrite(zeros, 1, k, f) == k;
+        pos += k;
+      }
+      Tensor t = tensors[i].make();
+      ERNIE_CHECK(t.dtype() == tensors[i].dtype && t.shape() == tensors[i].shape, path, ": tensor '", tensors[i].name,
+                  "' was produced as ", dtype_name(t.dtype()), " ", shape_str(t.shape()), ", announced as ",
+                  dtype_name(tensors[i].dtype), " ", shape_str(tensors[i].shape));
+      Tensor c = t.device().is_cpu() ? t : t.to(kCPU);
+      ok = ok && std::fwrite(c.raw(), 1, c.nbytes(), f) == c.nbytes();
+      pos += c.nbytes();
+      if (progress) progress(pos, total);
     }
-    Tensor c = tensors[i].second.device().is_cpu() ? tensors[i].second : tensors[i].second.to(kCPU);
-    ok = ok && std::fwrite(c.raw(), 1, c.nbytes(), f) == c.nbytes();
-    pos += c.nbytes();
+  } catch (...) {
+    std::fclose(f);
+    std::remove(tmp.c_str());
+    throw;
   }
   ok = (std::fclose(f) == 0) && ok;
   if (!ok) {

@@ -1,5 +1,6 @@
 // safetensors: mmap'd, lazy, and validated before anything in the header is trusted.
 #pragma once
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -68,5 +69,17 @@ class Checkpoint {
 // is aligned to `align` bytes from the start of the file so it can be mapped and uploaded directly.
 void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata = {}, size_t align = 64);
+
+// The same, but each tensor is produced only when it is written (converting a 16 GB model never holds
+// more than one converted tensor in memory). `make` must return a tensor of exactly `dtype` and `shape`.
+struct PendingTensor {
+  std::string name;
+  DType dtype;
+  Shape shape;
+  std::function<Tensor()> make;
+};
+void save_safetensors_streamed(const std::string& path, const std::vector<PendingTensor>& tensors,
+                               const std::map<std::string, std::string>& metadata, size_t align = 64,
+                               const std::function<void(size_t done, size_t total)>& progress = {});
 
 }  // namespace ernie

@@ -1,6 +1,13 @@
 // ErnieImageTransformer2DModel: the 8B single-stream DiT with shared AdaLN. Reads like diffusers'
 // transformer_ernie_image.py (names follow it), written against the op set.
+//
+// Layout: the reference runs [S, B, hidden]; we run [B, S, hidden] (the op set's convention). The sequence
+// is the image tokens (row-major over H×W) followed by the Tmax text tokens; padded text keys are masked
+// out of attention (a valid key prefix of N_img + text_lens[b] per batch row).
 #pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "io/model_folder.h"
@@ -9,20 +16,59 @@ namespace ernie {
 
 class ErnieDit {
  public:
+  // Weights from transformer/ (checked against the config first). On the CPU they stay the mmap'd views
+  // (BF16 in the release, converted on the fly by the CPU ops); on CUDA they are uploaded and, with BF16
+  // activations, cast to BF16 on the device.
   static ErnieDit load(const ModelFolder& m, Device device, DType act);
+  // The same model with deterministic random weights (linear weights and biases ~ U with std 0.02, norm
+  // weights 1) built on the host as BF16 like the release, then placed as load() does. For speed tests:
+  // speed does not depend on the values.
+  static ErnieDit random(const DitConfig& cfg, Device device, DType act, uint64_t seed);
+
   const DitConfig& config() const { return cfg_; }
+  size_t weight_bytes() const;  // bytes of all weights as placed on the device
+
   // hidden_states [B, C, H, W] (patchified latents), timestep [B] (sigma*1000 as the reference passes it),
-  // text_bth [B, Tmax, text_in_dim] zero-padded, text_lens[B] <= Tmax. Returns [B, C_out, H, W].
+  // text_bth [B, Tmax, text_in_dim] zero-padded, text_lens[B] <= Tmax. Inputs may live on the host in any
+  // float dtype; they are moved to the model's device and activation dtype. Returns [B, out_channels, H, W]
+  // on the model's device in the activation dtype. Throws Error naming the argument on bad shapes.
   Tensor forward(const Tensor& hidden_states, const std::vector<float>& timestep, const Tensor& text_bth,
                  const std::vector<int64_t>& text_lens) const;
 
   struct Block {
-    Tensor adaLN_sa_ln, adaLN_mlp_ln;
-    Tensor to_q, to_k, to_v, to_out, norm_q, norm_k;
-    Tensor gate_proj, up_proj, linear_fc2;
+    Tensor adaLN_sa_ln, adaLN_mlp_ln;                    // RMSNorm weights [hidden]
+    Tensor to_q, to_k, to_v, to_out, norm_q, norm_k;     // self_attention (no biases); norms [head_dim]
+    Tensor gate_proj, up_proj, linear_fc2;               // mlp (no biases)
   };
 
  private:
+  // The six AdaLN chunks shared by every layer, each [B, hidden].
+  struct Modulation {
+    Tensor shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp;
+  };
+  // RoPE tables for the whole sequence, full width: [B, S, head_dim] F32 on the model's device.
+  struct Rotary {
+    Tensor cos, sin;
+  };
+
+  // Fills every weight from `source` (tensor name as in the checkpoint -> host tensor of that name's shape).
+  using WeightSource = std::function<Tensor(const std::string& name)>;
+  static ErnieDit build(const DitConfig& cfg, Device device, DType act, const WeightSource& source);
+  Tensor place(const Tensor& host) const;      // host weight -> device (cast to act on CUDA when BF16)
+  Tensor to_act(const Tensor& input) const;    // user input -> device, activation dtype
+
+  Tensor x_embedder(const Tensor& hidden_states) const;                       // [B, C, H, W] -> [B, H*W, hidden]
+  Tensor time_proj(const std::vector<float>& timestep) const;                 // sinusoidal [B, hidden]
+  Tensor time_embedding(const Tensor& sample) const;                          // c [B, hidden]
+  Modulation adaLN_modulation(const Tensor& c) const;
+  Rotary pos_embed(const std::vector<int64_t>& text_lens, int64_t Hp, int64_t Wp, int64_t Tmax) const;
+  Tensor self_attention(const Block& blk, const Tensor& x, const Rotary& rope,
+                        const std::vector<int64_t>& kv_len) const;
+  Tensor mlp(const Block& blk, const Tensor& x) const;
+  Tensor layer(const Block& blk, const Tensor& x, const Rotary& rope, const Modulation& mod,
+               const std::vector<int64_t>& kv_len) const;
+  Tensor final_norm(const Tensor& x, const Tensor& c) const;
+
   DitConfig cfg_;
   Device device_;
   DType act_ = DType::F32;

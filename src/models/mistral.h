@@ -12,40 +12,64 @@ namespace ernie {
 struct KVCache {
   std::vector<Tensor> k, v;  // per layer [1, capacity, kv_heads, head_dim]
   int64_t length = 0;        // tokens already cached
+  int64_t capacity() const { return k.empty() ? 0 : k[0].dim(1); }
 };
+
+// RoPE frequencies as transformers computes them (rope_type "default" or "yarn", _compute_yarn_parameters):
+// inv_freq [head_dim/2] and the factor cos/sin are multiplied by (YaRN's mscale ratio; 1 for default).
+struct RopeFrequencies {
+  std::vector<float> inv_freq;
+  float attention_scaling = 1.f;
+};
+RopeFrequencies mistral_rope_frequencies(const MistralConfig& cfg);
+
+// Ministral3's llama-4 query scale at position `pos`: 1 + beta·ln(1 + floor(pos / original_max)); 1 when
+// llama_4_scaling_beta is 0 (model_type mistral) and for every pos < original_max_position_embeddings.
+float llama4_query_scale(const MistralConfig& cfg, int64_t pos);
 
 class MistralModel {
  public:
-  // Loads layers [0, n_layers) (all when n_layers < 0) onto `device` with activations in `act`.
+  // Loads layers [0, n_layers) (all when n_layers < 0) onto `device` with activations in `act`. Every
+  // tensor is checked against the shape the config implies; a mismatch throws naming the tensor.
+  // On the CPU the weights stay mmap views in their stored dtype (the GEMM converts them on the fly).
   static MistralModel load(const Component& comp, const MistralConfig& cfg, Device device, DType act,
                            int n_layers = -1, bool with_lm_head = false);
   const MistralConfig& config() const { return cfg_; }
-  // Runs the first `n_layers` layers over ids (positions start at cache->length when a cache is given)
-  // and returns the residual stream [T, hidden] after them (no final norm).
+  // Runs the first `n_layers` layers over ids (positions start at cache->length when a cache is given,
+  // and the new keys/values are appended to it) and returns the residual stream [T, hidden] after them
+  // (no final norm).
   Tensor forward(const std::vector<int64_t>& ids, int n_layers, KVCache* cache = nullptr) const;
-  // Final norm + LM head over hidden [T, hidden] -> logits [T, vocab] (F32).
+  // Final norm + LM head over hidden [T, hidden] -> logits [T, vocab] (F32). Needs with_lm_head.
   Tensor logits(const Tensor& hidden) const;
+  // An empty cache for up to `capacity` tokens over all loaded layers.
   KVCache new_cache(int64_t capacity) const;
   int num_layers() const { return int(layers_.size()); }
+  Device device() const { return device_; }
+  DType act_dtype() const { return act_; }
 
   struct Layer {
     Tensor input_layernorm, q_proj, k_proj, v_proj, o_proj, post_attention_layernorm, gate_proj, up_proj, down_proj;
   };
 
  private:
+  Tensor self_attn(const Layer& l, const Tensor& x, const Tensor& cos_q, const Tensor& sin_q, const Tensor& cos_k,
+                   const Tensor& sin_k, int64_t pos0, Tensor* k_cache, Tensor* v_cache) const;
+  Tensor mlp(const Layer& l, const Tensor& x) const;
+
   MistralConfig cfg_;
   Device device_;
   DType act_ = DType::F32;
   Tensor embed_tokens, norm, lm_head;
   std::vector<Layer> layers_;
-  std::vector<float> inv_freq_;  // RoPE frequencies (YaRN or default), head_dim/2
+  RopeFrequencies rope_;
 };
 
-// The ERNIE-Image text encoder: hidden_states[-2] of the language model.
+// The ERNIE-Image text encoder: hidden_states[-2] of the language model, i.e. the raw residual stream
+// after layer num_hidden_layers-2 (only layers 0..L-2 are loaded and run; no final norm).
 class TextEncoder {
  public:
   static TextEncoder load(const ModelFolder& m, Device device, DType act);
-  Tensor encode(const std::vector<int64_t>& ids) const;  // [T, hidden]
+  Tensor encode(const std::vector<int64_t>& ids) const;  // [T, hidden] in the activation dtype
   const MistralConfig& config() const { return lm_.config(); }
 
  private:

@@ -37,7 +37,7 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
   const int64_t group = Hq / Hkv, nblk = (Sq + kQueryBlock - 1) / kQueryBlock;
   const int64_t qrow = Hq * D, krow = Hkv * D;
 
-#pragma omp parallel
+#pragma omp parallel if (detail::worth_threads(B * Hq * Sq * std::max<int64_t>(Sk, 1) * D))
   {
     std::vector<float> p(static_cast<size_t>(Sk));
 #pragma omp for collapse(3) schedule(dynamic)

@@ -42,7 +42,7 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int stride, 
     for (int64_t o = 0; o < O; ++o) std::fill(yn + o * Ho * Wo, yn + (o + 1) * Ho * Wo, b.empty() ? 0.f : b[o]);
     for (int64_t r0 = 0; r0 < Ho; r0 += band) {
       const int64_t nr = std::min(band, Ho - r0), npix = nr * Wo;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (detail::worth_threads(K * npix))
       for (int64_t kk = 0; kk < K; ++kk) {
         const int64_t c = kk / (kh * kw), dy = (kk / kw) % kh, dx = kk % kw;
         const float* xc = xp + (n * I + c) * H * W;
@@ -74,7 +74,7 @@ Tensor pad2d(const Tensor& x, int left, int right, int top, int bottom) {
   Tensor y = Tensor::zeros(s, DType::F32);
   const float* xp = x.f32();
   float* yp = y.f32();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (detail::worth_threads(y.numel()))
   for (int64_t p = 0; p < planes; ++p)
     for (int64_t r = 0; r < H; ++r)
       std::memcpy(yp + p * Hn * Wn + (r + top) * Wn + left, xp + p * H * W + r * W, size_t(W) * 4);
@@ -91,7 +91,7 @@ Tensor upsample_nearest2x(const Tensor& x) {
   Tensor y = Tensor::empty(s, DType::F32);
   const float* xp = x.f32();
   float* yp = y.f32();
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if (detail::worth_threads(y.numel()))
   for (int64_t p = 0; p < planes; ++p)
     for (int64_t r = 0; r < 2 * H; ++r) {
       const float* src = xp + p * H * W + (r / 2) * W;

@@ -9,6 +9,11 @@
 
 namespace ernie::cpu::detail {
 
+// Threads only pay off on enough work: a parallel region costs microseconds (far more on a loaded machine),
+// so small ops run on the calling thread. `work` is roughly the number of inner-loop operations.
+constexpr int64_t kParallelWork = int64_t(1) << 18;
+inline bool worth_threads(int64_t work) { return work >= kParallelWork; }
+
 // An activation: defined, on the CPU, F32.
 inline void check_act(const Tensor& x, const char* op, const char* what) {
   ERNIE_CHECK(x.defined(), op, ": ", what, " is undefined");

@@ -19,7 +19,7 @@ Tensor unary(const Tensor& x, const char* op, F f) {
   const float* a = x.f32();
   float* o = y.f32();
   const int64_t n = x.numel();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (detail::worth_threads(n))
   for (int64_t i = 0; i < n; ++i) o[i] = f(a[i]);
   return y;
 }
@@ -34,7 +34,7 @@ Tensor binary(const Tensor& a, const Tensor& b, const char* op, const char* an, 
   const float* q = b.f32();
   float* o = y.f32();
   const int64_t n = a.numel();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (detail::worth_threads(n))
   for (int64_t i = 0; i < n; ++i) o[i] = f(p[i], q[i]);
   return y;
 }
@@ -80,7 +80,7 @@ Tensor modulate(const Tensor& x, const Tensor& shift, const Tensor& scale) {
   Tensor y = Tensor::empty(x.shape(), DType::F32);
   const float *xp = x.f32(), *sh = shift.f32(), *scp = scale.f32();
   float* o = y.f32();
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if (detail::worth_threads(x.numel()))
   for (int64_t i = 0; i < b; ++i)
     for (int64_t t = 0; t < s; ++t) {
       const int64_t off = (i * s + t) * c;
@@ -99,7 +99,7 @@ Tensor gated_residual(const Tensor& residual, const Tensor& gate, const Tensor& 
   Tensor out = Tensor::empty(residual.shape(), DType::F32);
   const float *r = residual.f32(), *g = gate.f32(), *yp = y.f32();
   float* o = out.f32();
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if (detail::worth_threads(residual.numel()))
   for (int64_t i = 0; i < b; ++i)
     for (int64_t t = 0; t < s; ++t) {
       const int64_t off = (i * s + t) * c;

@@ -50,7 +50,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   const char* wp = static_cast<const char*>(w.raw());
   for (int64_t o0 = 0; o0 < out; o0 += rows) {
     const int64_t nb = std::min(rows, out - o0);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (detail::worth_threads(nb * in))
     for (int64_t r = 0; r < nb; ++r)
       convert_to_f32(w.dtype(), wp + size_t((o0 + r) * in) * esz, scratch.data() + r * in, size_t(in));
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(nb), int(in), 1.f, xp, int(in), scratch.data(),

@@ -25,7 +25,7 @@ int norm_dim(int dim, int ndim, const char* op, const Shape& s) {
 
 template <class T>
 void permute_copy(const T* in, T* out, const std::array<int64_t, 6>& os, const std::array<int64_t, 6>& st) {
-#pragma omp parallel for collapse(4) schedule(static)
+#pragma omp parallel for collapse(4) schedule(static) if (detail::worth_threads(os[0] * os[1] * os[2] * os[3] * os[4] * os[5]))
   for (int64_t a = 0; a < os[0]; ++a)
     for (int64_t b = 0; b < os[1]; ++b)
       for (int64_t c = 0; c < os[2]; ++c)

@@ -16,7 +16,7 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps) {
   Tensor y = Tensor::empty(x.shape(), DType::F32);
   const float* xp = x.f32();
   float* yp = y.f32();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (detail::worth_threads(x.numel()))
   for (int64_t r = 0; r < rows; ++r) {
     const float* a = xp + r * c;
     float* o = yp + r * c;
@@ -37,7 +37,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, flo
   Tensor y = Tensor::empty(x.shape(), DType::F32);
   const float* xp = x.f32();
   float* yp = y.f32();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (detail::worth_threads(x.numel()))
   for (int64_t r = 0; r < rows; ++r) {
     const float* a = xp + r * c;
     float* o = yp + r * c;
@@ -65,7 +65,7 @@ Tensor group_norm(const Tensor& x, int groups, const Tensor& weight, const Tenso
   Tensor y = Tensor::empty(x.shape(), DType::F32);
   const float* xp = x.f32();
   float* yp = y.f32();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (detail::worth_threads(x.numel()))
   for (int64_t bg = 0; bg < n * groups; ++bg) {
     const int64_t g = bg % groups;
     const float* a = xp + bg * len;

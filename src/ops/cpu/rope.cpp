@@ -20,7 +20,7 @@ Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
   Tensor y = Tensor::empty(x.shape(), DType::F32);
   const float *xp = x.f32(), *cp = cos.f32(), *sp = sin.f32();
   float* o = y.f32();
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if (detail::worth_threads(x.numel()))
   for (int64_t i = 0; i < b; ++i)
     for (int64_t t = 0; t < s; ++t) {
       const float* c = cp + i * tb + t * d;

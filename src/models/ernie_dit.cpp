@@ -1,0 +1,260 @@
+// ErnieImageTransformer2DModel forward (diffusers transformer_ernie_image.py), against the op set.
+#include "models/ernie_dit.h"
+
+#include <cmath>
+#include <map>
+
+#include "core/error.h"
+#include "ops/ops.h"
+
+namespace ernie {
+
+namespace {
+std::string str(int64_t v) { return std::to_string(v); }
+}  // namespace
+
+// ---- weights ------------------------------------------------------------------------------------------------
+
+Tensor ErnieDit::place(const Tensor& host) const {
+  Tensor t = host.to(device_);
+  if (device_.is_cuda() && act_ == DType::BF16 && t.dtype() != DType::BF16) t = ops::cast(t, DType::BF16);
+  return t;
+}
+
+ErnieDit ErnieDit::build(const DitConfig& cfg, Device device, DType act, const WeightSource& source) {
+  ERNIE_CHECK(!device.is_cpu() || act == DType::F32, "ErnieDit: the CPU backend computes in F32, not ",
+              dtype_name(act));
+  ERNIE_CHECK(act == DType::F32 || act == DType::BF16, "ErnieDit: activations must be F32 or BF16, not ",
+              dtype_name(act));
+  ERNIE_CHECK(cfg.patch_size == 1, "ErnieDit: patch_size ", str(cfg.patch_size), " is not supported (only 1)");
+  std::map<std::string, Shape> shapes;
+  for (const TensorSpec& s : dit_tensor_specs(cfg)) shapes[s.name] = s.shape;
+
+  ErnieDit d;
+  d.cfg_ = cfg;
+  d.device_ = device;
+  d.act_ = act;
+  auto w = [&](const std::string& name) {
+    Tensor t = source(name);
+    ERNIE_CHECK(t.defined() && t.shape() == shapes.at(name), "transformer: tensor ", name, " has shape ",
+                shape_str(t.shape()), ", expected ", shape_str(shapes.at(name)));
+    ERNIE_CHECK(dtype_is_float(t.dtype()), "transformer: tensor ", name, " has non-float dtype ",
+                dtype_name(t.dtype()));
+    return d.place(t);
+  };
+  const int64_t H = cfg.hidden_size;
+  d.x_embedder_w = w("x_embedder.proj.weight").reshape({H, cfg.in_channels});  // 1x1 conv = linear
+  d.x_embedder_b = w("x_embedder.proj.bias");
+  if (cfg.text_in_dim != cfg.hidden_size) d.text_proj = w("text_proj.weight");
+  d.time_linear_1_w = w("time_embedding.linear_1.weight");
+  d.time_linear_1_b = w("time_embedding.linear_1.bias");
+  d.time_linear_2_w = w("time_embedding.linear_2.weight");
+  d.time_linear_2_b = w("time_embedding.linear_2.bias");
+  d.adaLN_modulation_w = w("adaLN_modulation.1.weight");
+  d.adaLN_modulation_b = w("adaLN_modulation.1.bias");
+  for (int l = 0; l < cfg.num_layers; ++l) {
+    const std::string p = "layers." + std::to_string(l) + ".";
+    Block b;
+    b.adaLN_sa_ln = w(p + "adaLN_sa_ln.weight");
+    b.adaLN_mlp_ln = w(p + "adaLN_mlp_ln.weight");
+    b.to_q = w(p + "self_attention.to_q.weight");
+    b.to_k = w(p + "self_attention.to_k.weight");
+    b.to_v = w(p + "self_attention.to_v.weight");
+    b.to_out = w(p + "self_attention.to_out.0.weight");
+    if (cfg.qk_layernorm) {
+      b.norm_q = w(p + "self_attention.norm_q.weight");
+      b.norm_k = w(p + "self_attention.norm_k.weight");
+    }
+    b.gate_proj = w(p + "mlp.gate_proj.weight");
+    b.up_proj = w(p + "mlp.up_proj.weight");
+    b.linear_fc2 = w(p + "mlp.linear_fc2.weight");
+    d.layers_.push_back(std::move(b));
+  }
+  d.final_norm_w = w("final_norm.linear.weight");
+  d.final_norm_b = w("final_norm.linear.bias");
+  d.final_linear_w = w("final_linear.weight");
+  d.final_linear_b = w("final_linear.bias");
+  return d;
+}
+
+ErnieDit ErnieDit::load(const ModelFolder& m, Device device, DType act) {
+  m.require_ok("transformer");
+  const Component& comp = m.transformer_c;
+  return build(m.dit, device, act, [&](const std::string& name) { return comp.tensor(name); });
+}
+
+size_t ErnieDit::weight_bytes() const {
+  size_t n = 0;
+  for (const Tensor* t : {&x_embedder_w, &x_embedder_b, &text_proj, &time_linear_1_w, &time_linear_1_b,
+                          &time_linear_2_w, &time_linear_2_b, &adaLN_modulation_w, &adaLN_modulation_b,
+                          &final_norm_w, &final_norm_b, &final_linear_w, &final_linear_b})
+    n += t->defined() ? t->nbytes() : 0;
+  for (const Block& b : layers_)
+    for (const Tensor* t : {&b.adaLN_sa_ln, &b.adaLN_mlp_ln, &b.to_q, &b.to_k, &b.to_v, &b.to_out, &b.norm_q,
+                            &b.norm_k, &b.gate_proj, &b.up_proj, &b.linear_fc2})
+      n += t->defined() ? t->nbytes() : 0;
+  return n;
+}
+
+// ---- modules ------------------------------------------------------------------------------------------------
+
+Tensor ErnieDit::to_act(const Tensor& input) const {
+  Tensor t = input.to(device_);
+  return t.dtype() == act_ ? t : ops::cast(t, act_);
+}
+
+// ErnieImagePatchEmbedDynamic with patch 1: the 1x1 conv is a linear over channels, tokens row-major.
+Tensor ErnieDit::x_embedder(const Tensor& hidden_states) const {
+  const int64_t B = hidden_states.dim(0), C = hidden_states.dim(1), N = hidden_states.dim(2) * hidden_states.dim(3);
+  Tensor tokens = ops::permute(hidden_states, {0, 2, 3, 1}).reshape({B, N, C});
+  return ops::linear(tokens, x_embedder_w, x_embedder_b);
+}
+
+// Timesteps(hidden, flip_sin_to_cos=False, downscale_freq_shift=0): [sin(t·f), cos(t·f)], f_i =
+// exp(-ln(10000)·i/half). Float32 arithmetic in the reference's order.
+Tensor ErnieDit::time_proj(const std::vector<float>& timestep) const {
+  const int64_t B = int64_t(timestep.size()), dim = cfg_.hidden_size, half = dim / 2;
+  std::vector<float> emb(size_t(B * dim), 0.f);
+  for (int64_t i = 0; i < half; ++i) {
+    const float exponent = float(-std::log(10000.0)) * float(i) / float(half);
+    const float freq = std::exp(exponent);
+    for (int64_t b = 0; b < B; ++b) {
+      const float arg = timestep[size_t(b)] * freq;
+      emb[size_t(b * dim + i)] = std::sin(arg);
+      emb[size_t(b * dim + half + i)] = std::cos(arg);
+    }
+  }
+  return to_act(Tensor::from_vector(emb, {B, dim}));
+}
+
+// TimestepEmbedding: linear_1 -> SiLU -> linear_2.
+Tensor ErnieDit::time_embedding(const Tensor& sample) const {
+  Tensor h = ops::silu(ops::linear(sample, time_linear_1_w, time_linear_1_b));
+  return ops::linear(h, time_linear_2_w, time_linear_2_b);
+}
+
+// adaLN_modulation = Sequential(SiLU, Linear(hidden, 6·hidden)), chunked in the reference's order.
+ErnieDit::Modulation ErnieDit::adaLN_modulation(const Tensor& c) const {
+  Tensor m = ops::linear(ops::silu(c), adaLN_modulation_w, adaLN_modulation_b);
+  const int64_t H = cfg_.hidden_size;
+  auto chunk = [&](int k) { return ops::slice(m, 1, k * H, H); };
+  return {chunk(0), chunk(1), chunk(2), chunk(3), chunk(4), chunk(5)};
+}
+
+// ErnieImageEmbedND3: ids image (text_len, row, col), text (index, 0, 0); per axis angles pos·θ^(-2k/d),
+// concatenated over the 3 axes (head_dim/2 angles), each angle repeated twice [θ0,θ0,θ1,θ1,...].
+ErnieDit::Rotary ErnieDit::pos_embed(const std::vector<int64_t>& text_lens, int64_t Hp, int64_t Wp,
+                                     int64_t Tmax) const {
+  const int64_t B = int64_t(text_lens.size()), N = Hp * Wp, S = N + Tmax, D = cfg_.head_dim();
+  std::vector<float> omega;  // D/2 frequencies, axis by axis
+  for (int dim : cfg_.rope_axes_dim)
+    for (int k = 0; k < dim; k += 2)
+      omega.push_back(1.0f / std::pow(cfg_.rope_theta, float(k) / float(dim)));
+  std::vector<float> cos(size_t(B * S * D)), sin(cos.size());
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t s = 0; s < S; ++s) {
+      const float ids[3] = {s < N ? float(text_lens[size_t(b)]) : float(s - N), s < N ? float(s / Wp) : 0.f,
+                            s < N ? float(s % Wp) : 0.f};
+      float* c = &cos[size_t((b * S + s) * D)];
+      float* sn = &sin[size_t((b * S + s) * D)];
+      int64_t j = 0;
+      for (int axis = 0; axis < 3; ++axis)
+        for (int k = 0; k < cfg_.rope_axes_dim[size_t(axis)] / 2; ++k, ++j) {
+          const float angle = ids[axis] * omega[size_t(j)];
+          c[2 * j] = c[2 * j + 1] = std::cos(angle);
+          sn[2 * j] = sn[2 * j + 1] = std::sin(angle);
+        }
+    }
+  return {Tensor::from_vector(cos, {B, S, D}).to(device_), Tensor::from_vector(sin, {B, S, D}).to(device_)};
+}
+
+// ErnieImageAttention with ErnieImageSingleStreamAttnProcessor: per-head RMSNorm on q and k, rotate-half
+// RoPE, joint attention over image + valid text keys, to_out.0.
+Tensor ErnieDit::self_attention(const Block& blk, const Tensor& x, const Rotary& rope,
+                                const std::vector<int64_t>& kv_len) const {
+  const int64_t B = x.dim(0), S = x.dim(1), heads = cfg_.num_attention_heads, D = cfg_.head_dim();
+  Tensor query = ops::linear(x, blk.to_q).reshape({B, S, heads, D});
+  Tensor key = ops::linear(x, blk.to_k).reshape({B, S, heads, D});
+  Tensor value = ops::linear(x, blk.to_v).reshape({B, S, heads, D});
+  if (blk.norm_q.defined()) query = ops::rms_norm(query, blk.norm_q, cfg_.eps);
+  if (blk.norm_k.defined()) key = ops::rms_norm(key, blk.norm_k, cfg_.eps);
+  query = ops::rope(query, rope.cos, rope.sin);
+  key = ops::rope(key, rope.cos, rope.sin);
+  ops::AttentionMask mask;
+  mask.kv_len = kv_len;
+  Tensor out = ops::attention(query, key, value, 1.0f / std::sqrt(float(D)), mask);
+  return ops::linear(out.reshape({B, S, heads * D}), blk.to_out);
+}
+
+// ErnieImageFeedForward: linear_fc2(up_proj(x) * gelu(gate_proj(x))).
+Tensor ErnieDit::mlp(const Block& blk, const Tensor& x) const {
+  return ops::linear(ops::geglu(ops::linear(x, blk.gate_proj), ops::linear(x, blk.up_proj)), blk.linear_fc2);
+}
+
+// ErnieImageSharedAdaLNBlock.
+Tensor ErnieDit::layer(const Block& blk, const Tensor& x, const Rotary& rope, const Modulation& mod,
+                       const std::vector<int64_t>& kv_len) const {
+  Tensor h = ops::modulate(ops::rms_norm(x, blk.adaLN_sa_ln, cfg_.eps), mod.shift_msa, mod.scale_msa);
+  Tensor y = ops::gated_residual(x, mod.gate_msa, self_attention(blk, h, rope, kv_len));
+  h = ops::modulate(ops::rms_norm(y, blk.adaLN_mlp_ln, cfg_.eps), mod.shift_mlp, mod.scale_mlp);
+  return ops::gated_residual(y, mod.gate_mlp, mlp(blk, h));
+}
+
+// ErnieImageAdaLNContinuous: LayerNorm without affine, then x·(1 + scale) + shift with
+// [scale, shift] = linear(c) (no activation on c here).
+Tensor ErnieDit::final_norm(const Tensor& x, const Tensor& c) const {
+  Tensor scale_shift = ops::linear(c, final_norm_w, final_norm_b);
+  const int64_t H = cfg_.hidden_size;
+  Tensor scale = ops::slice(scale_shift, 1, 0, H), shift = ops::slice(scale_shift, 1, H, H);
+  return ops::modulate(ops::layer_norm(x, Tensor(), Tensor(), cfg_.eps), shift, scale);
+}
+
+// ---- forward ------------------------------------------------------------------------------------------------
+
+Tensor ErnieDit::forward(const Tensor& hidden_states, const std::vector<float>& timestep, const Tensor& text_bth,
+                         const std::vector<int64_t>& text_lens) const {
+  const char* where = "ErnieDit::forward: ";
+  ERNIE_CHECK(hidden_states.defined() && hidden_states.ndim() == 4 && dtype_is_float(hidden_states.dtype()), where,
+              "hidden_states must be a float [B, C, H, W] tensor, got ", shape_str(hidden_states.shape()));
+  const int64_t B = hidden_states.dim(0), C = hidden_states.dim(1), Hp = hidden_states.dim(2),
+                Wp = hidden_states.dim(3), N_img = Hp * Wp;
+  ERNIE_CHECK(B >= 1 && Hp >= 1 && Wp >= 1, where, "hidden_states ", shape_str(hidden_states.shape()), " is empty");
+  ERNIE_CHECK(C == cfg_.in_channels, where, "hidden_states has ", str(C), " channels but transformer in_channels is ",
+              str(cfg_.in_channels));
+  ERNIE_CHECK(int64_t(timestep.size()) == B, where, "got ", str(int64_t(timestep.size())),
+              " timesteps for a batch of ", str(B));
+  for (float t : timestep) ERNIE_CHECK(std::isfinite(t), where, "timestep ", std::to_string(t), " is not finite");
+  ERNIE_CHECK(text_bth.defined() && text_bth.ndim() == 3 && dtype_is_float(text_bth.dtype()), where,
+              "text_bth must be a float [B, Tmax, text_in_dim] tensor, got ", shape_str(text_bth.shape()));
+  const int64_t Tmax = text_bth.dim(1);
+  ERNIE_CHECK(text_bth.dim(0) == B && text_bth.dim(2) == cfg_.text_in_dim, where, "text_bth ",
+              shape_str(text_bth.shape()), " does not match batch ", str(B), " and text_in_dim ",
+              str(cfg_.text_in_dim));
+  ERNIE_CHECK(int64_t(text_lens.size()) == B, where, "got ", str(int64_t(text_lens.size())),
+              " text_lens for a batch of ", str(B));
+  std::vector<int64_t> kv_len(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t len = text_lens[size_t(b)];
+    ERNIE_CHECK(len >= 0 && len <= Tmax, where, "text_lens[", str(b), "] = ", str(len), " is outside [0, ",
+                str(Tmax), "] (the padded text length)");
+    kv_len[size_t(b)] = N_img + len;  // keys: every image token, then the valid text prefix
+  }
+
+  Tensor img = x_embedder(to_act(hidden_states));
+  Tensor x = img;
+  if (Tmax > 0) {
+    Tensor text = to_act(text_bth);
+    if (text_proj.defined()) text = ops::linear(text, text_proj);
+    x = ops::concat({img, text}, 1);
+  }
+  const Rotary rotary_pos_emb = pos_embed(text_lens, Hp, Wp, Tmax);
+  const Tensor c = time_embedding(time_proj(timestep));
+  const Modulation mod = adaLN_modulation(c);
+  for (const Block& blk : layers_) x = layer(blk, x, rotary_pos_emb, mod, kv_len);
+
+  x = final_norm(ops::slice(x, 1, 0, N_img), c);  // per-token from here: keep only image tokens
+  Tensor patches = ops::linear(x, final_linear_w, final_linear_b);  // [B, N_img, out]
+  return ops::permute(patches.reshape({B, Hp, Wp, cfg_.out_channels}), {0, 3, 1, 2});
+}
+
+}  // namespace ernie

@@ -1,0 +1,254 @@
+// Mistral / Ministral3 decoder (transformers' MistralModel / Ministral3ForCausalLM), written against the
+// op set: embed_tokens -> layers (RMSNorm, GQA self-attention with rotate-half RoPE, residual, RMSNorm,
+// SwiGLU MLP, residual) -> [final norm -> LM head]. The text encoder stops after layer L-2.
+#include "models/mistral.h"
+
+#include <cmath>
+#include <cstring>
+#include <map>
+
+#include "core/error.h"
+#include "ops/ops.h"
+
+namespace ernie {
+
+// ---- RoPE --------------------------------------------------------------------------------------------------
+
+RopeFrequencies mistral_rope_frequencies(const MistralConfig& cfg) {
+  const int dim = cfg.head_dim;
+  const double base = cfg.rope_theta;
+  RopeFrequencies r;
+  r.inv_freq.resize(size_t(dim / 2));
+  // base ** (2j / dim), in fp32 as transformers computes it.
+  auto pos_freq = [&](int j) { return float(std::pow(base, double(float(2 * j) / float(dim)))); };
+  if (cfg.rope_type == "default") {
+    for (int j = 0; j < dim / 2; ++j) r.inv_freq[size_t(j)] = 1.f / pos_freq(j);
+    return r;
+  }
+  ERNIE_CHECK(cfg.rope_type == "yarn", "mistral: unsupported rope_type '", cfg.rope_type, "'");
+  // transformers' _compute_yarn_parameters.
+  const double factor = cfg.factor;
+  auto get_mscale = [](double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0; };
+  double attention = cfg.attention_factor;
+  if (attention <= 0)
+    attention = (cfg.mscale != 0 && cfg.mscale_all_dim != 0)
+                    ? get_mscale(factor, cfg.mscale) / get_mscale(factor, cfg.mscale_all_dim)
+                    : get_mscale(factor, 1.0);
+  r.attention_scaling = float(attention);
+  auto correction_dim = [&](double rotations) {
+    return dim * std::log(cfg.original_max_position_embeddings / (rotations * 2 * M_PI)) / (2 * std::log(base));
+  };
+  double low = correction_dim(cfg.beta_fast), high = correction_dim(cfg.beta_slow);
+  if (cfg.rope_truncate) low = std::floor(low), high = std::ceil(high);
+  low = std::max(low, 0.0), high = std::min(high, double(dim - 1));
+  if (low == high) high += 0.001;  // prevent a singular ramp
+  for (int j = 0; j < dim / 2; ++j) {
+    const float ramp = std::clamp(float((float(j) - low) / (high - low)), 0.f, 1.f);
+    const float extrapolation_factor = 1.f - ramp;
+    const float pf = pos_freq(j);
+    const float inv_extrapolation = 1.f / pf, inv_interpolation = 1.f / (float(factor) * pf);
+    r.inv_freq[size_t(j)] =
+        inv_interpolation * (1.f - extrapolation_factor) + inv_extrapolation * extrapolation_factor;
+  }
+  return r;
+}
+
+float llama4_query_scale(const MistralConfig& cfg, int64_t pos) {
+  if (cfg.llama_4_scaling_beta == 0) return 1.f;
+  const float floor_ratio = std::floor(float(pos) / float(cfg.original_max_position_embeddings));
+  return 1.f + float(cfg.llama_4_scaling_beta) * std::log(1.f + floor_ratio);
+}
+
+namespace {
+
+// cos/sin [1, T, head_dim] for positions pos0.. (the 64 angles repeated twice), times `row_scale(pos)`.
+template <class RowScale>
+void rope_tables(const RopeFrequencies& rope, int64_t pos0, int64_t T, RowScale row_scale, Device device, Tensor& cos,
+                 Tensor& sin) {
+  const int64_t half = int64_t(rope.inv_freq.size()), D = 2 * half;
+  std::vector<float> c(size_t(T * D)), s(size_t(T * D));
+  for (int64_t t = 0; t < T; ++t) {
+    const float scale = row_scale(pos0 + t);
+    for (int64_t j = 0; j < half; ++j) {
+      const float angle = float(pos0 + t) * rope.inv_freq[size_t(j)];
+      const float cv = float(std::cos(double(angle))) * rope.attention_scaling * scale;
+      const float sv = float(std::sin(double(angle))) * rope.attention_scaling * scale;
+      c[size_t(t * D + j)] = c[size_t(t * D + j + half)] = cv;
+      s[size_t(t * D + j)] = s[size_t(t * D + j + half)] = sv;
+    }
+  }
+  cos = Tensor::from_vector(c, {1, T, D}).to(device);
+  sin = Tensor::from_vector(s, {1, T, D}).to(device);
+}
+
+// Copies src [1, T, heads, head_dim] into rows [pos0, pos0 + T) of a cache tensor [1, capacity, heads, head_dim].
+void write_cache_rows(const Tensor& cache, int64_t pos0, const Tensor& src) {
+  ERNIE_CHECK(cache.dtype() == src.dtype() && cache.device() == src.device() && cache.dim(2) == src.dim(2) &&
+                  cache.dim(3) == src.dim(3),
+              "KV cache ", shape_str(cache.shape()), " ", dtype_name(cache.dtype()), " does not fit ",
+              shape_str(src.shape()), " ", dtype_name(src.dtype()));
+  Tensor dst = cache.reshape({cache.dim(1), cache.dim(2) * cache.dim(3)}).narrow(pos0, src.dim(1));
+  if (dst.device().is_cpu()) std::memcpy(dst.raw(), src.raw(), src.nbytes());
+  else device_memory_ops().copy(dst.raw(), dst.device(), src.raw(), src.device(), src.nbytes());
+}
+
+// The first `n` cached rows as [1, n, heads, head_dim] (a view).
+Tensor cached_rows(const Tensor& cache, int64_t n) {
+  return cache.reshape({cache.dim(1), cache.dim(2), cache.dim(3)}).narrow(0, n).reshape({1, n, cache.dim(2), cache.dim(3)});
+}
+
+}  // namespace
+
+// ---- loading --------------------------------------------------------------------------------------------------
+
+MistralModel MistralModel::load(const Component& comp, const MistralConfig& cfg, Device device, DType act,
+                                int n_layers, bool with_lm_head) {
+  ERNIE_CHECK(act == DType::F32 || act == DType::BF16, comp.name, ": activation dtype ", dtype_name(act),
+              " is not supported (F32 or BF16)");
+  ERNIE_CHECK(!device.is_cpu() || act == DType::F32, comp.name, ": the CPU backend computes in F32, not ",
+              dtype_name(act));
+  const int n = n_layers < 0 ? cfg.num_hidden_layers : n_layers;
+  ERNIE_CHECK(n >= 0 && n <= cfg.num_hidden_layers, comp.name, ": cannot load ", std::to_string(n), " of ",
+              std::to_string(cfg.num_hidden_layers), " layers");
+  std::map<std::string, Shape> want;
+  for (const TensorSpec& s : mistral_tensor_specs(cfg, with_lm_head)) want[s.name] = s.shape;
+  const std::string where = comp.dir.empty() ? comp.name : comp.dir;
+  auto get = [&](const std::string& name) {
+    const Shape& shape = want.at(name);
+    const bool outside = name[0] == '@';  // '@': next to the language model ("lm_head.weight")
+    const std::string full = outside ? comp.root + name.substr(1) : comp.prefix + name;
+    ERNIE_CHECK(comp.ckpt.contains(full), comp.name, ": missing tensor '", full, "' ", shape_str(shape), " in ",
+                where);
+    // Component::tensor de-quantizes fp8/int8 weights of a converted file to F32.
+    Tensor t = outside ? comp.ckpt.tensor(full) : comp.tensor(name);
+    ERNIE_CHECK(t.shape() == shape, comp.name, ": tensor '", full, "' has shape ", shape_str(t.shape()),
+                " but the config (", where, ") implies ", shape_str(shape));
+    ERNIE_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::BF16 || t.dtype() == DType::F16, comp.name,
+                ": tensor '", full, "' has dtype ", dtype_name(t.dtype()), " (expected BF16, F16 or F32)");
+    return t.to(device);  // CPU: the mmap view itself
+  };
+
+  MistralModel m;
+  m.cfg_ = cfg;
+  m.device_ = device;
+  m.act_ = act;
+  m.rope_ = mistral_rope_frequencies(cfg);
+  m.embed_tokens = get("embed_tokens.weight");
+  for (int i = 0; i < n; ++i) {
+    const std::string p = "layers." + std::to_string(i) + ".";
+    Layer l;
+    l.input_layernorm = get(p + "input_layernorm.weight");
+    l.q_proj = get(p + "self_attn.q_proj.weight");
+    l.k_proj = get(p + "self_attn.k_proj.weight");
+    l.v_proj = get(p + "self_attn.v_proj.weight");
+    l.o_proj = get(p + "self_attn.o_proj.weight");
+    l.post_attention_layernorm = get(p + "post_attention_layernorm.weight");
+    l.gate_proj = get(p + "mlp.gate_proj.weight");
+    l.up_proj = get(p + "mlp.up_proj.weight");
+    l.down_proj = get(p + "mlp.down_proj.weight");
+    m.layers_.push_back(std::move(l));
+  }
+  if (with_lm_head) {
+    m.norm = get("norm.weight");
+    m.lm_head = cfg.tie_word_embeddings ? m.embed_tokens : get("@lm_head.weight");
+  }
+  return m;
+}
+
+KVCache MistralModel::new_cache(int64_t capacity) const {
+  ERNIE_CHECK(capacity > 0, "KV cache: capacity must be positive, got ", std::to_string(capacity));
+  KVCache c;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    c.k.push_back(Tensor::zeros({1, capacity, cfg_.num_key_value_heads, cfg_.head_dim}, act_, device_));
+    c.v.push_back(Tensor::zeros({1, capacity, cfg_.num_key_value_heads, cfg_.head_dim}, act_, device_));
+  }
+  return c;
+}
+
+// ---- forward --------------------------------------------------------------------------------------------------
+
+Tensor MistralModel::self_attn(const Layer& l, const Tensor& x, const Tensor& cos_q, const Tensor& sin_q,
+                               const Tensor& cos_k, const Tensor& sin_k, int64_t pos0, Tensor* k_cache,
+                               Tensor* v_cache) const {
+  const int64_t T = x.dim(0), Hq = cfg_.num_attention_heads, Hkv = cfg_.num_key_value_heads, D = cfg_.head_dim;
+  Tensor query_states = ops::linear(x, l.q_proj).reshape({1, T, Hq, D});
+  Tensor key_states = ops::linear(x, l.k_proj).reshape({1, T, Hkv, D});
+  Tensor value_states = ops::linear(x, l.v_proj).reshape({1, T, Hkv, D});
+  // apply_rotary_pos_emb; the llama-4 query scale (ministral3) is folded into the query's tables.
+  query_states = ops::rope(query_states, cos_q, sin_q);
+  key_states = ops::rope(key_states, cos_k, sin_k);
+  if (k_cache) {
+    write_cache_rows(*k_cache, pos0, key_states);
+    write_cache_rows(*v_cache, pos0, value_states);
+    key_states = cached_rows(*k_cache, pos0 + T);
+    value_states = cached_rows(*v_cache, pos0 + T);
+  }
+  ops::AttentionMask mask;
+  mask.causal = true;
+  mask.q_offset = pos0;
+  Tensor attn_output = ops::attention(query_states, key_states, value_states, 1.f / std::sqrt(float(D)), mask);
+  return ops::linear(attn_output.reshape({T, Hq * D}), l.o_proj);
+}
+
+Tensor MistralModel::mlp(const Layer& l, const Tensor& x) const {
+  return ops::linear(ops::swiglu(ops::linear(x, l.gate_proj), ops::linear(x, l.up_proj)), l.down_proj);
+}
+
+Tensor MistralModel::forward(const std::vector<int64_t>& ids, int n_layers, KVCache* cache) const {
+  ERNIE_CHECK(!ids.empty(), "mistral forward: no token ids");
+  ERNIE_CHECK(n_layers >= 0 && n_layers <= num_layers(), "mistral forward: ", std::to_string(n_layers),
+              " layers requested, ", std::to_string(num_layers()), " loaded");
+  for (int64_t id : ids)
+    ERNIE_CHECK(id >= 0 && id < cfg_.vocab_size, "mistral forward: token id ", std::to_string(id),
+                " outside the vocabulary [0, ", std::to_string(cfg_.vocab_size), ")");
+  const int64_t T = int64_t(ids.size()), pos0 = cache ? cache->length : 0;
+  if (cache) {
+    ERNIE_CHECK(int(cache->k.size()) >= n_layers && cache->v.size() == cache->k.size(), "KV cache has ",
+                std::to_string(cache->k.size()), " layers, forward runs ", std::to_string(n_layers));
+    ERNIE_CHECK(pos0 + T <= cache->capacity(), "KV cache full: ", std::to_string(pos0), " cached + ",
+                std::to_string(T), " new tokens exceed capacity ", std::to_string(cache->capacity()));
+  }
+  Tensor cos, sin, cos_q, sin_q;
+  rope_tables(rope_, pos0, T, [](int64_t) { return 1.f; }, device_, cos, sin);
+  bool q_scaled = false;
+  for (int64_t p = pos0; p < pos0 + T; ++p) q_scaled = q_scaled || llama4_query_scale(cfg_, p) != 1.f;
+  if (q_scaled) rope_tables(rope_, pos0, T, [&](int64_t p) { return llama4_query_scale(cfg_, p); }, device_, cos_q, sin_q);
+  else cos_q = cos, sin_q = sin;
+
+  Tensor hidden_states = ops::embedding(embed_tokens, ids, device_, act_);  // [T, hidden]
+  for (int i = 0; i < n_layers; ++i) {
+    const Layer& l = layers_[size_t(i)];
+    Tensor x = ops::rms_norm(hidden_states, l.input_layernorm, cfg_.rms_norm_eps);
+    hidden_states = ops::add(hidden_states, self_attn(l, x, cos_q, sin_q, cos, sin, pos0, cache ? &cache->k[size_t(i)] : nullptr,
+                                                      cache ? &cache->v[size_t(i)] : nullptr));
+    x = ops::rms_norm(hidden_states, l.post_attention_layernorm, cfg_.rms_norm_eps);
+    hidden_states = ops::add(hidden_states, mlp(l, x));
+  }
+  if (cache) cache->length += T;
+  return hidden_states;
+}
+
+Tensor MistralModel::logits(const Tensor& hidden) const {
+  ERNIE_CHECK(lm_head.defined(), "mistral logits: the model was loaded without the final norm and LM head");
+  ERNIE_CHECK(hidden.ndim() == 2 && hidden.dim(1) == cfg_.hidden_size, "mistral logits: hidden ",
+              shape_str(hidden.shape()), " must be [T, ", std::to_string(cfg_.hidden_size), "]");
+  Tensor y = ops::linear(ops::rms_norm(hidden, norm, cfg_.rms_norm_eps), lm_head);
+  return y.dtype() == DType::F32 ? y : ops::cast(y, DType::F32);
+}
+
+// ---- text encoder ---------------------------------------------------------------------------------------------
+
+TextEncoder TextEncoder::load(const ModelFolder& m, Device device, DType act) {
+  TextEncoder te;
+  // hidden_states[-2]: the output of layer L-2, so layers 0..L-2 (L-1 of them) are all that run.
+  te.lm_ = MistralModel::load(m.text_encoder_c, m.text_encoder, device, act, m.text_encoder.num_hidden_layers - 1,
+                              false);
+  return te;
+}
+
+Tensor TextEncoder::encode(const std::vector<int64_t>& ids) const {
+  ERNIE_CHECK(!ids.empty(), "text encoder: no token ids (an empty prompt still has BOS)");
+  return lm_.forward(ids, lm_.num_layers());
+}
+
+}  // namespace ernie

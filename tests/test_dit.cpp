@@ -1,0 +1,125 @@
+// ErnieDit: one forward against the diffusers reference (golden dit.*), the padding mask, bad inputs, and
+// the random-weight builder. The full-size CPU timing is DISABLED_ (run it by hand; see bench/BENCHMARKS.md).
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "core/error.h"
+#include "golden.h"
+#include "models/ernie_dit.h"
+
+namespace ernie {
+namespace {
+
+using test::golden_ids;
+using test::golden_tensor;
+using test::kCpuRelL2;
+using test::tensors_close;
+
+const ErnieDit& tiny_dit() {
+  static ErnieDit d = ErnieDit::load(ModelFolder::open(test::tiny_model(), false), kCPU, DType::F32);
+  return d;
+}
+
+struct DitInputs {
+  Tensor x, text;
+  std::vector<float> t;
+  std::vector<int64_t> text_lens;
+};
+DitInputs golden_inputs() {
+  return {golden_tensor("dit.x").to_f32(), golden_tensor("dit.text").to_f32(), golden_tensor("dit.t").to_vector(),
+          golden_ids("dit.text_lens")};
+}
+
+// Expects `fn` to throw an Error whose message contains `needle`.
+template <class Fn>
+void expect_error(Fn&& fn, const std::string& needle) {
+  try {
+    fn();
+    ADD_FAILURE() << "no error thrown (expected one mentioning '" << needle << "')";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(Dit, MatchesReferenceForward) {
+  DitInputs in = golden_inputs();
+  ASSERT_EQ(in.text_lens.size(), 2u);
+  ASSERT_NE(in.text_lens[0], in.text_lens[1]) << "golden case should exercise two different text lengths";
+  Tensor out = tiny_dit().forward(in.x, in.t, in.text, in.text_lens);
+  auto close = tensors_close(out, golden_tensor("dit.out"), kCpuRelL2);
+  EXPECT_TRUE(close);
+  std::printf("dit.out: %s\n", close.message());
+}
+
+// Text past text_lens is masked out of attention: changing it must not change the output, while changing
+// a valid text token must.
+TEST(Dit, PaddedTextIsMasked) {
+  DitInputs in = golden_inputs();
+  const int64_t T = in.text.dim(1), C = in.text.dim(2);
+  Tensor base = tiny_dit().forward(in.x, in.t, in.text, in.text_lens);
+  Tensor noisy = in.text.clone(), changed = in.text.clone();
+  for (int64_t b = 0; b < in.text.dim(0); ++b) {
+    for (int64_t s = in.text_lens[size_t(b)]; s < T; ++s)
+      for (int64_t c = 0; c < C; ++c) noisy.f32()[(b * T + s) * C + c] = 3.0f + 0.1f * float(c);
+    ASSERT_GT(in.text_lens[size_t(b)], 0);
+    changed.f32()[(b * T + 0) * C + 0] += 5.0f;
+  }
+  EXPECT_TRUE(tensors_close(tiny_dit().forward(in.x, in.t, noisy, in.text_lens), base, 1e-7));
+  EXPECT_FALSE(tensors_close(tiny_dit().forward(in.x, in.t, changed, in.text_lens), base, 1e-5));
+}
+
+TEST(Dit, BadInputsGiveClearErrors) {
+  DitInputs in = golden_inputs();
+  const ErnieDit& d = tiny_dit();
+  Tensor wrong_channels = Tensor::zeros({2, 31, 6, 5}, DType::F32);
+  expect_error([&] { d.forward(wrong_channels, in.t, in.text, in.text_lens); }, "31 channels");
+  expect_error([&] { d.forward(in.x, in.t, in.text, {in.text_lens[0], 8}); }, "text_lens[1] = 8");
+  expect_error([&] { d.forward(in.x, in.t, in.text, {-1, 2}); }, "text_lens[0] = -1");
+  expect_error([&] { d.forward(in.x, {500.f}, in.text, in.text_lens); }, "1 timesteps for a batch of 2");
+  expect_error([&] { d.forward(in.x, {500.f, NAN}, in.text, in.text_lens); }, "not finite");
+  expect_error([&] { d.forward(in.x, in.t, Tensor::zeros({2, 7, 40}, DType::F32), in.text_lens); }, "text_in_dim 48");
+  expect_error([&] { d.forward(in.x.reshape({2, 32, 30}), in.t, in.text, in.text_lens); }, "[B, C, H, W]");
+  expect_error([&] { d.forward(in.x, in.t, in.text, {1}); }, "1 text_lens");
+  expect_error([] { ErnieDit::load(ModelFolder::open(test::tiny_model(), false), kCPU, DType::BF16); }, "F32");
+}
+
+TEST(Dit, RandomWeightsAreDeterministic) {
+  DitConfig cfg = tiny_dit().config();
+  ErnieDit a = ErnieDit::random(cfg, kCPU, DType::F32, 7), b = ErnieDit::random(cfg, kCPU, DType::F32, 7),
+           c = ErnieDit::random(cfg, kCPU, DType::F32, 8);
+  EXPECT_EQ(a.weight_bytes(), tiny_dit().weight_bytes());
+  DitInputs in = golden_inputs();
+  Tensor ya = a.forward(in.x, in.t, in.text, in.text_lens);
+  EXPECT_TRUE(tensors_close(b.forward(in.x, in.t, in.text, in.text_lens), ya, 0.0));
+  EXPECT_FALSE(tensors_close(c.forward(in.x, in.t, in.text, in.text_lens), ya, 1e-3));
+}
+
+// Full-size (released config) forward at 256×256: 16×16 latent tokens + 64 text tokens, batch 1.
+// ./build/tests/ernie_tests --gtest_also_run_disabled_tests --gtest_filter=Dit.DISABLED_FullSizeCpuForward
+TEST(Dit, DISABLED_FullSizeCpuForward) {
+  using clock = std::chrono::steady_clock;
+  DitConfig cfg;  // released sizes
+  auto t0 = clock::now();
+  ErnieDit d = ErnieDit::random(cfg, kCPU, DType::F32, 1);
+  double build_s = std::chrono::duration<double>(clock::now() - t0).count();
+  Tensor x = Tensor::zeros({1, cfg.in_channels, 16, 16}, DType::F32);
+  Tensor text = Tensor::zeros({1, 64, cfg.text_in_dim}, DType::F32);
+  for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = float((i * 7919) % 200 - 100) / 100.0f;
+  for (int64_t i = 0; i < text.numel(); ++i) text.f32()[i] = float((i * 104729) % 200 - 100) / 100.0f;
+  t0 = clock::now();
+  Tensor out = d.forward(x, {500.f}, text, {64});
+  double fwd_s = std::chrono::duration<double>(clock::now() - t0).count();
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  std::printf("{\"bench\":\"dit_forward_cpu\",\"image_tokens\":256,\"text_tokens\":64,\"weights_gib\":%.2f,"
+              "\"build_s\":%.1f,\"forward_s\":%.2f,\"peak_rss_gib\":%.2f}\n",
+              double(d.weight_bytes()) / (1 << 30), build_s, fwd_s, double(ru.ru_maxrss) / (1 << 20));
+  EXPECT_EQ(out.shape(), (Shape{1, cfg.out_channels, 16, 16}));
+  for (float v : out.to_vector()) ASSERT_TRUE(std::isfinite(v));
+}
+
+}  // namespace
+}  // namespace ernie

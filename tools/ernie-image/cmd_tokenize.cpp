@@ -1,0 +1,67 @@
+// ernie-image tokenize --model DIR [--component tokenizer|pe_tokenizer] --text TEXT [--no-special]
+// ernie-image tokenize --model DIR --decode [--text "[1, 2, 3]" | < ids.json] [--skip-special]
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <iterator>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "core/error.h"
+#include "text/tokenizer.h"
+
+namespace ernie::cli {
+namespace {
+struct Opts {
+  std::string model, component = "tokenizer", text;
+  bool text_given = false, decode = false, skip_special = false, no_special = false, no_truncation = false;
+};
+
+std::vector<int64_t> parse_ids(const std::string& s) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(s);
+  } catch (const nlohmann::json::exception& e) {
+    fail("--decode: ids must be a JSON array of integers: ", e.what());
+  }
+  ERNIE_CHECK(j.is_array(), "--decode: ids must be a JSON array of integers");
+  std::vector<int64_t> ids;
+  for (const auto& v : j) {
+    ERNIE_CHECK(v.is_number_integer(), "--decode: ids must be a JSON array of integers, found ", v.dump());
+    ids.push_back(v.get<int64_t>());
+  }
+  return ids;
+}
+
+Register reg(40, [](CLI::App& app) {
+  auto o = std::make_shared<Opts>();
+  auto* c = app.add_subcommand("tokenize", "Tokenize text to ids (JSON array), or decode ids to text");
+  c->add_option("--model,-m", o->model, "model folder (diffusers layout) or a folder with tokenizer.json")->required();
+  c->add_option("--component", o->component, "which tokenizer: tokenizer or pe_tokenizer")
+      ->check(CLI::IsMember({"tokenizer", "pe_tokenizer"}));
+  c->add_option("--text,-t", o->text, "text to tokenize; with --decode, the ids (else read from stdin)");
+  c->add_flag("--decode", o->decode, "decode ids to text");
+  c->add_flag("--skip-special", o->skip_special, "with --decode: leave special tokens out");
+  c->add_flag("--no-special", o->no_special, "do not add the post-processor's special tokens (BOS)");
+  c->add_flag("--no-truncation", o->no_truncation, "do not cut at model_max_length");
+  return std::function<int()>([o, c] {
+    namespace fs = std::filesystem;
+    std::string dir = o->model;
+    if (!fs::exists(fs::path(dir) / "tokenizer.json")) dir = (fs::path(o->model) / o->component).string();
+    Tokenizer tok = Tokenizer::load(dir);
+    std::string input = o->text;
+    if (c->count("--text") == 0) input.assign(std::istreambuf_iterator<char>(std::cin), {});
+    if (o->decode) {
+      std::string text = tok.decode(parse_ids(input), o->skip_special);
+      std::fwrite(text.data(), 1, text.size(), stdout);
+      std::fputc('\n', stdout);
+      return 0;
+    }
+    auto ids = tok.encode(input, !o->no_special, !o->no_truncation);
+    std::printf("%s\n", nlohmann::json(ids).dump().c_str());
+    return 0;
+  });
+});
+}  // namespace
+}  // namespace ernie::cli
