@@ -139,6 +139,8 @@ struct BadCase {
   std::string name, args, message;
 };
 
+void PrintTo(const BadCase& c, std::ostream* os) { *os << c.name; }
+
 class CliBadInput : public ::testing::TestWithParam<BadCase> {};
 
 TEST_P(CliBadInput, FailsWithMessageAndWritesNothing) {
@@ -167,6 +169,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"size_not_multiple", kGen + "-W 18 -H 16 -o '{D}/x.png'", "width 18 is not a multiple of 4"},
         BadCase{"too_wide", kGen + "-W 8192 -H 16 -o '{D}/x.png'", "limit of 4096 pixels per side"},
         BadCase{"too_many_pixels", kGen + "-W 4096 -H 4096 -o '{D}/x.png'", "pixels per image"},
+        BadCase{"zero_width", kGen + "-W 0 -H 16 -o '{D}/x.png'", "width 0 must be positive"},
+        BadCase{"zero_batch", kGen + "-W 16 -H 16 --batch 0 -o '{D}/x.png'", "number of images 0"},
         BadCase{"zero_steps", "generate --model '{M}' -p 'a cat' -W 16 -H 16 --steps 0 -o '{D}/x.png'",
                 "steps 0 must be at least 1"},
         BadCase{"negative_cfg", kGen + "-W 16 -H 16 --cfg -2 -o '{D}/x.png'", "must not be negative"},
@@ -196,6 +200,15 @@ TEST(CliGenerate, UnwritableFolderFailsBeforeCompute) {
   fs::permissions(d.path / "ro", fs::perms::owner_all);
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.out.find("not writable"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("denoise"), std::string::npos) << r.out;
+}
+
+TEST(CliGenerate, OutputThatIsAFolderFails) {
+  TempDir d;
+  fs::create_directories(d.path / "x.png");
+  auto r = run_cli(tiny_gen("--progress json -o '" + d.str() + "/x.png'"));
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("is a folder"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("denoise"), std::string::npos) << r.out;
 }
 

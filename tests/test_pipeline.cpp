@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/error.h"
 #include "golden.h"
 #include "ops/ops.h"
 #include "pipeline/pipeline.h"
@@ -59,8 +61,11 @@ TEST_P(GoldenCase, MatchesReference) {
   const int n = GetParam();
   GenerateResult res = tiny_pipeline().generate(case_request(n));
   const std::string p = "case." + std::to_string(n) + ".";
-  EXPECT_TRUE(test::tensors_close(res.latents, test::golden_tensor(p + "latents_final"), test::kCpuRelL2));
-  EXPECT_TRUE(test::tensors_close(res.image_f32, test::golden_tensor(p + "image"), test::kCpuRelL2));
+  auto latents = test::tensors_close(res.latents, test::golden_tensor(p + "latents_final"), test::kCpuRelL2);
+  auto image = test::tensors_close(res.image_f32, test::golden_tensor(p + "image"), test::kCpuRelL2);
+  EXPECT_TRUE(latents);
+  EXPECT_TRUE(image);
+  std::printf("case %d: latents %s; image %s\n", n, latents.message(), image.message());
   ASSERT_EQ(res.images.size(), 1u);
   Tensor golden_image = test::golden_tensor(p + "image");
   EXPECT_EQ(res.images[0].width, golden_image.dim(2));

@@ -47,6 +47,11 @@ int run(const Opts& o, const CLI::App& c) {
   for (const char* comp : {"transformer", "text_encoder", "vae"}) folder.require_ok(comp);
   const ModelLimits limits = model_limits(folder);
 
+  // 0 means "the model's default" inside a request; on the command line an explicit 0 is a mistake.
+  if (c.count("--steps")) ERNIE_CHECK(o.steps >= 1, "steps ", std::to_string(o.steps), " must be at least 1");
+  if (c.count("--width")) ERNIE_CHECK(o.width > 0, "width ", std::to_string(o.width), " must be positive");
+  if (c.count("--height")) ERNIE_CHECK(o.height > 0, "height ", std::to_string(o.height), " must be positive");
+
   GenerateRequest req;
   req.prompt = o.prompt;
   req.negative_prompt = o.negative;
