@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <ctime>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -467,7 +468,17 @@ class Renderer {
         return {std::move(ns), Value::Namespace};
       }
       if (f == "range") return range(a, e.pos);
-      error_at(callee.pos, "unknown function '" + f + "' (supported: raise_exception, namespace, range)");
+      if (f == "strftime_now") {  // transformers' global: datetime.now().strftime(format)
+        check_arity(a, 1, 1, "strftime_now()", e.pos);
+        if (!is_str(a.pos[0])) error_at(e.pos, "strftime_now(): the format must be a string");
+        std::time_t now = std::time(nullptr);
+        std::tm tm{};
+        localtime_r(&now, &tm);
+        char buf[512];
+        size_t n = std::strftime(buf, sizeof buf, as_str(a.pos[0]).c_str(), &tm);
+        return J(std::string(buf, n));
+      }
+      error_at(callee.pos, "unknown function '" + f + "' (supported: raise_exception, namespace, range, strftime_now)");
     }
     if (callee.kind == Expr::GetAttr) return method(eval(*callee.args[0]), callee.name, a, e.pos);
     error_at(e.pos, "this expression cannot be called");

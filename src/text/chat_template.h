@@ -14,7 +14,8 @@
 //   Filters: trim, length, count, tojson(indent), upper, lower, default/d(value, boolean), join, first,
 //   last, string, int, list, items, safe.
 //   Methods: str.strip/lstrip/rstrip/upper/lower/startswith/endswith/split/replace,
-//   dict.items/keys/values/get. Functions: raise_exception(msg), namespace(k=v, ...), range(...).
+//   dict.items/keys/values/get. Functions: raise_exception(msg), namespace(k=v, ...), range(...), strftime_now(fmt)
+//   (local time, as transformers).
 // Not supported (a clear Error naming line and column): macros, call blocks, block set, filters
 // blocks, include/import/extends, recursive loops, chained comparisons, string % formatting.
 // upper/lower change ASCII letters only.
