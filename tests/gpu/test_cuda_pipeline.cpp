@@ -1,6 +1,8 @@
 // End to end on CUDA against the diffusers golden cases (golden.json `cases`), from the given initial
 // latents: f32 (TF32 off) within relative L2 1e-3, bf16 within 3e-2 and cosine >= 0.999, for the final
-// latents and the float image.
+// latents and the float image. The golden run was fp32, so the bf16 run feeds the DiT the same fp32
+// timesteps (the reference in bf16 rounds them, 888.9 -> 888, which changes the tiny random model's
+// output by up to 16% — a difference of inputs, not of kernels).
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -36,6 +38,7 @@ TEST_P(CudaGoldenCase, MatchesReference) {
   o.model_dir = test::tiny_model();
   o.device = test::kGPU;
   o.dtype = dt;
+  o.round_timesteps = false;
   auto pipe = Pipeline::load(o);
   GenerateResult res = pipe->generate(golden_case(n));
   const std::string p = "case." + std::to_string(n) + ".";
