@@ -6,3 +6,5 @@ scripts/setup.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j "$(nproc)" --target ernie-image
 ./build/ernie-image doctor --model tests/data/tiny-ernie-image/model
+mkdir -p out
+./build/ernie-image generate --model tests/data/tiny-ernie-image/model -p "a cat" -W 64 -H 64 --steps 4 -o out/tiny.png

@@ -5,6 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 JOBS=${JOBS:-$(nproc)}
+# Idle OpenMP threads sleep instead of spinning: ctest runs tests side by side on few cores.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j "$JOBS"

@@ -109,14 +109,31 @@ TEST(Dit, DISABLED_FullSizeCpuForward) {
   Tensor text = Tensor::zeros({1, 64, cfg.text_in_dim}, DType::F32);
   for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = float((i * 7919) % 200 - 100) / 100.0f;
   for (int64_t i = 0; i < text.numel(); ++i) text.f32()[i] = float((i * 104729) % 200 - 100) / 100.0f;
+  auto cpu_s = [] {
+    rusage ru{};
+    getrusage(RUSAGE_SELF, &ru);
+    return double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + 1e-6 * double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+  };
+  double load1 = 0;
+  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
+    if (std::fscanf(f, "%lf", &load1) != 1) load1 = -1;
+    std::fclose(f);
+  }
+  const double cpu0 = cpu_s();
   t0 = clock::now();
   Tensor out = d.forward(x, {500.f}, text, {64});
   double fwd_s = std::chrono::duration<double>(clock::now() - t0).count();
+  const double fwd_cpu_s = cpu_s() - cpu0;
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
+  // GEMM FLOPs of the 36 blocks (q, k, v, out, gate, up, fc2) over all 320 tokens.
+  const double S = 256 + 64, Hd = cfg.hidden_size, F = cfg.ffn_hidden_size;
+  const double gflop = cfg.num_layers * S * 2 * (4 * Hd * Hd + 3 * Hd * F) / 1e9;
   std::printf("{\"bench\":\"dit_forward_cpu\",\"image_tokens\":256,\"text_tokens\":64,\"weights_gib\":%.2f,"
-              "\"build_s\":%.1f,\"forward_s\":%.2f,\"peak_rss_gib\":%.2f}\n",
-              double(d.weight_bytes()) / (1 << 30), build_s, fwd_s, double(ru.ru_maxrss) / (1 << 20));
+              "\"build_s\":%.1f,\"forward_s\":%.2f,\"forward_cpu_s\":%.2f,\"block_gemm_gflop\":%.0f,"
+              "\"gflops\":%.1f,\"peak_rss_gib\":%.2f,\"loadavg_1m_at_start\":%.2f}\n",
+              double(d.weight_bytes()) / (1 << 30), build_s, fwd_s, fwd_cpu_s, gflop, gflop / fwd_s,
+              double(ru.ru_maxrss) / (1 << 20), load1);
   EXPECT_EQ(out.shape(), (Shape{1, cfg.out_channels, 16, 16}));
   for (float v : out.to_vector()) ASSERT_TRUE(std::isfinite(v));
 }

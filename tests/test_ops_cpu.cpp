@@ -49,7 +49,12 @@ void check_linear(int64_t m, int64_t in, int64_t out, DType wt, bool with_bias) 
 
 TEST(OpsCpu, LinearF32Bias) { check_linear(5, 33, 17, DType::F32, true); }
 TEST(OpsCpu, LinearBf16NoBias) { check_linear(4, 40, 9, DType::BF16, false); }
-TEST(OpsCpu, LinearF16ManyRowBlocks) { check_linear(3, 2048, 2100, DType::F16, true); }  // > one scratch block
+TEST(OpsCpu, LinearF16ManyRowBlocks) { check_linear(6, 2048, 2100, DType::F16, true); }  // > one scratch block
+TEST(OpsCpu, LinearFewRowsConvertAndDot) {  // the decoding path: up to 4 rows of x with BF16/F16 weights
+  check_linear(1, 300, 70, DType::BF16, true);
+  check_linear(4, 129, 33, DType::F16, false);
+  check_linear(5, 129, 33, DType::BF16, true);  // first size on the blocked sgemm path
+}
 TEST(OpsCpu, LinearKeepsLeadingDims) {
   Tensor y = cpu::linear(rnd({2, 3, 8}, 1), rnd({5, 8}, 2), {});
   EXPECT_EQ(y.shape(), (Shape{2, 3, 5}));

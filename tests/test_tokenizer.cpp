@@ -12,6 +12,7 @@
 #include "golden.h"
 #include "text/nfc.h"
 #include "text/pre_tokenizer.h"
+#include "text/regex.h"
 #include "text/tokenizer.h"
 #include "text/unicode.h"
 
@@ -321,6 +322,15 @@ TEST(Tokenizer, WhitespaceClassFollowsOniguruma) {
   std::vector<std::string> out;
   text::PreTokenizer::from_json(j, "test").run("a\xE1\xA0\x8E" "b c", out);
   EXPECT_EQ(out, (std::vector<std::string>{"a\xE1\xA0\x8E" "b", "c"}));
+}
+
+TEST(Tokenizer, RegexIteratesEmptyMatchesLikeOniguruma) {
+  using M = std::vector<std::pair<size_t, size_t>>;
+  text::Regex re("a*", "test");
+  // An empty match right after the previous match is skipped; the search moves on one character.
+  EXPECT_EQ(re.find_all("baaa"), (M{{0, 0}, {1, 4}}));
+  EXPECT_EQ(re.find_all("\xE4\xB8\x80" "a"), (M{{0, 0}, {3, 4}}));  // steps over a whole character
+  EXPECT_EQ(re.find_all(""), (M{{0, 0}}));
 }
 
 TEST(Tokenizer, LossyDecodeReplacesEachMaximalInvalidRun) {

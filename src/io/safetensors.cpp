@@ -229,7 +229,7 @@ size_t Checkpoint::bytes_on_disk() const {
 void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata, size_t align) {
   std::vector<PendingTensor> pending;
-  for (const auto& [name, t] : tensors) pending.push_back({name, t.dtype(), t.shape(), [t] { return t; }});
+  for (const auto& [name, t] : tensors) pending.push_back({name, t.dtype(), t.shape(), [t = t] { return t; }});
   save_safetensors_streamed(path, pending, metadata, align);
 }
 

@@ -3,6 +3,7 @@
 // SwiGLU MLP, residual) -> [final norm -> LM head]. The text encoder stops after layer L-2.
 #include "models/mistral.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>

@@ -43,6 +43,10 @@ class MistralModel {
   Tensor logits(const Tensor& hidden) const;
   // An empty cache for up to `capacity` tokens over all loaded layers.
   KVCache new_cache(int64_t capacity) const;
+  // All layers with deterministic random BF16 weights (norms 1, the rest uniform with std 0.02), for speed
+  // tests at full size without a checkpoint (mistral_random.cpp). Generated on the host, then uploaded.
+  static MistralModel random(const MistralConfig& cfg, Device device, DType act, uint64_t seed,
+                             bool with_lm_head = true);
   int num_layers() const { return int(layers_.size()); }
   Device device() const { return device_; }
   DType act_dtype() const { return act_; }

@@ -29,6 +29,7 @@ Tensor gelu(const Tensor& x) { ERNIE_OP(gelu, x.device(), x); }
 Tensor add(const Tensor& a, const Tensor& b) { ERNIE_OP(add, a.device(), a, b); }
 Tensor mul(const Tensor& a, const Tensor& b) { ERNIE_OP(mul, a.device(), a, b); }
 Tensor scale(const Tensor& x, float s) { ERNIE_OP(scale, x.device(), x, s); }
+Tensor clamp(const Tensor& x, float lo, float hi) { ERNIE_OP(clamp, x.device(), x, lo, hi); }
 Tensor swiglu(const Tensor& gate, const Tensor& up) { ERNIE_OP(swiglu, gate.device(), gate, up); }
 Tensor geglu(const Tensor& gate, const Tensor& up) { ERNIE_OP(geglu, gate.device(), gate, up); }
 Tensor modulate(const Tensor& x, const Tensor& shift, const Tensor& scale) {

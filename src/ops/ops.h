@@ -30,6 +30,7 @@ Tensor gelu(const Tensor& x);  // exact (erf) GELU, as torch's default
 Tensor add(const Tensor& a, const Tensor& b);          // same shape
 Tensor mul(const Tensor& a, const Tensor& b);          // same shape
 Tensor scale(const Tensor& x, float s);                // x * s
+Tensor clamp(const Tensor& x, float lo, float hi);     // min(max(x, lo), hi); NaN stays NaN
 Tensor swiglu(const Tensor& gate, const Tensor& up);   // silu(gate) * up
 Tensor geglu(const Tensor& gate, const Tensor& up);    // gelu(gate) * up
 // AdaLN: x[B, S, C] * (1 + scale[B, C]) + shift[B, C].

@@ -22,6 +22,8 @@ struct PipelineOptions {
   int threads = 0;               // CPU threads, 0 = all
   bool keep_text_encoder = true; // false: free it after encoding (CLI); true: keep resident (server)
   bool load_pe = false;          // load the prompt enhancer (pe/) when present
+  bool load_denoiser = true;     // false: tokenizer and text encoder only (encode_prompt); generate() throws
+  bool round_timesteps = true;   // feed the DiT bf16-rounded timesteps in bf16, as the reference does
 };
 
 struct GenerateRequest {
@@ -29,7 +31,7 @@ struct GenerateRequest {
   std::string negative_prompt;  // default "" as the reference
   int width = 0, height = 0;    // 0 = model default (1024)
   int steps = 0;                // 0 = model default (50, Turbo 8)
-  float cfg = -1;               // < 0 = model default (4.0, Turbo 1.0)
+  float cfg = -1;               // -1 = model default (4.0, Turbo 1.0); other negatives are rejected
   uint64_t seed = 0;
   int num_images = 1;           // images per prompt (batch)
   bool use_pe = false;          // rewrite the prompt with the prompt enhancer first

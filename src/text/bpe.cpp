@@ -15,70 +15,62 @@ std::string byte_token(unsigned b) {  // "<0x0A>", as tokenizers' format!("<{:#0
 }
 }  // namespace
 
-Bpe::Bpe(VocabMap vocab, const std::vector<std::pair<std::string, std::string>>& merges, BpeOptions opt,
+Bpe::Bpe(TokenTable vocab, const std::vector<std::pair<std::string, std::string>>& merges, BpeOptions opt,
          const std::string& where)
     : vocab_(std::move(vocab)), opt_(std::move(opt)) {
   int64_t max_id = -1;
-  for (auto& [tok, id] : vocab_) {
-    ERNIE_CHECK(id >= 0 && id < kMaxId, where, ": model.vocab id ", std::to_string(id), " of token \"", tok,
-                "\" is out of range [0, ", std::to_string(kMaxId), ")");
+  vocab_.for_each([&](TokenTable::Ref r, int64_t id) {
+    ERNIE_CHECK(id < kMaxId, where, ": model.vocab id ", std::to_string(id), " of token \"",
+                std::string(vocab_.text(r)), "\" is out of range [0, ", std::to_string(kMaxId), ")");
     max_id = std::max(max_id, id);
-  }
-  id_to_token_.assign(size_t(max_id + 1), nullptr);
-  for (auto& [tok, id] : vocab_) id_to_token_[size_t(id)] = &tok;
+  });
+  id_to_token_.assign(size_t(max_id + 1), TokenTable::Ref{UINT32_MAX, 0});
+  vocab_.for_each([&](TokenTable::Ref r, int64_t id) { id_to_token_[size_t(id)] = r; });
 
   merges_.reserve(merges.size());
+  std::string joined;
   for (size_t rank = 0; rank < merges.size(); ++rank) {
-    const auto& [a, b] = merges[rank];
-    auto ia = vocab_.find(a), ib = vocab_.find(b);
+    const std::string &a = merges[rank].first, &b = merges[rank].second;
+    const int64_t ia = vocab_.find(a), ib = vocab_.find(b);
     auto missing = [&](const std::string& t) {
       fail(where, ": merge ", std::to_string(rank), " (\"", a, "\" \"", b, "\") names token \"", t,
            "\", which is not in model.vocab");
     };
-    if (ia == vocab_.end()) missing(a);
-    if (ib == vocab_.end()) missing(b);
+    if (ia < 0) missing(a);
+    if (ib < 0) missing(b);
     const std::string& pre = opt_.continuing_subword_prefix;
-    std::string joined = a + (!pre.empty() && b.compare(0, pre.size(), pre) == 0 ? b.substr(pre.size()) : b);
-    auto inew = vocab_.find(joined);
-    if (inew == vocab_.end()) missing(joined);
-    // Later duplicates replace earlier ones, as the HashMap tokenizers builds.
-    merges_[pair_key(uint32_t(ia->second), uint32_t(ib->second))] = {uint32_t(rank), uint32_t(inew->second)};
+    joined.assign(a);
+    if (!pre.empty() && b.compare(0, pre.size(), pre) == 0) joined.append(b, pre.size());
+    else joined.append(b);
+    const int64_t inew = vocab_.find(joined);
+    if (inew < 0) missing(joined);
+    merges_.insert_or_assign(uint32_t(ia), uint32_t(ib), {uint32_t(rank), uint32_t(inew)});
   }
   if (opt_.unk_token) {
-    auto it = vocab_.find(*opt_.unk_token);
-    if (it != vocab_.end()) unk_id_ = it->second;
+    if (int64_t id = vocab_.find(*opt_.unk_token); id >= 0) unk_id_ = id;
   }
   if (opt_.byte_fallback) {
     byte_fallback_ids_.assign(256, -1);
-    for (unsigned b = 0; b < 256; ++b) {
-      auto it = vocab_.find(byte_token(b));
-      if (it != vocab_.end()) byte_fallback_ids_[b] = it->second;
-    }
+    for (unsigned b = 0; b < 256; ++b) byte_fallback_ids_[b] = vocab_.find(byte_token(b));
   }
 }
 
 std::optional<int64_t> Bpe::token_to_id(std::string_view token) const {
-  auto it = vocab_.find(token);
-  if (it == vocab_.end()) return std::nullopt;
-  return it->second;
+  int64_t id = vocab_.find(token);
+  if (id < 0) return std::nullopt;
+  return id;
 }
 
-const std::string* Bpe::id_to_token(int64_t id) const {
-  if (id < 0 || size_t(id) >= id_to_token_.size()) return nullptr;
-  return id_to_token_[size_t(id)];
-}
-
-const Bpe::Merge* Bpe::find_merge(uint32_t a, uint32_t b) const {
-  auto it = merges_.find(pair_key(a, b));
-  return it == merges_.end() ? nullptr : &it->second;
+std::optional<std::string_view> Bpe::id_to_token(int64_t id) const {
+  if (id < 0 || size_t(id) >= id_to_token_.size() || id_to_token_[size_t(id)].off == UINT32_MAX) return std::nullopt;
+  return vocab_.text(id_to_token_[size_t(id)]);
 }
 
 void Bpe::tokenize(std::string_view piece, std::vector<int64_t>& out) const {
   if (piece.empty()) return;
   if (opt_.ignore_merges) {
-    auto it = vocab_.find(piece);
-    if (it != vocab_.end()) {
-      out.push_back(it->second);
+    if (int64_t id = vocab_.find(piece); id >= 0) {
+      out.push_back(id);
       return;
     }
   }
@@ -102,10 +94,9 @@ void Bpe::tokenize(std::string_view piece, std::vector<int64_t>& out) const {
             (i == piece.size() ? opt_.end_of_word_suffix : "");
       ch = buf;
     }
-    auto it = vocab_.find(ch);
-    if (it != vocab_.end()) {
+    if (int64_t id = vocab_.find(ch); id >= 0) {
       if (unk_pending) ids.push_back(need_unk()), unk_pending = false;
-      ids.push_back(uint32_t(it->second));
+      ids.push_back(uint32_t(id));
       continue;
     }
     if (opt_.byte_fallback) {
@@ -144,13 +135,13 @@ void Bpe::merge_word(std::vector<uint32_t>& ids) const {
   };
   std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> q;
   for (size_t i = 0; i + 1 < n; ++i)
-    if (const Merge* m = find_merge(ids[i], ids[i + 1])) q.push({m->rank, uint32_t(i), m->new_id});
+    if (const MergeTable::Merge* m = merges_.find(ids[i], ids[i + 1])) q.push({m->rank, uint32_t(i), m->new_id});
   while (!q.empty()) {
     Cand c = q.top();
     q.pop();
     if (!alive[c.pos] || next[c.pos] < 0) continue;
     const int32_t r = next[c.pos];
-    const Merge* m = find_merge(ids[c.pos], ids[size_t(r)]);
+    const MergeTable::Merge* m = merges_.find(ids[c.pos], ids[size_t(r)]);
     if (!m || m->new_id != c.new_id) continue;  // stale entry
     ids[c.pos] = c.new_id;
     alive[size_t(r)] = 0;
@@ -158,10 +149,10 @@ void Bpe::merge_word(std::vector<uint32_t>& ids) const {
     if (next[c.pos] >= 0) prev[size_t(next[c.pos])] = int32_t(c.pos);
     if (prev[c.pos] >= 0) {
       const uint32_t p = uint32_t(prev[c.pos]);
-      if (const Merge* pm = find_merge(ids[p], ids[c.pos])) q.push({pm->rank, p, pm->new_id});
+      if (const MergeTable::Merge* pm = merges_.find(ids[p], ids[c.pos])) q.push({pm->rank, p, pm->new_id});
     }
     if (next[c.pos] >= 0) {
-      if (const Merge* nm = find_merge(ids[c.pos], ids[size_t(next[c.pos])])) q.push({nm->rank, c.pos, nm->new_id});
+      if (const MergeTable::Merge* nm = merges_.find(ids[c.pos], ids[size_t(next[c.pos])])) q.push({nm->rank, c.pos, nm->new_id});
     }
   }
   size_t w = 0;

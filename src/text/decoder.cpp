@@ -28,27 +28,27 @@ void Decoder::add(const nlohmann::json& j, const std::string& where) {
   }
 }
 
-std::string Decoder::decode(const std::vector<const std::string*>& tokens) const {
+std::string Decoder::decode(const std::vector<std::string_view>& tokens) const {
   if (!byte_level_) {
     std::string out;
     for (size_t i = 0; i < tokens.size(); ++i) {
       if (i) out += ' ';
-      out += *tokens[i];
+      out += tokens[i];
     }
     return out;
   }
   std::string bytes;
-  for (const std::string* t : tokens) {
+  for (std::string_view t : tokens) {
     const size_t mark = bytes.size();
     bool all = true;
-    for (size_t i = 0; i < t->size() && all;) {
-      int b = code_point_to_byte(next_code_point(*t, i));
+    for (size_t i = 0; i < t.size() && all;) {
+      int b = code_point_to_byte(next_code_point(t, i));
       if (b < 0) all = false;
       else bytes += static_cast<char>(b);
     }
     if (!all) {
       bytes.resize(mark);
-      bytes += *t;
+      bytes += t;
     }
   }
   return utf8_lossy(bytes);

@@ -2,6 +2,7 @@
 // tokenizers does). Any other decoder is rejected at load with a clear "unsupported" error.
 #pragma once
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -15,7 +16,7 @@ class Decoder {
 
   // Token strings to text. ByteLevel maps each token's characters back to bytes (a token with a character
   // outside the byte alphabet keeps its UTF-8 bytes), then invalid UTF-8 becomes U+FFFD.
-  std::string decode(const std::vector<const std::string*>& tokens) const;
+  std::string decode(const std::vector<std::string_view>& tokens) const;
 
  private:
   void add(const nlohmann::json& j, const std::string& where);

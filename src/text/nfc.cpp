@@ -93,7 +93,7 @@ std::string nfc(std::string_view text) {
     if (starter != SIZE_MAX) {
       // Not blocked: nothing between the starter and c, or the last one has a lower class than c.
       const bool adjacent = starter + 1 == out.size();
-      if ((adjacent || (last_ccc != 0 && last_ccc < cc)) ) {
+      if (adjacent || (last_ccc != 0 && last_ccc < cc)) {
         if (char32_t comp = compose(out[starter], c)) {
           out[starter] = comp;
           continue;

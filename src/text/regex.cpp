@@ -2,6 +2,8 @@
 
 #include <pcre2.h>
 
+#include <cctype>
+
 #include "core/error.h"
 #include "text/unicode.h"
 

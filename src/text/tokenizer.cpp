@@ -39,8 +39,8 @@ struct Tokenizer::Impl {
     if (const AddedToken* a = added.by_content(t)) return a->id;
     return model.token_to_id(t);
   }
-  const std::string* id_to_token(int64_t id) const {
-    if (const AddedToken* a = added.by_id(id)) return &a->content;
+  std::optional<std::string_view> id_to_token(int64_t id) const {
+    if (const AddedToken* a = added.by_id(id)) return std::string_view(a->content);
     return model.id_to_token(id);
   }
 };
@@ -255,14 +255,14 @@ std::vector<int64_t> Tokenizer::encode(std::string_view text, bool add_special_t
 
 std::string Tokenizer::decode(const std::vector<int64_t>& ids, bool skip_special_tokens) const {
   const Impl& m = *impl_;
-  std::vector<const std::string*> tokens;
+  std::vector<std::string_view> tokens;
   tokens.reserve(ids.size());
   for (int64_t id : ids) {
     ERNIE_CHECK(id >= 0, "tokenizer: cannot decode negative token id ", std::to_string(id));
-    const std::string* t = m.id_to_token(id);
+    std::optional<std::string_view> t = m.id_to_token(id);
     if (!t) continue;
     if (skip_special_tokens && m.added.is_special(*t)) continue;
-    tokens.push_back(t);
+    tokens.push_back(*t);
   }
   std::string s = m.decoder.decode(tokens);
   return m.clean_up_spaces ? clean_up_tokenization(std::move(s)) : s;
@@ -276,13 +276,13 @@ int64_t Tokenizer::unk_id() const { return impl_->unk; }
 std::optional<int64_t> Tokenizer::token_to_id(std::string_view token) const { return impl_->token_to_id(token); }
 
 std::string Tokenizer::id_to_token(int64_t id) const {
-  const std::string* t = impl_->id_to_token(id);
-  ERNIE_CHECK(t != nullptr, "tokenizer: no token has id ", std::to_string(id));
-  return *t;
+  std::optional<std::string_view> t = impl_->id_to_token(id);
+  ERNIE_CHECK(t.has_value(), "tokenizer: no token has id ", std::to_string(id));
+  return std::string(*t);
 }
 
 bool Tokenizer::is_special(int64_t id) const {
-  const std::string* t = impl_->id_to_token(id);
+  std::optional<std::string_view> t = impl_->id_to_token(id);
   return t && impl_->added.is_special(*t);
 }
 

@@ -22,7 +22,7 @@ class Sax : public nlohmann::json_sax<json> {
   bool number_unsigned(number_unsigned_t v) override {
     if (mode_ == Mode::Vocab) {
       if (v > uint64_t(INT32_MAX)) fail(where_, ": model.vocab id of \"", key_, "\" is too large");
-      out_.vocab.insert_or_assign(std::move(key_), int64_t(v));  // a repeated key keeps the last id
+      out_.vocab.insert_or_assign(key_, int64_t(v));  // a repeated key keeps the last id
       key_.clear();
       return true;
     }

@@ -9,13 +9,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "text/bpe.h"
+#include "text/token_table.h"
 
 namespace ernie::text {
 
 struct TokenizerJson {
   nlohmann::json doc;  // the whole file except model.vocab and model.merges
-  VocabMap vocab;
+  TokenTable vocab;
   std::vector<std::pair<std::string, std::string>> merges;  // both "a b" and ["a", "b"] forms
   bool has_vocab = false, has_merges = false;
 };

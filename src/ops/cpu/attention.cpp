@@ -58,6 +58,7 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
             for (int64_t j = 0; j < n; ++j) {
               const float* kj = kb + j * krow;
               float s = 0.f;
+#pragma omp simd reduction(+ : s)
               for (int64_t d = 0; d < D; ++d) s += qi[d] * kj[d];
               p[size_t(j)] = s * scale;
               mx = std::max(mx, p[size_t(j)]);

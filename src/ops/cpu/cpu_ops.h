@@ -13,6 +13,7 @@ Tensor gelu(const Tensor& x);
 Tensor add(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
 Tensor scale(const Tensor& x, float s);
+Tensor clamp(const Tensor& x, float lo, float hi);
 Tensor swiglu(const Tensor& gate, const Tensor& up);
 Tensor geglu(const Tensor& gate, const Tensor& up);
 Tensor modulate(const Tensor& x, const Tensor& shift, const Tensor& scale);

@@ -1,6 +1,7 @@
 // linear: y = x · wᵀ + bias with OpenBLAS sgemm. F32 weights are used in place; BF16/F16 weights are
 // converted to f32 in blocks of output rows into a scratch buffer, so a large checkpoint is never
-// expanded as a whole.
+// expanded as a whole; for a few x rows (token-by-token decoding) each weight row is converted and
+// dotted directly instead.
 #include <cblas.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@ namespace ernie::cpu {
 
 namespace {
 constexpr size_t kScratchFloats = size_t(4) << 20;  // 16 MiB of converted weight rows per block
+constexpr int64_t kGemvRows = 4;                     // up to this many x rows: convert-and-dot per weight row
 }
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
@@ -44,10 +46,30 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
                 w.data<float>(), int(in), beta, yp, int(out));
     return y;
   }
-  const int64_t rows = std::max<int64_t>(1, std::min<int64_t>(out, int64_t(kScratchFloats) / in));
-  std::vector<float> scratch(static_cast<size_t>(rows * in));
   const size_t esz = dtype_size(w.dtype());
   const char* wp = static_cast<const char*>(w.raw());
+  if (m <= kGemvRows) {
+    // Few rows (decoding): one pass over the weight, each row converted into a small buffer and dotted
+    // with every x row, so memory traffic is the stored weight alone.
+#pragma omp parallel if (detail::worth_threads(out * in))
+    {
+      std::vector<float> row(static_cast<size_t>(in));
+#pragma omp for schedule(static)
+      for (int64_t o = 0; o < out; ++o) {
+        convert_to_f32(w.dtype(), wp + size_t(o * in) * esz, row.data(), size_t(in));
+        for (int64_t i = 0; i < m; ++i) {
+          const float* xi = xp + i * in;
+          float s = 0.f;
+#pragma omp simd reduction(+ : s)
+          for (int64_t k = 0; k < in; ++k) s += xi[k] * row[size_t(k)];
+          yp[i * out + o] = (b.empty() ? 0.f : b[size_t(o)]) + s;
+        }
+      }
+    }
+    return y;
+  }
+  const int64_t rows = std::max<int64_t>(1, std::min<int64_t>(out, int64_t(kScratchFloats) / in));
+  std::vector<float> scratch(static_cast<size_t>(rows * in));
   for (int64_t o0 = 0; o0 < out; o0 += rows) {
     const int64_t nb = std::min(rows, out - o0);
 #pragma omp parallel for schedule(static) if (detail::worth_threads(nb * in))

@@ -1,0 +1,90 @@
+/* ernie-image C API: load an ERNIE-Image model folder, generate images, free them.
+ *
+ * Errors are values: every function that can fail returns an ernie_status and, when `err` is not NULL,
+ * stores a message in *err (free it with ernie_free_string). The message of the last failure on the calling
+ * thread is also available from ernie_last_error(). No C++ exception crosses this boundary.
+ *
+ *   ernie_options opt; ernie_options_init(&opt); opt.model_dir = "ERNIE-Image-Turbo";
+ *   ernie_model* m; char* err;
+ *   if (ernie_load(&opt, &m, &err) != ERNIE_OK) { fprintf(stderr, "%s\n", err); ernie_free_string(err); }
+ *   ernie_request r; ernie_request_init(&r); r.prompt = "a cat";
+ *   ernie_image* imgs; int n;
+ *   if (ernie_generate(m, &r, NULL, NULL, &imgs, &n, &err) == ERNIE_OK) { ...; ernie_free_images(imgs, n); }
+ *   ernie_free(m);
+ */
+#ifndef ERNIE_IMAGE_H
+#define ERNIE_IMAGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum ernie_status {
+  ERNIE_OK = 0,
+  ERNIE_ERR_INVALID = 1,   /* bad argument, request or model files */
+  ERNIE_ERR_OOM = 2,       /* out of host or device memory */
+  ERNIE_ERR_CANCELLED = 3, /* the progress callback asked to stop */
+  ERNIE_ERR_INTERNAL = 4
+} ernie_status;
+
+typedef struct ernie_model ernie_model;
+
+typedef struct ernie_options {
+  const char* model_dir; /* diffusers-layout folder (required) */
+  const char* device;    /* "cpu" (default), "cuda", "cuda:N" */
+  const char* dtype;     /* NULL: f32 on the CPU, bf16 on CUDA; or "f32", "bf16" */
+  int threads;           /* CPU threads, 0 = all cores */
+  int keep_text_encoder; /* 1 (default): keep it loaded between requests */
+  int load_pe;           /* 1: load the prompt enhancer (pe/) */
+} ernie_options;
+
+typedef struct ernie_request {
+  const char* prompt;          /* UTF-8 (required) */
+  const char* negative_prompt; /* NULL or "": the reference's default "" */
+  int width, height;           /* 0: 1024 */
+  int steps;                   /* 0: the model's default (50, Turbo 8) */
+  float cfg;                   /* -1: the model's default (4, Turbo 1); 1 or less turns guidance off */
+  uint64_t seed;               /* image i uses seed + i */
+  int num_images;              /* 0 or 1: one image */
+  int use_pe;                  /* 1: rewrite the prompt with the prompt enhancer */
+  const float* init_latents;   /* NULL, or [num_images, channels, height/s, width/s] row-major float32 */
+  size_t init_latents_count;   /* number of floats at init_latents */
+} ernie_request;
+
+typedef struct ernie_image {
+  int width, height, channels; /* channels is 3 (RGB) */
+  uint8_t* data;               /* height * width * channels bytes, row-major */
+  uint64_t seed;
+} ernie_image;
+
+/* Called at each progress event; return non-zero to cancel the generation. phase is one of "load",
+ * "encode", "enhance", "denoise", "decode". */
+typedef int (*ernie_progress_fn)(const char* phase, int step, int total, double elapsed_s, void* user);
+
+void ernie_options_init(ernie_options* opt);
+void ernie_request_init(ernie_request* req);
+
+ernie_status ernie_load(const ernie_options* opt, ernie_model** out, char** err);
+ernie_status ernie_generate(ernie_model* model, const ernie_request* req, ernie_progress_fn progress, void* user,
+                            ernie_image** out_images, int* out_count, char** err);
+/* The text encoder output for a prompt: *out_data is [*out_tokens, *out_dim] float32 (free with ernie_free_floats). */
+ernie_status ernie_encode_prompt(ernie_model* model, const char* prompt, float** out_data, int* out_tokens,
+                                 int* out_dim, char** err);
+/* Pixels per latent token: width and height must be multiples of it. */
+int ernie_scale_factor(const ernie_model* model);
+
+void ernie_free_images(ernie_image* images, int count);
+void ernie_free_floats(float* data);
+void ernie_free(ernie_model* model);
+void ernie_free_string(char* s);
+/* The message of the last failure on this thread ("" when none); valid until the next call on this thread. */
+const char* ernie_last_error(void);
+const char* ernie_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ERNIE_IMAGE_H */

@@ -1,0 +1,242 @@
+// libpng with setjmp error handling kept inside small C-style functions that hold no C++ objects with
+// destructors (a longjmp must not skip them); the C++ wrappers turn failures into ernie::Error.
+#include "io/png.h"
+
+#include <png.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include <unistd.h>
+
+#include "core/error.h"
+
+namespace ernie {
+namespace {
+
+struct Status {
+  char msg[256] = {0};
+};
+
+void on_error(png_structp png, png_const_charp m) {
+  auto* s = static_cast<Status*>(png_get_error_ptr(png));
+  std::snprintf(s->msg, sizeof s->msg, "%s", m ? m : "libpng error");
+  png_longjmp(png, 1);
+}
+void on_warning(png_structp, png_const_charp) {}
+
+// ---- write ------------------------------------------------------------------------------------------
+struct Sink {
+  std::vector<uint8_t>* out;
+  bool failed;
+};
+void sink_write(png_structp png, png_bytep data, png_size_t n) {
+  auto* s = static_cast<Sink*>(png_get_io_ptr(png));
+  try {
+    s->out->insert(s->out->end(), data, data + n);
+  } catch (...) {
+    s->failed = true;
+    png_error(png, "out of memory");
+  }
+}
+void sink_flush(png_structp) {}
+
+bool encode_c(int w, int h, const uint8_t* rgb, png_text* texts, int ntext, Sink* sink, Status* st) {
+  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, st, on_error, on_warning);
+  if (!png) return false;
+  png_infop info = png_create_info_struct(png);
+  if (!info || setjmp(png_jmpbuf(png))) {
+    png_destroy_write_struct(&png, info ? &info : nullptr);
+    return false;
+  }
+  png_set_write_fn(png, sink, sink_write, sink_flush);
+  png_set_IHDR(png, info, png_uint_32(w), png_uint_32(h), 8, PNG_COLOR_TYPE_RGB, PNG_INTERLACE_NONE,
+               PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+  if (ntext > 0) png_set_text(png, info, texts, ntext);
+  png_write_info(png, info);
+  for (int y = 0; y < h; ++y) png_write_row(png, const_cast<png_bytep>(rgb + size_t(y) * size_t(w) * 3));
+  png_write_end(png, info);
+  png_destroy_write_struct(&png, &info);
+  return true;
+}
+
+// ---- read ---------------------------------------------------------------------------------------------
+struct Source {
+  const uint8_t* data;
+  size_t size, pos;
+};
+void source_read(png_structp png, png_bytep out, png_size_t n) {
+  auto* s = static_cast<Source*>(png_get_io_ptr(png));
+  if (n > s->size - s->pos) png_error(png, "truncated PNG data");
+  std::memcpy(out, s->data + s->pos, n);
+  s->pos += n;
+}
+
+struct Decoded {
+  int w = 0, h = 0;
+  uint8_t* rgb = nullptr;  // malloc'd, w*h*3
+  int ntext = 0;
+  char** keys = nullptr;   // malloc'd copies
+  char** values = nullptr;
+};
+
+void free_decoded(Decoded* d) {
+  std::free(d->rgb);
+  for (int i = 0; i < d->ntext; ++i) {
+    std::free(d->keys[i]);
+    std::free(d->values[i]);
+  }
+  std::free(d->keys);
+  std::free(d->values);
+  *d = Decoded{};
+}
+
+constexpr png_uint_32 kMaxSide = 1u << 15;
+
+bool decode_c(Source* src, Decoded* d, Status* st) {
+  png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, st, on_error, on_warning);
+  if (!png) return false;
+  png_infop info = png_create_info_struct(png);
+  png_bytep* rows = nullptr;
+  if (!info || setjmp(png_jmpbuf(png))) {
+    std::free(rows);
+    free_decoded(d);
+    png_destroy_read_struct(&png, info ? &info : nullptr, nullptr);
+    return false;
+  }
+  png_set_read_fn(png, src, source_read);
+  png_read_info(png, info);
+  png_uint_32 w = png_get_image_width(png, info), h = png_get_image_height(png, info);
+  if (w == 0 || h == 0 || w > kMaxSide || h > kMaxSide) png_error(png, "image size out of range");
+  int color = png_get_color_type(png, info);
+  if (png_get_bit_depth(png, info) == 16) png_set_strip_16(png);
+  if (color == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
+  if (color == PNG_COLOR_TYPE_GRAY || color == PNG_COLOR_TYPE_GRAY_ALPHA) {
+    png_set_expand_gray_1_2_4_to_8(png);
+    png_set_gray_to_rgb(png);
+  }
+  png_set_strip_alpha(png);
+  png_set_interlace_handling(png);
+  png_read_update_info(png, info);
+  if (png_get_rowbytes(png, info) != size_t(w) * 3) png_error(png, "unsupported pixel format");
+  d->w = int(w);
+  d->h = int(h);
+  d->rgb = static_cast<uint8_t*>(std::malloc(size_t(w) * h * 3));
+  rows = static_cast<png_bytep*>(std::malloc(sizeof(png_bytep) * h));
+  if (!d->rgb || !rows) png_error(png, "out of memory");
+  for (png_uint_32 y = 0; y < h; ++y) rows[y] = d->rgb + size_t(y) * w * 3;
+  png_read_image(png, rows);
+  png_read_end(png, info);
+  std::free(rows);
+  rows = nullptr;
+  png_textp text = nullptr;
+  int n = png_get_text(png, info, &text, nullptr);
+  if (n > 0) {
+    d->keys = static_cast<char**>(std::calloc(size_t(n), sizeof(char*)));
+    d->values = static_cast<char**>(std::calloc(size_t(n), sizeof(char*)));
+    if (!d->keys || !d->values) png_error(png, "out of memory");
+    for (int i = 0; i < n; ++i) {
+      size_t len = text[i].compression > 0 ? text[i].itxt_length : text[i].text_length;
+      d->keys[i] = strdup(text[i].key);
+      d->values[i] = static_cast<char*>(std::malloc(len + 1));
+      d->ntext = i + 1;
+      if (!d->keys[i] || !d->values[i]) png_error(png, "out of memory");
+      if (len) std::memcpy(d->values[i], text[i].text, len);
+      d->values[i][len] = 0;
+    }
+  }
+  png_destroy_read_struct(&png, &info, nullptr);
+  return true;
+}
+
+bool is_ascii(const std::string& s) {
+  for (unsigned char c : s)
+    if (c >= 0x80) return false;
+  return true;
+}
+
+}  // namespace
+
+std::vector<uint8_t> encode_png(int width, int height, const std::vector<uint8_t>& rgb,
+                                const std::vector<std::pair<std::string, std::string>>& text) {
+  ERNIE_CHECK(width > 0 && height > 0 && width <= int(kMaxSide) && height <= int(kMaxSide), "png: image size ",
+              std::to_string(width), "x", std::to_string(height), " out of range");
+  ERNIE_CHECK(rgb.size() == size_t(width) * size_t(height) * 3, "png: pixel buffer holds ", std::to_string(rgb.size()),
+              " bytes, expected ", std::to_string(size_t(width) * height * 3));
+  std::vector<png_text> texts(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto& [k, v] = text[i];
+    ERNIE_CHECK(!k.empty() && k.size() <= 79 && is_ascii(k), "png: invalid text keyword '", k, "'");
+    png_text& t = texts[i];
+    std::memset(&t, 0, sizeof t);
+    t.key = const_cast<char*>(k.c_str());
+    t.text = const_cast<char*>(v.c_str());
+    if (is_ascii(v)) {
+      t.compression = PNG_TEXT_COMPRESSION_NONE;
+      t.text_length = v.size();
+    } else {  // UTF-8 needs iTXt
+      t.compression = PNG_ITXT_COMPRESSION_NONE;
+      t.itxt_length = v.size();
+      t.lang = const_cast<char*>("");
+      t.lang_key = const_cast<char*>("");
+    }
+  }
+  std::vector<uint8_t> out;
+  Sink sink{&out, false};
+  Status st;
+  if (!encode_c(width, height, rgb.data(), texts.data(), int(texts.size()), &sink, &st)) {
+    if (sink.failed) throw std::bad_alloc();
+    fail("png: encoding failed: ", st.msg);
+  }
+  return out;
+}
+
+void write_png(const std::string& path, int width, int height, const std::vector<uint8_t>& rgb,
+               const std::vector<std::pair<std::string, std::string>>& text) {
+  std::vector<uint8_t> bytes = encode_png(width, height, rgb, text);
+  std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    ERNIE_CHECK(f.good(), path, ": cannot open for writing (", std::strerror(errno), ")");
+    f.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+    f.close();
+    if (!f.good()) {
+      std::filesystem::remove(tmp);
+      fail(path, ": write failed (disk full?)");
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::filesystem::remove(tmp);
+    fail(path, ": cannot write (", ec.message(), ")");
+  }
+}
+
+PngImage decode_png(const std::vector<uint8_t>& bytes, const std::string& what) {
+  ERNIE_CHECK(bytes.size() >= 8 && png_sig_cmp(bytes.data(), 0, 8) == 0, what, ": not a PNG file");
+  Source src{bytes.data(), bytes.size(), 0};
+  Decoded d;
+  Status st;
+  if (!decode_c(&src, &d, &st)) fail(what, ": corrupt PNG (", st.msg, ")");
+  PngImage img;
+  img.width = d.w;
+  img.height = d.h;
+  img.rgb.assign(d.rgb, d.rgb + size_t(d.w) * d.h * 3);
+  for (int i = 0; i < d.ntext; ++i) img.text[d.keys[i]] = d.values[i];
+  free_decoded(&d);
+  return img;
+}
+
+PngImage read_png(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  ERNIE_CHECK(f.good(), path, ": cannot open (", std::strerror(errno), ")");
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  return decode_png(bytes, path);
+}
+
+}  // namespace ernie

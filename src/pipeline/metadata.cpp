@@ -1,0 +1,78 @@
+#include "pipeline/metadata.h"
+
+#include <cstdio>
+#include <filesystem>
+
+#include "core/error.h"
+#include "io/configs.h"
+
+namespace ernie {
+
+std::string engine_version() { return std::string("ernie-image ") + ERNIE_VERSION; }
+
+namespace {
+std::string fmt_float(float v) {  // shortest form that reads back: 4 -> "4", 2.5 -> "2.5"
+  char buf[32];
+  for (int prec = 1; prec <= 9; ++prec) {
+    std::snprintf(buf, sizeof buf, "%.*g", prec, double(v));
+    if (std::strtof(buf, nullptr) == v) break;
+  }
+  return buf;
+}
+}  // namespace
+
+std::string a1111_parameters(const ImageMeta& m) {
+  const GenerateRequest& r = m.request;
+  std::string s = r.prompt;
+  if (!r.negative_prompt.empty()) s += "\nNegative prompt: " + r.negative_prompt;
+  s += "\nSteps: " + std::to_string(r.steps) + ", Sampler: Euler, Schedule type: FlowMatch, CFG scale: " +
+       fmt_float(r.cfg);
+  if (m.seed) s += ", Seed: " + std::to_string(*m.seed);
+  s += ", Size: " + std::to_string(r.width) + "x" + std::to_string(r.height);
+  if (!m.model.empty()) s += ", Model: " + m.model;
+  if (r.use_pe) s += ", Prompt enhancer: true";
+  if (m.batch_size > 1) s += ", Batch size: " + std::to_string(m.batch_size) + ", Batch pos: " + std::to_string(m.batch_index);
+  s += ", Version: " + engine_version();
+  return s;
+}
+
+nlohmann::json meta_json(const ImageMeta& m) {
+  const GenerateRequest& r = m.request;
+  nlohmann::json j = {{"prompt", r.prompt},
+                      {"negative_prompt", r.negative_prompt},
+                      {"revised_prompt", m.revised_prompt},
+                      {"width", r.width},
+                      {"height", r.height},
+                      {"steps", r.steps},
+                      {"cfg", r.cfg},
+                      {"seed", nullptr},
+                      {"sampler", "flow_match_euler"},
+                      {"prompt_enhancer", r.use_pe},
+                      {"batch_index", m.batch_index},
+                      {"batch_size", m.batch_size},
+                      {"model", m.model},
+                      {"engine", engine_version()}};
+  if (m.seed) j["seed"] = *m.seed;
+  return j;
+}
+
+std::vector<std::pair<std::string, std::string>> png_metadata(const ImageMeta& m) {
+  return {{"parameters", a1111_parameters(m)}, {"ernie-image", meta_json(m).dump()}};
+}
+
+std::string model_display_name(const std::string& model_dir) {
+  namespace fs = std::filesystem;
+  try {
+    nlohmann::json j = read_json_file((fs::path(model_dir) / "model_index.json").string());
+    if (j.contains("_name_or_path") && j["_name_or_path"].is_string()) {
+      std::string n = j["_name_or_path"].get<std::string>();
+      if (!n.empty()) return n;
+    }
+  } catch (const Error&) {
+  }
+  fs::path p = fs::absolute(model_dir).lexically_normal();
+  if (!p.has_filename()) p = p.parent_path();
+  return p.filename().string();
+}
+
+}  // namespace ernie

@@ -1,0 +1,229 @@
+// ErnieImagePipeline on the op set: tokenizer -> text encoder (hidden_states[-2]) -> Euler/CFG loop over the
+// DiT -> BatchNorm de-normalisation, unpatchify, VAE decode -> postprocess to [0, 1] and uint8.
+#include "pipeline/pipeline.h"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <mutex>
+
+#include "core/error.h"
+#include "models/ernie_dit.h"
+#include "models/flux2_vae.h"
+#include "models/mistral.h"
+#include "ops/cpu/cpu_ops.h"
+#include "ops/ops.h"
+#include "pipeline/request.h"
+#include "pipeline/noise.h"
+#include "pipeline/sampler.h"
+#include "pipeline/scheduler.h"
+#include "text/tokenizer.h"
+
+namespace ernie {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// VaeImageProcessor.postprocess: (x / 2 + 0.5).clamp(0, 1), NCHW -> NHWC; then numpy_to_pil's
+// (x * 255).round() (half to even).
+void postprocess(const Tensor& decoded, float* image_f32, std::vector<uint8_t>& rgb) {
+  const int64_t H = decoded.dim(2), W = decoded.dim(3), HW = H * W;
+  std::vector<float> x = decoded.to_vector();
+  rgb.resize(size_t(HW) * 3);
+  for (int64_t c = 0; c < 3; ++c)
+    for (int64_t i = 0; i < HW; ++i) {
+      float v = x[size_t(c * HW + i)] / 2.0f + 0.5f;
+      v = std::min(std::max(v, 0.0f), 1.0f);
+      image_f32[i * 3 + c] = v;
+      rgb[size_t(i * 3 + c)] = uint8_t(std::nearbyint(v * 255.0f));
+    }
+}
+
+class ErniePipeline final : public Pipeline {
+ public:
+  ErniePipeline(const PipelineOptions& opt, const ProgressFn& progress) : opt_(opt) {
+#ifndef ERNIE_HAVE_CUDA
+    ERNIE_CHECK(opt.device.is_cpu(), "device ", opt.device.str(), ": this build has no CUDA backend");
+#endif
+    ERNIE_CHECK(!opt.device.is_cpu() || opt.dtype == DType::F32, "dtype ", dtype_name(opt.dtype),
+                ": the CPU backend computes in f32");
+    ERNIE_CHECK(opt.dtype == DType::F32 || opt.dtype == DType::BF16, "dtype ", dtype_name(opt.dtype),
+                ": activations must be f32 or bf16");
+    if (opt.device.is_cpu()) cpu::set_threads(opt.threads);
+    const int total = 4;
+    auto t0 = Clock::now();
+    auto report = [&](int step) {
+      if (progress) progress({"load", step, total, seconds_since(t0)});
+    };
+    report(0);
+    m_ = ModelFolder::open(opt.model_dir, opt.load_pe);
+    m_.require_ok("text_encoder");
+    if (opt.load_denoiser) {
+      m_.require_ok("transformer");
+      m_.require_ok("vae");
+    }
+    if (opt.load_pe) {
+      ERNIE_CHECK(m_.pe_c.has_value(), opt.model_dir, ": no prompt enhancer (pe/ folder) in this model");
+      m_.require_ok("pe");
+    }
+    limits_ = model_limits(m_);
+    FlowMatchEulerScheduler check_scheduler(m_.scheduler);  // unsupported scheduler options fail at load
+    tokenizer_ = Tokenizer::load(m_.tokenizer_dir);
+    report(1);
+    load_text_encoder();
+    // The default negative prompt "" is the same for every request: encode it once per load.
+    empty_negative_ = encode_ids_locked(tokenize(""));
+    report(2);
+    if (opt.load_denoiser) {
+      dit_ = ErnieDit::load(m_, opt.device, opt.dtype);
+      report(3);
+      vae_ = Flux2Vae::load(m_, opt.device, opt.dtype);
+    }
+    if (!opt.keep_text_encoder) text_encoder_.reset();
+    report(4);
+  }
+
+  GenerateRequest resolve(const GenerateRequest& req) const override {
+    GenerateRequest r = resolve_request(req, limits_);
+    if (r.use_pe)
+      ERNIE_CHECK(m_.pe_c.has_value() && opt_.load_pe, "prompt enhancer requested but ",
+                  m_.pe_c ? "it was not loaded (load with the prompt enhancer enabled)" : "this model has no pe/ folder");
+    return r;
+  }
+
+  GenerateResult generate(const GenerateRequest& req, const ProgressFn& progress,
+                          const std::atomic<bool>* cancel) override {
+    ERNIE_CHECK(dit_ && vae_, "this pipeline was loaded for text encoding only");
+    GenerateResult res;
+    res.resolved = resolve(req);
+    const GenerateRequest& r = res.resolved;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto check_cancel = [&] {
+      if (cancel && cancel->load()) throw Cancelled();
+    };
+
+    // [Phase 1] prompt enhancer
+    std::string prompt = r.prompt;
+    if (r.use_pe) {
+      check_cancel();
+      prompt = enhance_prompt_locked(prompt, r.width, r.height);
+    }
+    res.revised_prompt = prompt;
+
+    // [Phase 2] text encoding
+    const bool do_cfg = r.cfg > 1.0f;
+    auto t0 = Clock::now();
+    const int n_enc = do_cfg && !r.negative_prompt.empty() ? 2 : 1;
+    if (progress) progress({"encode", 0, n_enc, 0});
+    check_cancel();
+    Tensor cond = encode_ids_locked(tokenize(prompt));
+    Tensor uncond;
+    if (do_cfg) uncond = r.negative_prompt.empty() ? empty_negative_ : encode_ids_locked(tokenize(r.negative_prompt));
+    if (!opt_.keep_text_encoder) text_encoder_.reset();
+    res.encode_s = seconds_since(t0);
+    if (progress) progress({"encode", n_enc, n_enc, res.encode_s});
+
+    // [Phase 3] denoising
+    SamplerInput in;
+    const Shape shape = latent_shape(r, limits_);
+    in.latents = r.init_latents ? *r.init_latents : initial_noise(shape, r.seed);
+    in.cond.assign(size_t(r.num_images), cond);
+    if (do_cfg) in.uncond.assign(size_t(r.num_images), uncond);
+    in.cfg = r.cfg;
+    in.round_timesteps = opt_.round_timesteps;
+    FlowMatchEulerScheduler scheduler(m_.scheduler);
+    scheduler.set_timesteps(r.steps, shape[2] * shape[3]);
+    t0 = Clock::now();
+    if (progress) progress({"denoise", 0, r.steps, 0});
+    Tensor latents = sample_euler_cfg(*dit_, scheduler, opt_.device, opt_.dtype, in, [&](int step) {
+      if (progress) progress({"denoise", step, r.steps, seconds_since(t0)});
+    }, cancel);
+    res.latents = latents.to(kCPU);
+    res.denoise_s = seconds_since(t0);
+
+    // [Phase 4] decode, one image at a time (the VAE's activations dominate memory at large sizes)
+    t0 = Clock::now();
+    if (progress) progress({"decode", 0, r.num_images, 0});
+    res.image_f32 = Tensor::empty({r.num_images, r.height, r.width, 3}, DType::F32);
+    for (int b = 0; b < r.num_images; ++b) {
+      check_cancel();
+      Tensor z = vae_->denormalize_and_unpatchify(latents.narrow(b, 1));
+      Tensor decoded = vae_->decode(z);
+      ERNIE_CHECK(decoded.dim(1) == 3 && decoded.dim(2) == r.height && decoded.dim(3) == r.width,
+                  "vae decode returned ", shape_str(decoded.shape()));
+      Image img{r.width, r.height, {}};
+      postprocess(decoded, res.image_f32.f32() + size_t(b) * r.height * r.width * 3, img.rgb);
+      res.images.push_back(std::move(img));
+      if (progress) progress({"decode", b + 1, r.num_images, seconds_since(t0)});
+    }
+    res.decode_s = seconds_since(t0);
+    return res;
+  }
+
+  Tensor encode_prompt(const std::string& prompt) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Tensor h = encode_ids_locked(tokenize(prompt));
+    if (!opt_.keep_text_encoder) text_encoder_.reset();
+    return h;
+  }
+
+  std::string enhance_prompt(const std::string& prompt, int width, int height) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return enhance_prompt_locked(prompt, width, height);
+  }
+
+  int scale_factor() const override { return limits_.scale_factor; }
+  std::vector<std::pair<int, int>> supported_sizes() const override {
+    // The resolutions ERNIE-Image recommends (W, H), kept where they fit this model's scale factor.
+    static const std::vector<std::pair<int, int>> sizes = {{1024, 1024}, {848, 1264}, {1264, 848}, {768, 1376},
+                                                           {1376, 768},  {896, 1200}, {1200, 896}};
+    std::vector<std::pair<int, int>> out;
+    for (auto [w, h] : sizes)
+      if (w % limits_.scale_factor == 0 && h % limits_.scale_factor == 0) out.push_back({w, h});
+    return out;
+  }
+  bool turbo() const override { return limits_.turbo; }
+  const std::string& model_dir() const override { return m_.root; }
+
+ private:
+  PipelineOptions opt_;
+  ModelFolder m_;
+  ModelLimits limits_;
+  std::optional<Tokenizer> tokenizer_;
+  std::optional<TextEncoder> text_encoder_;
+  std::optional<ErnieDit> dit_;
+  std::optional<Flux2Vae> vae_;
+  Tensor empty_negative_;  // [1, hidden] F32 host: encode_prompt("")
+  std::mutex mu_;
+
+  void load_text_encoder() {
+    if (!text_encoder_) text_encoder_ = TextEncoder::load(m_, opt_.device, opt_.dtype);
+  }
+
+  // encode_prompt: tokenizer(text, add_special_tokens=True, truncation=True) (cut at model_max_length, 2048
+  // for the release); an empty result falls back to [bos] as the reference does.
+  std::vector<int64_t> tokenize(const std::string& text) const {
+    std::vector<int64_t> ids = tokenizer_->encode(text, true, true);
+    if (ids.empty()) ids.push_back(tokenizer_->bos_id() >= 0 ? tokenizer_->bos_id() : m_.text_encoder.bos_token_id);
+    return ids;
+  }
+
+  Tensor encode_ids_locked(const std::vector<int64_t>& ids) {
+    load_text_encoder();
+    Tensor h = text_encoder_->encode(ids);
+    return h.to(kCPU).to_f32();
+  }
+
+  std::string enhance_prompt_locked(const std::string&, int, int) {
+    fail("prompt enhancer: not implemented in this build yet");
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pipeline> Pipeline::load(const PipelineOptions& opt, const ProgressFn& progress) {
+  return std::make_unique<ErniePipeline>(opt, progress);
+}
+
+}  // namespace ernie

@@ -1,0 +1,72 @@
+#include "pipeline/request.h"
+
+#include <cmath>
+#include <string>
+
+#include "core/error.h"
+
+namespace ernie {
+
+ModelLimits model_limits(const ModelFolder& m) {
+  ModelLimits l;
+  l.scale_factor = m.vae.scale_factor();
+  l.latent_channels = m.dit.in_channels;
+  l.turbo = m.turbo;
+  return l;
+}
+
+int default_steps(bool turbo) { return turbo ? 8 : 50; }
+float default_cfg(bool turbo) { return turbo ? 1.0f : 4.0f; }
+
+namespace {
+using std::to_string;
+
+void check_side(const char* what, int v, const ModelLimits& l) {
+  ERNIE_CHECK(v > 0, what, " ", to_string(v), " must be positive");
+  ERNIE_CHECK(v % l.scale_factor == 0, what, " ", to_string(v), " is not a multiple of ", to_string(l.scale_factor),
+              " (this model's VAE scale factor); try ", to_string(std::max(1, v / l.scale_factor) * l.scale_factor));
+  ERNIE_CHECK(v <= l.max_side, what, " ", to_string(v), " is beyond this engine's limit of ", to_string(l.max_side),
+              " pixels per side");
+}
+}  // namespace
+
+Shape latent_shape(const GenerateRequest& r, const ModelLimits& l) {
+  return {r.num_images, l.latent_channels, r.height / l.scale_factor, r.width / l.scale_factor};
+}
+
+GenerateRequest resolve_request(const GenerateRequest& req, const ModelLimits& l) {
+  GenerateRequest r = req;
+  if (r.width == 0) r.width = kDefaultSize;
+  if (r.height == 0) r.height = kDefaultSize;
+  if (r.steps == 0) r.steps = default_steps(l.turbo);
+  if (r.cfg == kCfgDefault) r.cfg = default_cfg(l.turbo);
+
+  check_side("width", r.width, l);
+  check_side("height", r.height, l);
+  int64_t px = int64_t(r.width) * r.height;
+  ERNIE_CHECK(px <= l.max_pixels, "size ", to_string(r.width), "x", to_string(r.height), " (", to_string(px),
+              " pixels) is beyond this engine's limit of ", to_string(l.max_pixels), " pixels per image");
+  ERNIE_CHECK(r.steps >= 1, "steps ", to_string(r.steps), " must be at least 1");
+  ERNIE_CHECK(r.steps <= l.max_steps, "steps ", to_string(r.steps), " is beyond the limit of ", to_string(l.max_steps));
+  ERNIE_CHECK(std::isfinite(r.cfg), "cfg must be a finite number");
+  ERNIE_CHECK(r.cfg >= 0, "cfg ", to_string(r.cfg), " must not be negative (use 1 to turn guidance off)");
+  ERNIE_CHECK(r.num_images >= 1 && r.num_images <= l.max_images, "number of images ", to_string(r.num_images),
+              " must be between 1 and ", to_string(l.max_images));
+  ERNIE_CHECK(r.prompt.find('\0') == std::string::npos && r.negative_prompt.find('\0') == std::string::npos,
+              "prompt contains a NUL character");
+
+  if (r.init_latents) {
+    const Tensor& t = *r.init_latents;
+    Shape want = latent_shape(r, l);
+    ERNIE_CHECK(t.defined(), "init latents: empty tensor");
+    ERNIE_CHECK(t.shape() == want, "init latents: shape ", shape_str(t.shape()), " does not match ", shape_str(want),
+                " ([images, channels, height/", to_string(l.scale_factor), ", width/", to_string(l.scale_factor),
+                "] for ", to_string(r.num_images), " image(s) of ", to_string(r.width), "x", to_string(r.height), ")");
+    ERNIE_CHECK(dtype_is_float(t.dtype()), "init latents: dtype ", dtype_name(t.dtype()), " is not a float type");
+    for (float v : t.to_vector())
+      ERNIE_CHECK(std::isfinite(v), "init latents: contains a non-finite value");
+  }
+  return r;
+}
+
+}  // namespace ernie

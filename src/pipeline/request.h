@@ -1,0 +1,35 @@
+// Request defaults and validation, separate from the loaded weights so callers (the CLI, the server, the
+// C API) can reject bad input before any weights are loaded or any compute runs.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "io/model_folder.h"
+#include "pipeline/pipeline.h"
+
+namespace ernie {
+
+struct ModelLimits {
+  int scale_factor = 16;        // pixels per DiT token (VaeConfig::scale_factor)
+  int latent_channels = 128;    // DiT in_channels: patchified latent channels
+  bool turbo = false;           // defaults: Turbo 8 steps / cfg 1, otherwise 50 steps / cfg 4
+  int max_side = 4096;          // pixels per side
+  int64_t max_pixels = int64_t(2048) * 4096;  // 8 MP per image
+  int max_steps = 1000;
+  int max_images = 64;
+};
+ModelLimits model_limits(const ModelFolder& m);
+
+int default_steps(bool turbo);   // 50, Turbo 8
+float default_cfg(bool turbo);   // 4.0, Turbo 1.0
+constexpr int kDefaultSize = 1024;
+constexpr float kCfgDefault = -1.0f;  // GenerateRequest::cfg meaning "the model's default"
+
+// Fills the defaults of `req` and validates it; throws Error with a message a user can act on.
+// Checks init_latents' shape ([num_images, latent_channels, H/s, W/s]), dtype and values.
+GenerateRequest resolve_request(const GenerateRequest& req, const ModelLimits& lim);
+
+// [num_images, latent_channels, height/s, width/s] of a resolved request.
+Shape latent_shape(const GenerateRequest& resolved, const ModelLimits& lim);
+
+}  // namespace ernie

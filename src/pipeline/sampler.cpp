@@ -1,0 +1,73 @@
+#include "pipeline/sampler.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "ops/ops.h"
+
+namespace ernie {
+
+TextBatch pad_text(const std::vector<Tensor>& hiddens, Device device, DType act) {
+  ERNIE_CHECK(!hiddens.empty(), "pad_text: no text");
+  const int64_t C = hiddens[0].dim(-1);
+  int64_t tmax = 0;
+  for (const Tensor& h : hiddens) {
+    ERNIE_CHECK(h.ndim() == 2 && h.dim(1) == C && h.dim(0) >= 1, "pad_text: text hidden states ", shape_str(h.shape()),
+                " are not [T, ", std::to_string(C), "]");
+    tmax = std::max(tmax, h.dim(0));
+  }
+  const int64_t B = int64_t(hiddens.size());
+  Tensor host = Tensor::zeros({B, tmax, C}, DType::F32);
+  TextBatch tb;
+  for (int64_t b = 0; b < B; ++b) {
+    std::vector<float> v = hiddens[size_t(b)].to_vector();
+    std::memcpy(host.f32() + b * tmax * C, v.data(), v.size() * sizeof(float));
+    tb.text_lens.push_back(hiddens[size_t(b)].dim(0));
+  }
+  Tensor t = host.to(device);
+  tb.text_bth = act == DType::F32 ? t : ops::cast(t, act);
+  return tb;
+}
+
+Tensor sample_euler_cfg(const ErnieDit& dit, const FlowMatchEulerScheduler& scheduler, Device device, DType act,
+                        const SamplerInput& in, const std::function<void(int)>& on_step,
+                        const std::atomic<bool>* cancel) {
+  const int N = scheduler.num_steps();
+  ERNIE_CHECK(N >= 1, "sampler: the scheduler has no timesteps (set_timesteps not called)");
+  const int64_t B = in.latents.dim(0);
+  ERNIE_CHECK(int64_t(in.cond.size()) == B, "sampler: ", std::to_string(in.cond.size()), " prompts for ",
+              std::to_string(B), " latents");
+  const bool do_cfg = in.cfg > 1.0f;  // the reference's do_classifier_free_guidance
+  ERNIE_CHECK(!do_cfg || int64_t(in.uncond.size()) == B, "sampler: cfg needs one negative embedding per image");
+
+  std::vector<Tensor> rows;
+  if (do_cfg) rows.insert(rows.end(), in.uncond.begin(), in.uncond.end());
+  rows.insert(rows.end(), in.cond.begin(), in.cond.end());
+  const TextBatch text = pad_text(rows, device, act);
+
+  Tensor latents = in.latents.to(device);
+  if (latents.dtype() != DType::F32) latents = ops::cast(latents, DType::F32);
+
+  for (int i = 0; i < N; ++i) {
+    if (cancel && cancel->load()) throw Cancelled();
+    Tensor x = act == DType::F32 ? latents : ops::cast(latents, act);
+    Tensor model_input = do_cfg ? ops::concat({x, x}, 0) : x;
+    // t_batch = full((rows,), t, dtype=transformer.dtype): bf16 rounds 994.92 to 996.
+    std::vector<float> t_batch(size_t(model_input.dim(0)), 
+                                dit_timestep(scheduler.timesteps()[size_t(i)], in.round_timesteps ? act : DType::F32));
+
+    Tensor pred = dit.forward(model_input, t_batch, text.text_bth, text.text_lens);
+    if (pred.dtype() != DType::F32) pred = ops::cast(pred, DType::F32);
+    if (do_cfg) {
+      Tensor pred_uncond = pred.narrow(0, B), pred_cond = pred.narrow(B, B);
+      // pred_uncond + guidance_scale * (pred_cond - pred_uncond)
+      pred = ops::add(pred_uncond, ops::scale(ops::add(pred_cond, ops::scale(pred_uncond, -1.0f)), in.cfg));
+    }
+    latents = scheduler.step(latents, pred, i);  // sample + (sigma[i+1] - sigma[i]) * pred
+    if (on_step) on_step(i + 1);
+  }
+  return latents;
+}
+
+}  // namespace ernie

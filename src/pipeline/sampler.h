@@ -1,0 +1,40 @@
+// The denoising loop of ErnieImagePipeline.__call__: FlowMatch Euler steps over the DiT's velocity
+// prediction with classifier-free guidance, the negative prompt as extra batch rows [uncond..., cond...].
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "core/tensor.h"
+#include "models/ernie_dit.h"
+#include "pipeline/scheduler.h"
+
+namespace ernie {
+
+// _pad_text: text hidden states [T_i, C] (any device, float) zero-padded into one [B, Tmax, C] tensor on
+// `device` in `act`, with the per-row lengths.
+struct TextBatch {
+  Tensor text_bth;
+  std::vector<int64_t> text_lens;
+};
+TextBatch pad_text(const std::vector<Tensor>& hiddens, Device device, DType act);
+
+struct SamplerInput {
+  Tensor latents;                 // [B, C, h, w] initial noise, any float dtype/device
+  std::vector<Tensor> cond;       // B text embeddings [T_i, C_text]
+  std::vector<Tensor> uncond;     // B negative embeddings; used only when cfg > 1
+  float cfg = 1;
+  // Round the timestep fed to the DiT to the activation dtype, as the reference does in bf16
+  // (994.92 -> 996). Off only to compare a bf16 run against fp32 golden data.
+  bool round_timesteps = true;
+};
+
+// Runs the scheduler's N steps (set_timesteps already called) and returns the final latents [B, C, h, w] F32 on the DiT's device. The latents stay
+// F32 between steps (the reference keeps them in the model dtype). `on_step(i)` is called after step i
+// (1-based); `cancel` is polled before every step (throws Cancelled).
+Tensor sample_euler_cfg(const ErnieDit& dit, const FlowMatchEulerScheduler& scheduler, Device device, DType act,
+                        const SamplerInput& in,
+                        const std::function<void(int)>& on_step = {}, const std::atomic<bool>* cancel = nullptr);
+
+}  // namespace ernie

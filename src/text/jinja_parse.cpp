@@ -1,0 +1,817 @@
+// Lexer and parser of the Jinja subset (see chat_template.h for the list). Whitespace follows the
+// environment transformers renders chat templates with: trim_blocks and lstrip_blocks on, `-` and `+`
+// controls on tags, "\r\n" and "\r" normalised to "\n", one trailing newline of the source dropped.
+#include <algorithm>
+#include <cctype>
+#include <set>
+
+#include "core/error.h"
+#include "text/jinja_ast.h"
+#include "text/py_str.h"
+
+namespace ernie::jinja {
+
+void error_at(Pos p, const std::string& what) {
+  fail("chat template line ", std::to_string(p.line), ", column ", std::to_string(p.col), ": ", what);
+}
+
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+enum class T { Text, VarBegin, VarEnd, BlockBegin, BlockEnd, Name, Int, Float, String, Op, End };
+
+struct Token {
+  T type;
+  std::string text;  // Text content, name, operator, or the decoded string literal
+  ojson number;
+  Pos pos;
+};
+
+bool ascii_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+
+class Lexer {
+ public:
+  explicit Lexer(const std::string& raw) {
+    size_t bad = 0;
+    if (!py::utf8_valid(raw, &bad)) {
+      Pos p;
+      for (size_t i = 0; i < bad; ++i) {
+        if (raw[i] == '\n') p = {p.line + 1, 1};
+        else if ((static_cast<unsigned char>(raw[i]) & 0xC0) != 0x80) ++p.col;
+      }
+      error_at(p, "the template is not valid UTF-8");
+    }
+    src_ = raw;
+    normalize();
+  }
+
+  std::vector<Token> run() {
+    size_t pos = 0;
+    const size_t n = src_.size();
+    while (pos < n) {
+      size_t start = next_tag(pos);
+      std::string text = src_.substr(pos, (start == std::string::npos ? n : start) - pos);
+      if (start == std::string::npos) {
+        push_text(text, pos);
+        break;
+      }
+      char kind = src_[start + 1];
+      char ctrl = start + 2 < n && (src_[start + 2] == '-' || src_[start + 2] == '+') ? src_[start + 2] : 0;
+      if (ctrl == '-') {
+        text = py::strip(text, false, true);
+      } else if (ctrl != '+' && kind != '{') {  // lstrip_blocks: blocks and comments only
+        size_t l = text.rfind('\n');
+        l = (l == std::string::npos) ? 0 : l + 1;
+        bool line_start = l > 0 || pos == 0 || src_[pos - 1] == '\n';
+        bool blank = l < text.size();
+        for (size_t i = l; i < text.size(); ++i) blank = blank && ascii_space(text[i]);
+        if (line_start && blank) text.resize(l);
+      }
+      push_text(text, pos);
+      size_t p = start + 2 + (ctrl ? 1 : 0);
+      char end_ctrl = 0;
+      if (kind == '#') {
+        size_t e = src_.find("#}", p);
+        if (e == std::string::npos) error_at(pos_of(start), "comment '{#' is never closed with '#}'");
+        if (e > p && (src_[e - 1] == '-' || src_[e - 1] == '+')) end_ctrl = src_[e - 1];
+        pos = e + 2;
+      } else {
+        toks_.push_back({kind == '{' ? T::VarBegin : T::BlockBegin, "", {}, pos_of(start)});
+        pos = lex_tag(p, kind == '{' ? '}' : '%', start, &end_ctrl);
+      }
+      if (end_ctrl == '-') {
+        while (pos < n) {
+          size_t q = pos;
+          std::vector<char32_t> one;
+          char32_t cp = static_cast<unsigned char>(src_[q]);
+          if (cp >= 0x80) {
+            size_t len = (cp >= 0xF0) ? 4 : (cp >= 0xE0) ? 3 : 2;
+            cp = py::utf8_decode(src_.substr(q, len))[0];
+            q += len;
+          } else {
+            ++q;
+          }
+          if (!py::is_space(cp)) break;
+          pos = q;
+        }
+      } else if (end_ctrl != '+' && kind != '{' && pos < n && src_[pos] == '\n') {
+        ++pos;  // trim_blocks
+      }
+    }
+    toks_.push_back({T::End, "", {}, pos_of(n)});
+    return std::move(toks_);
+  }
+
+ private:
+  std::string src_;
+  std::vector<size_t> line_starts_;
+  std::vector<Token> toks_;
+
+  void normalize() {
+    std::string s;
+    s.reserve(src_.size());
+    for (size_t i = 0; i < src_.size(); ++i) {
+      if (src_[i] == '\r') {
+        s += '\n';
+        if (i + 1 < src_.size() && src_[i + 1] == '\n') ++i;
+      } else {
+        s += src_[i];
+      }
+    }
+    if (!s.empty() && s.back() == '\n') s.pop_back();  // keep_trailing_newline=False
+    src_ = std::move(s);
+    line_starts_ = {0};
+    for (size_t i = 0; i < src_.size(); ++i)
+      if (src_[i] == '\n') line_starts_.push_back(i + 1);
+  }
+
+  Pos pos_of(size_t off) const {
+    size_t line = std::upper_bound(line_starts_.begin(), line_starts_.end(), off) - line_starts_.begin();
+    size_t ls = line_starts_[line - 1];
+    // Columns count code points, as an editor shows them.
+    int col = 1;
+    for (size_t i = ls; i < off && i < src_.size(); ++i)
+      if ((static_cast<unsigned char>(src_[i]) & 0xC0) != 0x80) ++col;
+    return {int(line), col};
+  }
+
+  size_t next_tag(size_t pos) const {
+    while (true) {
+      size_t s = src_.find('{', pos);
+      if (s == std::string::npos || s + 1 >= src_.size()) return std::string::npos;
+      char c = src_[s + 1];
+      if (c == '{' || c == '%' || c == '#') return s;
+      pos = s + 1;
+    }
+  }
+
+  void push_text(const std::string& text, size_t at) {
+    if (!text.empty()) toks_.push_back({T::Text, text, {}, pos_of(at)});
+  }
+
+  // Tokenises the inside of {{ }} or {% %} from p; returns the offset just after the closing delimiter.
+  size_t lex_tag(size_t p, char close, size_t open_at, char* end_ctrl) {
+    const size_t n = src_.size();
+    int depth = 0;  // open brackets: a '}}' inside a dict literal does not end the tag
+    static const char* two_ops[] = {"//", "**", "==", "!=", "<=", ">="};
+    while (true) {
+      while (p < n && ascii_space(src_[p])) ++p;
+      if (p >= n)
+        error_at(pos_of(open_at), std::string("tag is never closed with '") + close + "}'");
+      if (depth == 0) {
+        for (char c : std::string("-+")) {
+          if (src_[p] == c && p + 2 < n && src_[p + 1] == close && src_[p + 2] == '}') {
+            if (c == '+' && close == '}') continue;
+            *end_ctrl = c;
+            toks_.push_back({close == '}' ? T::VarEnd : T::BlockEnd, "", {}, pos_of(p)});
+            return p + 3;
+          }
+        }
+        if (src_[p] == close && p + 1 < n && src_[p + 1] == '}') {
+          toks_.push_back({close == '}' ? T::VarEnd : T::BlockEnd, "", {}, pos_of(p)});
+          return p + 2;
+        }
+      }
+      Pos at = pos_of(p);
+      char c = src_[p];
+      if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
+        size_t q = p;
+        while (q < n && (std::isalnum(static_cast<unsigned char>(src_[q])) || src_[q] == '_')) ++q;
+        toks_.push_back({T::Name, src_.substr(p, q - p), {}, at});
+        p = q;
+      } else if (std::isdigit(static_cast<unsigned char>(c))) {
+        p = lex_number(p, at);
+      } else if (c == '\'' || c == '"') {
+        p = lex_string(p, at);
+      } else {
+        std::string op;
+        for (const char* t : two_ops)
+          if (src_.compare(p, 2, t) == 0) op = t;
+        if (op.empty()) {
+          if (std::string("+-*/%~<>=()[]{},.:|").find(c) == std::string::npos)
+            error_at(at, std::string("unexpected character '") + c + "' in a tag");
+          op = std::string(1, c);
+        }
+        if (op == "(" || op == "[" || op == "{") ++depth;
+        if ((op == ")" || op == "]" || op == "}") && depth > 0) --depth;
+        toks_.push_back({T::Op, op, {}, at});
+        p += op.size();
+      }
+    }
+  }
+
+  size_t lex_number(size_t p, Pos at) {
+    const size_t n = src_.size();
+    auto digits = [&](size_t q) {
+      while (q < n && (std::isdigit(static_cast<unsigned char>(src_[q])) || src_[q] == '_')) ++q;
+      return q;
+    };
+    size_t q = digits(p);
+    bool is_float = false;
+    if (q + 1 < n && src_[q] == '.' && std::isdigit(static_cast<unsigned char>(src_[q + 1]))) {
+      q = digits(q + 1);
+      is_float = true;
+    }
+    if (q < n && (src_[q] == 'e' || src_[q] == 'E')) {
+      size_t r = q + 1;
+      if (r < n && (src_[r] == '+' || src_[r] == '-')) ++r;
+      if (r < n && std::isdigit(static_cast<unsigned char>(src_[r]))) {
+        q = digits(r);
+        is_float = true;
+      }
+    }
+    std::string text;
+    for (size_t i = p; i < q; ++i)
+      if (src_[i] != '_') text += src_[i];
+    Token t{is_float ? T::Float : T::Int, text, {}, at};
+    try {
+      if (is_float) t.number = std::stod(text);
+      else t.number = int64_t(std::stoll(text));
+    } catch (const std::exception&) {
+      error_at(at, "number '" + text + "' is out of range");
+    }
+    toks_.push_back(std::move(t));
+    return q;
+  }
+
+  static int hex_val(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  }
+
+  // A Python string literal with its escapes (\n \t \r \\ \' \" \b \f \v \a \0 \xNN \uNNNN \UNNNNNNNN);
+  // an unknown escape keeps its backslash, as Python does.
+  size_t lex_string(size_t p, Pos at) {
+    const size_t n = src_.size();
+    char q = src_[p++];
+    std::string out;
+    while (true) {
+      if (p >= n) error_at(at, "string literal is never closed");
+      char c = src_[p];
+      if (c == q) break;
+      if (c != '\\') {
+        out += c;
+        ++p;
+        continue;
+      }
+      if (p + 1 >= n) error_at(at, "string literal is never closed");
+      char e = src_[p + 1];
+      p += 2;
+      switch (e) {
+        case 'n': out += '\n'; break;
+        case 't': out += '\t'; break;
+        case 'r': out += '\r'; break;
+        case 'b': out += '\b'; break;
+        case 'f': out += '\f'; break;
+        case 'v': out += '\v'; break;
+        case 'a': out += '\a'; break;
+        case '0': out += '\0'; break;
+        case '\\': out += '\\'; break;
+        case '\'': out += '\''; break;
+        case '"': out += '"'; break;
+        case '\n': break;  // line continuation
+        case 'x':
+        case 'u':
+        case 'U': {
+          int len = e == 'x' ? 2 : e == 'u' ? 4 : 8;
+          uint32_t cp = 0;
+          for (int k = 0; k < len; ++k) {
+            int h = p + k < n ? hex_val(src_[p + k]) : -1;
+            if (h < 0) error_at(at, std::string("bad \\") + e + " escape in a string literal");
+            cp = cp * 16 + uint32_t(h);
+          }
+          if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+            error_at(at, "escape in a string literal is not a valid code point");
+          py::utf8_append(out, cp);
+          p += len;
+          break;
+        }
+        default:
+          out += '\\';
+          out += e;
+      }
+    }
+    toks_.push_back({T::String, out, {}, at});
+    return p + 1;
+  }
+};
+
+// ---- parser -----------------------------------------------------------------------------------------------
+
+class Parser {
+ public:
+  explicit Parser(std::vector<Token> toks) : t_(std::move(toks)) {}
+
+  Body parse_template() {
+    std::string stop;
+    return parse_body({}, "", {}, &stop);
+  }
+
+ private:
+  std::vector<Token> t_;
+  size_t i_ = 0;
+  int depth_ = 0;
+
+  static Node mk(Node::Kind k, Pos p) {
+    Node n;
+    n.kind = k;
+    n.pos = p;
+    return n;
+  }
+
+  const Token& peek(size_t k = 0) const { return t_[std::min(i_ + k, t_.size() - 1)]; }
+  const Token& next() {
+    const Token& t = peek();
+    if (i_ < t_.size() - 1) ++i_;
+    return t;
+  }
+  bool is_op(const std::string& op, size_t k = 0) const { return peek(k).type == T::Op && peek(k).text == op; }
+  bool is_name(const std::string& n, size_t k = 0) const { return peek(k).type == T::Name && peek(k).text == n; }
+
+  static std::string describe(const Token& t) {
+    switch (t.type) {
+      case T::Text: return "text";
+      case T::VarBegin: return "'{{'";
+      case T::VarEnd: return "'}}'";
+      case T::BlockBegin: return "'{%'";
+      case T::BlockEnd: return "'%}'";
+      case T::Name: return "'" + t.text + "'";
+      case T::Int:
+      case T::Float: return "number " + t.text;
+      case T::String: return "a string";
+      case T::Op: return "'" + t.text + "'";
+      case T::End: return "the end of the template";
+    }
+    return "?";
+  }
+
+  void expect_op(const std::string& op) {
+    if (!is_op(op)) error_at(peek().pos, "expected '" + op + "', found " + describe(peek()));
+    next();
+  }
+  void expect(T type, const std::string& what) {
+    if (peek().type != type) error_at(peek().pos, "expected " + what + ", found " + describe(peek()));
+    next();
+  }
+  std::string expect_name() {
+    if (peek().type != T::Name) error_at(peek().pos, "expected a name, found " + describe(peek()));
+    return next().text;
+  }
+
+  // ---- statements ----
+
+  // Parses nodes until a `{% <stop> %}` tag (consumes "{%" and the stop word) or the end of the template.
+  Body parse_body(const std::set<std::string>& stops, const std::string& opener, Pos opener_pos, std::string* stopped) {
+    Body body;
+    while (true) {
+      const Token& t = peek();
+      if (t.type == T::End) {
+        if (!stops.empty())
+          error_at(opener_pos, "'" + opener + "' is never closed (expected {% " + *stops.rbegin() + " %})");
+        return body;
+      }
+      if (t.type == T::Text) {
+        Node n = mk(Node::Text, t.pos);
+        n.text = next().text;
+        body.push_back(std::move(n));
+      } else if (t.type == T::VarBegin) {
+        Node n = mk(Node::Output, t.pos);
+        next();
+        n.expr = parse_expression();
+        expect(T::VarEnd, "'}}'");
+        body.push_back(std::move(n));
+      } else if (t.type == T::BlockBegin) {
+        const Token& w = peek(1);
+        if (w.type == T::Name && stops.count(w.text)) {
+          next();
+          *stopped = next().text;
+          return body;
+        }
+        parse_statement(body);
+      } else {
+        error_at(t.pos, "unexpected " + describe(t));
+      }
+    }
+  }
+
+  void parse_statement(Body& body) {
+    Pos at = next().pos;  // "{%"
+    if (peek().type != T::Name) error_at(peek().pos, "expected a tag name after '{%', found " + describe(peek()));
+    const Token& w = next();
+    const std::string& word = w.text;
+    if (word == "set") {
+      body.push_back(parse_set(at));
+    } else if (word == "if") {
+      body.push_back(parse_if(at));
+    } else if (word == "for") {
+      body.push_back(parse_for(at));
+    } else if (word == "break" || word == "continue") {
+      expect(T::BlockEnd, "'%}'");
+      body.push_back(mk(word == "break" ? Node::Break : Node::Continue, at));
+    } else if (word == "generation" || word == "endgeneration") {
+      expect(T::BlockEnd, "'%}'");  // transformers' assistant-mask marker: renders nothing
+    } else if (word == "elif" || word == "else" || word == "endif" || word == "endfor") {
+      error_at(w.pos, "unexpected '{% " + word + " %}' with no open block it could belong to");
+    } else {
+      error_at(w.pos, "unsupported tag '" + word +
+                          "' (supported: set, if/elif/else/endif, for/else/endfor, break, continue)");
+    }
+  }
+
+  Node parse_set(Pos at) {
+    Node n = mk(Node::Set, at);
+    n.targets.push_back(expect_name());
+    if (is_op(".")) {
+      next();
+      n.targets.push_back(expect_name());
+      n.set_attr = true;
+    }
+    if (is_op(",")) error_at(peek().pos, "'set' with several targets is not supported");
+    if (peek().type == T::BlockEnd) error_at(peek().pos, "block 'set' ({% set x %}...{% endset %}) is not supported");
+    expect_op("=");
+    n.expr = parse_expression();
+    expect(T::BlockEnd, "'%}'");
+    return n;
+  }
+
+  Node parse_if(Pos at) {
+    Node n = mk(Node::If, at);
+    ExprP cond = parse_expression();
+    expect(T::BlockEnd, "'%}'");
+    while (true) {
+      std::string stop;
+      Body b = parse_body({"elif", "else", "endif"}, "{% if %}", at, &stop);
+      n.branches.emplace_back(std::move(cond), std::move(b));
+      if (stop == "elif") {
+        cond = parse_expression();
+        expect(T::BlockEnd, "'%}'");
+      } else if (stop == "else") {
+        expect(T::BlockEnd, "'%}'");
+        std::string end;
+        Body eb = parse_body({"endif"}, "{% if %}", at, &end);
+        n.branches.emplace_back(nullptr, std::move(eb));
+        expect(T::BlockEnd, "'%}'");
+        return n;
+      } else {
+        expect(T::BlockEnd, "'%}'");
+        return n;
+      }
+    }
+  }
+
+  Node parse_for(Pos at) {
+    Node n = mk(Node::For, at);
+    n.targets.push_back(expect_name());
+    while (is_op(",")) {
+      next();
+      n.targets.push_back(expect_name());
+    }
+    if (!is_name("in")) error_at(peek().pos, "expected 'in' in a for loop, found " + describe(peek()));
+    next();
+    n.expr = parse_or();
+    if (is_name("if")) {
+      next();
+      n.loop_filter = parse_or();
+    }
+    if (is_name("recursive")) error_at(peek().pos, "recursive for loops are not supported");
+    expect(T::BlockEnd, "'%}'");
+    std::string stop;
+    n.body = parse_body({"else", "endfor"}, "{% for %}", at, &stop);
+    if (stop == "else") {
+      expect(T::BlockEnd, "'%}'");
+      n.else_body = parse_body({"endfor"}, "{% for %}", at, &stop);
+    }
+    expect(T::BlockEnd, "'%}'");
+    return n;
+  }
+
+  // ---- expressions (Jinja's precedence, lowest first) ----
+
+  struct DepthGuard {
+    Parser& p;
+    explicit DepthGuard(Parser& p_) : p(p_) {
+      if (++p.depth_ > 200) error_at(p.peek().pos, "expression is nested too deeply");
+    }
+    ~DepthGuard() { --p.depth_; }
+  };
+
+  static ExprP make(Expr::Kind k, Pos p) {
+    auto e = std::make_unique<Expr>();
+    e->kind = k;
+    e->pos = p;
+    return e;
+  }
+  static ExprP binary(const std::string& op, ExprP a, ExprP b, Pos p) {
+    ExprP e = make(Expr::Binary, p);
+    e->name = op;
+    e->args.push_back(std::move(a));
+    e->args.push_back(std::move(b));
+    return e;
+  }
+
+  ExprP parse_expression() {
+    DepthGuard g(*this);
+    ExprP e = parse_or();
+    if (is_name("if")) {
+      Pos p = next().pos;
+      ExprP c = make(Expr::Cond, p);
+      c->args.push_back(std::move(e));
+      c->args.push_back(parse_or());
+      if (is_name("else")) {
+        next();
+        c->args.push_back(parse_expression());
+      } else {
+        c->args.push_back(nullptr);
+      }
+      return c;
+    }
+    return e;
+  }
+
+  ExprP parse_or() {
+    ExprP e = parse_and();
+    while (is_name("or")) {
+      Pos p = next().pos;
+      e = binary("or", std::move(e), parse_and(), p);
+    }
+    return e;
+  }
+  ExprP parse_and() {
+    ExprP e = parse_not();
+    while (is_name("and")) {
+      Pos p = next().pos;
+      e = binary("and", std::move(e), parse_not(), p);
+    }
+    return e;
+  }
+  ExprP parse_not() {
+    DepthGuard g(*this);
+    if (is_name("not")) {
+      Pos p = next().pos;
+      ExprP e = make(Expr::Unary, p);
+      e->name = "not";
+      e->args.push_back(parse_not());
+      return e;
+    }
+    return parse_compare();
+  }
+  ExprP parse_compare() {
+    ExprP e = parse_math1();
+    bool compared = false;
+    while (true) {
+      std::string op;
+      Pos p = peek().pos;
+      if (peek().type == T::Op && (peek().text == "==" || peek().text == "!=" || peek().text == "<" ||
+                                   peek().text == ">" || peek().text == "<=" || peek().text == ">=")) {
+        op = next().text;
+      } else if (is_name("in")) {
+        next();
+        op = "in";
+      } else if (is_name("not") && is_name("in", 1)) {
+        next();
+        next();
+        op = "not in";
+      } else {
+        return e;
+      }
+      if (compared) error_at(p, "chained comparisons (a < b < c) are not supported; use 'and'");
+      compared = true;
+      e = binary(op, std::move(e), parse_math1(), p);
+    }
+  }
+  ExprP parse_math1() {
+    ExprP e = parse_concat();
+    while (is_op("+") || is_op("-")) {
+      const Token& t = next();
+      e = binary(t.text, std::move(e), parse_concat(), t.pos);
+    }
+    return e;
+  }
+  ExprP parse_concat() {
+    ExprP e = parse_math2();
+    while (is_op("~")) {
+      Pos p = next().pos;
+      e = binary("~", std::move(e), parse_math2(), p);
+    }
+    return e;
+  }
+  ExprP parse_math2() {
+    ExprP e = parse_pow();
+    while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
+      const Token& t = next();
+      e = binary(t.text, std::move(e), parse_pow(), t.pos);
+    }
+    return e;
+  }
+  ExprP parse_pow() {
+    ExprP e = parse_unary(true);
+    while (is_op("**")) {
+      Pos p = next().pos;
+      e = binary("**", std::move(e), parse_unary(true), p);
+    }
+    return e;
+  }
+  ExprP parse_unary(bool with_filter) {
+    DepthGuard g(*this);
+    ExprP e;
+    if (is_op("-") || is_op("+")) {
+      const Token& t = next();
+      e = make(Expr::Unary, t.pos);
+      e->name = t.text;
+      e->args.push_back(parse_unary(false));
+    } else {
+      e = parse_primary();
+    }
+    e = parse_postfix(std::move(e));
+    if (with_filter) e = parse_filters(std::move(e));
+    return e;
+  }
+
+  ExprP parse_primary() {
+    const Token& t = peek();
+    switch (t.type) {
+      case T::Name: {
+        next();
+        ExprP e = make(Expr::Literal, t.pos);
+        if (t.text == "true" || t.text == "True") e->value = true;
+        else if (t.text == "false" || t.text == "False") e->value = false;
+        else if (t.text == "none" || t.text == "None") e->value = nullptr;
+        else {
+          e->kind = Expr::Name;
+          e->name = t.text;
+        }
+        return e;
+      }
+      case T::String: {
+        ExprP e = make(Expr::Literal, t.pos);
+        std::string s;
+        while (peek().type == T::String) s += next().text;  // adjacent literals concatenate
+        e->value = s;
+        return e;
+      }
+      case T::Int:
+      case T::Float: {
+        next();
+        ExprP e = make(Expr::Literal, t.pos);
+        e->value = t.number;
+        return e;
+      }
+      case T::Op:
+        if (t.text == "(") {
+          next();
+          ExprP e = parse_expression();
+          if (is_op(",")) {  // a tuple: behaves as a list here
+            ExprP l = make(Expr::List, t.pos);
+            l->args.push_back(std::move(e));
+            while (is_op(",")) {
+              next();
+              if (is_op(")")) break;
+              l->args.push_back(parse_expression());
+            }
+            e = std::move(l);
+          }
+          expect_op(")");
+          return e;
+        }
+        if (t.text == "[") {
+          next();
+          ExprP l = make(Expr::List, t.pos);
+          while (!is_op("]")) {
+            l->args.push_back(parse_expression());
+            if (!is_op(",")) break;
+            next();
+          }
+          expect_op("]");
+          return l;
+        }
+        if (t.text == "{") {
+          next();
+          ExprP d = make(Expr::Dict, t.pos);
+          while (!is_op("}")) {
+            d->args.push_back(parse_expression());
+            expect_op(":");
+            d->args.push_back(parse_expression());
+            if (!is_op(",")) break;
+            next();
+          }
+          expect_op("}");
+          return d;
+        }
+        break;
+      default: break;
+    }
+    error_at(t.pos, "expected an expression, found " + describe(t));
+  }
+
+  void parse_call_args(Expr& e) {
+    expect_op("(");
+    while (!is_op(")")) {
+      if (peek().type == T::Name && is_op("=", 1)) {
+        std::string k = next().text;
+        next();
+        e.kwargs.emplace_back(k, parse_expression());
+      } else {
+        if (!e.kwargs.empty()) error_at(peek().pos, "positional argument after a keyword argument");
+        e.args.push_back(parse_expression());
+      }
+      if (!is_op(",")) break;
+      next();
+    }
+    expect_op(")");
+  }
+
+  ExprP parse_postfix(ExprP e) {
+    while (true) {
+      if (is_op(".")) {
+        Pos p = next().pos;
+        if (peek().type == T::Int) {  // x.0 is x[0]
+          ExprP g = make(Expr::GetItem, p);
+          ExprP idx = make(Expr::Literal, peek().pos);
+          idx->value = next().number;
+          g->args.push_back(std::move(e));
+          g->args.push_back(std::move(idx));
+          e = std::move(g);
+          continue;
+        }
+        ExprP g = make(Expr::GetAttr, p);
+        g->name = expect_name();
+        g->args.push_back(std::move(e));
+        e = std::move(g);
+      } else if (is_op("[")) {
+        Pos p = next().pos;
+        ExprP parts[3];
+        bool slice = false;
+        if (!is_op(":")) parts[0] = parse_expression();
+        for (int k = 1; k < 3 && is_op(":"); ++k) {
+          next();
+          slice = true;
+          if (!is_op(":") && !is_op("]")) parts[k] = parse_expression();
+        }
+        expect_op("]");
+        ExprP g = make(slice ? Expr::Slice : Expr::GetItem, p);
+        g->args.push_back(std::move(e));
+        if (!slice && !parts[0]) error_at(p, "empty subscript");
+        g->args.push_back(std::move(parts[0]));
+        if (slice) {
+          g->args.push_back(std::move(parts[1]));
+          g->args.push_back(std::move(parts[2]));
+        }
+        e = std::move(g);
+      } else if (is_op("(")) {
+        ExprP c = make(Expr::Call, peek().pos);
+        c->args.push_back(std::move(e));
+        parse_call_args(*c);
+        e = std::move(c);
+      } else {
+        return e;
+      }
+    }
+  }
+
+  ExprP parse_filters(ExprP e) {
+    while (true) {
+      if (is_op("|")) {
+        Pos p = next().pos;
+        ExprP f = make(Expr::Filter, p);
+        f->name = expect_name();
+        f->args.push_back(std::move(e));
+        if (is_op("(")) parse_call_args(*f);
+        e = std::move(f);
+      } else if (is_name("is")) {
+        Pos p = next().pos;
+        ExprP t = make(Expr::Test, p);
+        if (is_name("not")) {
+          next();
+          t->negated = true;
+        }
+        t->name = expect_name();
+        t->args.push_back(std::move(e));
+        if (is_op("(")) {
+          parse_call_args(*t);
+        } else {
+          const Token& a = peek();
+          static const std::set<std::string> stop = {"else", "or", "and", "if", "in", "is", "not"};
+          bool arg = a.type == T::String || a.type == T::Int || a.type == T::Float ||
+                     (a.type == T::Name && !stop.count(a.text));
+          if (arg) t->args.push_back(parse_primary());
+        }
+        e = std::move(t);
+      } else {
+        return e;
+      }
+    }
+  }
+};
+
+}  // namespace
+
+Body parse(const std::string& source) {
+  Lexer lx(source);
+  Parser p(lx.run());
+  return p.parse_template();
+}
+
+}  // namespace ernie::jinja

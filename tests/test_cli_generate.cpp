@@ -1,0 +1,236 @@
+// `ernie-image generate` and `encode` through the binary: PNG with both metadata chunks, batch naming,
+// latents save/restore reproducing the same bytes, and every bad input failing before compute with its
+// message and no file written.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include <unistd.h>
+
+#include "cli.h"
+#include "golden.h"
+#include "io/png.h"
+#include "io/safetensors.h"
+
+using namespace ernie;
+using test::run_cli;
+using test::TempDir;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string tiny_gen(const std::string& extra) {
+  return "generate --model '" + test::tiny_model() + "' -p 'a cat' -W 16 -H 16 --steps 2 --threads 1 " + extra;
+}
+
+std::vector<char> bytes_of(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+size_t files_in(const TempDir& d) {
+  size_t n = 0;
+  for (auto& e : fs::directory_iterator(d.path)) n += e.is_regular_file();
+  return n;
+}
+
+}  // namespace
+
+TEST(CliGenerate, WritesPngWithBothMetadataChunks) {
+  TempDir d;
+  std::string out = d.str() + "/a.png";
+  auto r = run_cli(tiny_gen("--seed 3 -n blurry --cfg 2.5 -o '" + out + "'"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find(out), std::string::npos) << r.out;  // the path is printed
+  PngImage img = read_png(out);
+  EXPECT_EQ(img.width, 16);
+  EXPECT_EQ(img.height, 16);
+  ASSERT_TRUE(img.text.count("parameters")) << "no parameters chunk";
+  const std::string& a1111 = img.text["parameters"];
+  EXPECT_EQ(a1111.rfind("a cat\nNegative prompt: blurry\nSteps: 2, Sampler: Euler", 0), 0u) << a1111;
+  EXPECT_NE(a1111.find("CFG scale: 2.5, Seed: 3, Size: 16x16, Model: "), std::string::npos) << a1111;
+  EXPECT_NE(a1111.find("Version: ernie-image "), std::string::npos) << a1111;
+  ASSERT_TRUE(img.text.count("ernie-image")) << "no ernie-image chunk";
+  auto j = nlohmann::json::parse(img.text["ernie-image"]);
+  EXPECT_EQ(j["prompt"], "a cat");
+  EXPECT_EQ(j["negative_prompt"], "blurry");
+  EXPECT_EQ(j["revised_prompt"], "a cat");
+  EXPECT_EQ(j["steps"], 2);
+  EXPECT_DOUBLE_EQ(j["cfg"].get<double>(), 2.5);
+  EXPECT_EQ(j["seed"], 3);
+  EXPECT_EQ(j["width"], 16);
+  EXPECT_EQ(j["height"], 16);
+  EXPECT_TRUE(j["model"].is_string());
+  EXPECT_EQ(j["engine"].get<std::string>().rfind("ernie-image ", 0), 0u);
+}
+
+TEST(CliGenerate, BatchNamesWithIndex) {
+  TempDir d;
+  auto r = run_cli(tiny_gen("--seed 9 --batch 2 --quiet -o '" + d.str() + "/img_%03d.png'"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out, "");  // --quiet
+  ASSERT_TRUE(fs::exists(d.path / "img_000.png"));
+  ASSERT_TRUE(fs::exists(d.path / "img_001.png"));
+  EXPECT_EQ(files_in(d), 2u);
+  PngImage a = read_png((d.path / "img_000.png").string()), b = read_png((d.path / "img_001.png").string());
+  EXPECT_NE(a.rgb, b.rgb);
+  auto ja = nlohmann::json::parse(a.text["ernie-image"]), jb = nlohmann::json::parse(b.text["ernie-image"]);
+  EXPECT_EQ(ja["seed"], 9);
+  EXPECT_EQ(jb["seed"], 10);  // image i uses seed + i
+  EXPECT_EQ(jb["batch_index"], 1);
+  // Image 1 of the batch is reproduced alone with its own seed.
+  auto r2 = run_cli(tiny_gen("--seed 10 --quiet -o '" + d.str() + "/single.png'"));
+  ASSERT_EQ(r2.status, 0) << r2.out;
+  PngImage s = read_png((d.path / "single.png").string());
+  int maxd = 0;
+  for (size_t i = 0; i < s.rgb.size(); ++i) maxd = std::max(maxd, std::abs(int(s.rgb[i]) - int(b.rgb[i])));
+  EXPECT_LE(maxd, 1);
+}
+
+TEST(CliGenerate, BatchWithoutIndexGetsSuffix) {
+  TempDir d;
+  auto r = run_cli(tiny_gen("--batch 2 --quiet -o '" + d.str() + "/x.png'"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(fs::exists(d.path / "x_0.png"));
+  EXPECT_TRUE(fs::exists(d.path / "x_1.png"));
+}
+
+TEST(CliGenerate, SavedLatentsReproduceTheSameBytes) {
+  TempDir d;
+  std::string lat = d.str() + "/noise.safetensors";
+  auto r1 = run_cli(tiny_gen("--seed 5 --quiet --save-latents '" + lat + "' -o '" + d.str() + "/a.png'"));
+  ASSERT_EQ(r1.status, 0) << r1.out;
+  auto f = SafeTensorsFile::open(lat);
+  ASSERT_NE(f->find("latents"), nullptr);
+  EXPECT_EQ(f->find("latents")->shape, (Shape{1, 32, 4, 4}));
+  // No --seed, no size: both come from the file.
+  auto r2 = run_cli("generate --model '" + test::tiny_model() + "' -p 'a cat' --steps 2 --threads 1 --quiet "
+                    "--init-latents '" + lat + "' -o '" + d.str() + "/b.png'");
+  ASSERT_EQ(r2.status, 0) << r2.out;
+  EXPECT_EQ(bytes_of(d.str() + "/a.png"), bytes_of(d.str() + "/b.png"));
+  auto r3 = run_cli(tiny_gen("--seed 6 --quiet -o '" + d.str() + "/c.png'"));
+  ASSERT_EQ(r3.status, 0) << r3.out;
+  EXPECT_NE(read_png(d.str() + "/a.png").rgb, read_png(d.str() + "/c.png").rgb);
+}
+
+TEST(CliGenerate, ProgressJsonLines) {
+  TempDir d;
+  auto r = run_cli(tiny_gen("--progress json -o '" + d.str() + "/a.png'"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::vector<std::string> phases;
+  int denoise_last = -1;
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] != '{') continue;
+    auto j = nlohmann::json::parse(line);
+    std::string ph = j["phase"];
+    if (phases.empty() || phases.back() != ph) phases.push_back(ph);
+    if (ph == "denoise") denoise_last = j["step"];
+  }
+  EXPECT_EQ(phases, (std::vector<std::string>{"load", "encode", "denoise", "decode"})) << r.out;
+  EXPECT_EQ(denoise_last, 2);
+}
+
+struct BadCase {
+  std::string name, args, message;
+};
+
+void PrintTo(const BadCase& c, std::ostream* os) { *os << c.name; }
+
+class CliBadInput : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(CliBadInput, FailsWithMessageAndWritesNothing) {
+  TempDir d;
+  std::string args = GetParam().args;
+  for (size_t p; (p = args.find("{D}")) != std::string::npos;) args.replace(p, 3, d.str());
+  for (size_t p; (p = args.find("{M}")) != std::string::npos;) args.replace(p, 3, test::tiny_model());
+  if (args.find("{L}") != std::string::npos) {  // a latents file for a 16x16 image
+    std::string lat = d.str() + "/lat/wrong.safetensors";
+    fs::create_directories(d.path / "lat");
+    save_safetensors(lat, {{"latents", Tensor::zeros({1, 32, 4, 4}, DType::F32)}});
+    args.replace(args.find("{L}"), 3, lat);
+  }
+  auto r = run_cli(args);
+  EXPECT_NE(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find(GetParam().message), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("denoise"), std::string::npos) << "compute started: " << r.out;
+  EXPECT_EQ(files_in(d), 0u);
+}
+
+const std::string kGen = "generate --model '{M}' -p 'a cat' --steps 2 --progress json ";
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, CliBadInput,
+    ::testing::Values(
+        BadCase{"size_not_multiple", kGen + "-W 18 -H 16 -o '{D}/x.png'", "width 18 is not a multiple of 4"},
+        BadCase{"too_wide", kGen + "-W 8192 -H 16 -o '{D}/x.png'", "limit of 4096 pixels per side"},
+        BadCase{"too_many_pixels", kGen + "-W 4096 -H 4096 -o '{D}/x.png'", "pixels per image"},
+        BadCase{"zero_width", kGen + "-W 0 -H 16 -o '{D}/x.png'", "width 0 must be positive"},
+        BadCase{"zero_batch", kGen + "-W 16 -H 16 --batch 0 -o '{D}/x.png'", "number of images 0"},
+        BadCase{"zero_steps", "generate --model '{M}' -p 'a cat' -W 16 -H 16 --steps 0 -o '{D}/x.png'",
+                "steps 0 must be at least 1"},
+        BadCase{"negative_cfg", kGen + "-W 16 -H 16 --cfg -2 -o '{D}/x.png'", "must not be negative"},
+        BadCase{"missing_folder", kGen + "-W 16 -H 16 -o '{D}/no/such/dir/x.png'", "does not exist"},
+        BadCase{"not_png", kGen + "-W 16 -H 16 -o '{D}/x.jpg'", "must be a .png file"},
+        BadCase{"bad_pattern", kGen + "-W 16 -H 16 --batch 2 -o '{D}/x_%s.png'", "only %d"},
+        BadCase{"bad_latents_path", kGen + "-W 16 -H 16 --save-latents '{D}/nodir/l.safetensors' -o '{D}/x.png'",
+                "does not exist"},
+        BadCase{"missing_model", "generate --model '{D}/nomodel' -p 'a cat' -W 16 -H 16 -o '{D}/x.png'",
+                "model folder not found"},
+        BadCase{"init_latents_shape", kGen + "-W 32 -H 16 --init-latents '{L}' -o '{D}/x.png'",
+                "does not match [1, 32, 4, 8]"},
+        BadCase{"init_latents_missing", kGen + "-W 16 -H 16 --init-latents '{D}/none.safetensors' -o '{D}/x.png'",
+                "none.safetensors"},
+        BadCase{"bad_dtype", kGen + "-W 16 -H 16 --dtype f64 -o '{D}/x.png'", "unknown type 'f64'"},
+        BadCase{"bad_device", kGen + "-W 16 -H 16 --device tpu -o '{D}/x.png'", "tpu"}),
+    [](const auto& info) { return info.param.name; });
+
+// The unwritable-output case needs a read-only folder (root ignores permissions: skip then).
+TEST(CliGenerate, UnwritableFolderFailsBeforeCompute) {
+  if (::geteuid() == 0) GTEST_SKIP() << "root can write anywhere";
+  TempDir d;
+  fs::create_directories(d.path / "ro");
+  fs::permissions(d.path / "ro", fs::perms::owner_read | fs::perms::owner_exec);
+  auto r = run_cli("generate --model '" + test::tiny_model() +
+                   "' -p 'a cat' -W 16 -H 16 --steps 2 --progress json -o '" + d.str() + "/ro/x.png'");
+  fs::permissions(d.path / "ro", fs::perms::owner_all);
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("not writable"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("denoise"), std::string::npos) << r.out;
+}
+
+TEST(CliGenerate, OutputThatIsAFolderFails) {
+  TempDir d;
+  fs::create_directories(d.path / "x.png");
+  auto r = run_cli(tiny_gen("--progress json -o '" + d.str() + "/x.png'"));
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("is a folder"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("denoise"), std::string::npos) << r.out;
+}
+
+TEST(CliGenerate, CorruptModelFileFails) {
+  TempDir d;
+  fs::copy(test::tiny_model(), d.path / "model", fs::copy_options::recursive);
+  for (auto& e : fs::directory_iterator(d.path / "model" / "transformer"))
+    if (e.path().extension() == ".safetensors") fs::resize_file(e.path(), fs::file_size(e.path()) / 2);
+  auto r = run_cli("generate --model '" + d.str() + "/model' -p 'a cat' -W 16 -H 16 --steps 2 -o '" + d.str() + "/x.png'");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("transformer"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(d.path / "x.png"));
+}
+
+TEST(CliEncode, WritesHiddenMatchingGolden) {
+  TempDir d;
+  std::string out = d.str() + "/e.safetensors";
+  auto r = run_cli("encode --model '" + test::tiny_model() + "' -p 'a cat' -o '" + out + "'");
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto f = SafeTensorsFile::open(out);
+  EXPECT_TRUE(test::tensors_close(f->tensor("hidden"), test::golden_tensor("te.0.hidden"), test::kCpuRelL2));
+  auto bad = run_cli("encode --model '" + test::tiny_model() + "' -p 'a cat' -o '" + d.str() + "/e.bin'");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.out.find("must be a .safetensors file"), std::string::npos) << bad.out;
+}

@@ -1,0 +1,111 @@
+// Request defaults and validation (no weights needed), and the documented initial-noise generator.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/error.h"
+#include "golden.h"
+#include "pipeline/request.h"
+#include "pipeline/noise.h"
+
+using namespace ernie;
+
+namespace {
+ModelLimits tiny_limits() {
+  ModelLimits l;
+  l.scale_factor = 4;
+  l.latent_channels = 32;
+  return l;
+}
+std::string error_of(const GenerateRequest& r, const ModelLimits& l) {
+  try {
+    resolve_request(r, l);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+GenerateRequest req(int w, int h) {
+  GenerateRequest r;
+  r.prompt = "a cat";
+  r.width = w;
+  r.height = h;
+  return r;
+}
+}  // namespace
+
+TEST(Request, DefaultsFollowTheVariant) {
+  ModelLimits l = tiny_limits();
+  GenerateRequest r = resolve_request(GenerateRequest{}, l);
+  EXPECT_EQ(r.width, 1024);
+  EXPECT_EQ(r.height, 1024);
+  EXPECT_EQ(r.steps, 50);
+  EXPECT_EQ(r.cfg, 4.0f);
+  l.turbo = true;
+  r = resolve_request(GenerateRequest{}, l);
+  EXPECT_EQ(r.steps, 8);
+  EXPECT_EQ(r.cfg, 1.0f);
+  GenerateRequest explicit_ = req(64, 32);
+  explicit_.steps = 3;
+  explicit_.cfg = 0;
+  r = resolve_request(explicit_, l);
+  EXPECT_EQ(r.steps, 3);
+  EXPECT_EQ(r.cfg, 0.0f);
+}
+
+TEST(Request, BadInputsHaveClearMessages) {
+  ModelLimits l = tiny_limits();
+  EXPECT_NE(error_of(req(18, 16), l).find("width 18 is not a multiple of 4"), std::string::npos);
+  EXPECT_NE(error_of(req(16, 30), l).find("height 30 is not a multiple of 4"), std::string::npos);
+  EXPECT_NE(error_of(req(8192, 16), l).find("limit of 4096 pixels per side"), std::string::npos);
+  EXPECT_NE(error_of(req(4096, 4096), l).find("pixels per image"), std::string::npos);
+  EXPECT_NE(error_of(req(-4, 16), l).find("must be positive"), std::string::npos);
+  GenerateRequest r = req(16, 16);
+  r.steps = -1;
+  EXPECT_NE(error_of(r, l).find("at least 1"), std::string::npos);
+  r = req(16, 16);
+  r.cfg = -2;
+  EXPECT_NE(error_of(r, l).find("must not be negative"), std::string::npos);
+  r.cfg = NAN;
+  EXPECT_NE(error_of(r, l).find("finite"), std::string::npos);
+  r = req(16, 16);
+  r.num_images = 0;
+  EXPECT_NE(error_of(r, l).find("number of images"), std::string::npos);
+  EXPECT_EQ(error_of(req(16, 16), l), "");
+}
+
+TEST(Request, InitLatentsMustMatchTheRequest) {
+  ModelLimits l = tiny_limits();
+  GenerateRequest r = req(16, 24);
+  r.init_latents = Tensor::zeros({1, 32, 6, 4}, DType::F32);
+  EXPECT_EQ(error_of(r, l), "");
+  r.init_latents = Tensor::zeros({1, 32, 4, 6}, DType::F32);  // transposed
+  EXPECT_NE(error_of(r, l).find("does not match [1, 32, 6, 4]"), std::string::npos) << error_of(r, l);
+  r.init_latents = Tensor::zeros({2, 32, 6, 4}, DType::F32);  // batch
+  EXPECT_NE(error_of(r, l).find("does not match"), std::string::npos);
+  std::vector<float> v(32 * 24, 0.f);
+  v[5] = INFINITY;
+  r.init_latents = Tensor::from_vector(v, {1, 32, 6, 4});
+  EXPECT_NE(error_of(r, l).find("non-finite"), std::string::npos);
+}
+
+TEST(Noise, DeterministicPerImageSeeds) {
+  Tensor a = initial_noise({2, 8, 4, 4}, 42), b = initial_noise({2, 8, 4, 4}, 42);
+  EXPECT_EQ(a.to_vector(), b.to_vector());
+  // Image 1 of a batch is the single image of seed + 1.
+  Tensor one = initial_noise({1, 8, 4, 4}, 43);
+  std::vector<float> av = a.to_vector(), ov = one.to_vector();
+  EXPECT_TRUE(std::equal(ov.begin(), ov.end(), av.begin() + 128));
+  EXPECT_NE(initial_noise({1, 8, 4, 4}, 42).to_vector(), ov);
+}
+
+TEST(Noise, IsStandardNormal) {
+  std::vector<float> v = initial_noise({1, 32, 64, 64}, 7).to_vector();
+  double mean = 0, var = 0;
+  for (float x : v) mean += x;
+  mean /= double(v.size());
+  for (float x : v) var += (x - mean) * (x - mean);
+  var /= double(v.size());
+  EXPECT_NEAR(mean, 0.0, 0.02);
+  EXPECT_NEAR(var, 1.0, 0.02);
+}

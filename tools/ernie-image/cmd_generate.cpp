@@ -1,0 +1,142 @@
+// ernie-image generate --model DIR -p PROMPT [-n NEGATIVE] [-W 1024 -H 1024] [--steps N] [--cfg S] [--seed N]
+//   [--batch N] [-o out.png] [--device cpu|cuda[:i]] [--dtype f32|bf16] [--threads N] [--init-latents F]
+//   [--save-latents F] [--quiet] [--progress bar|json] [--pe]
+// Everything a user can get wrong is checked before the weights are loaded.
+#include <cstdio>
+#include <random>
+
+#include "commands.h"
+#include "core/error.h"
+#include "generate_util.h"
+#include "io/model_folder.h"
+#include "io/png.h"
+#include "io/safetensors.h"
+#include "pipeline/metadata.h"
+#include "pipeline/noise.h"
+#include "pipeline/pipeline.h"
+#include "pipeline/progress.h"
+#include "pipeline/request.h"
+
+namespace ernie::cli {
+namespace {
+
+struct Opts {
+  std::string model, prompt, negative, out = "out.png", device = "cpu", dtype, init_latents, save_latents;
+  std::string progress = "bar";
+  int width = 0, height = 0, steps = 0, batch = 1, threads = 0;
+  float cfg = kCfgDefault;
+  uint64_t seed = 0;
+  bool quiet = false, pe = false;
+};
+
+int run(const Opts& o, const CLI::App& c) {
+  const bool seed_given = c.count("--seed") > 0;
+  ProgressMode pmode = o.quiet ? ProgressMode::Quiet : parse_progress_mode(o.progress);
+
+  PipelineOptions popt;
+  popt.model_dir = o.model;
+  popt.device = Device::parse(o.device);
+  popt.dtype = parse_dtype_option(o.dtype, popt.device);
+  popt.threads = o.threads;
+  popt.keep_text_encoder = false;
+  popt.load_pe = o.pe;
+  ERNIE_CHECK(o.threads >= 0, "--threads ", std::to_string(o.threads), " must not be negative");
+
+  // Model files: configs, checkpoint headers and tensor shapes, before anything is loaded.
+  ModelFolder folder = ModelFolder::open(o.model, o.pe);
+  for (const char* comp : {"transformer", "text_encoder", "vae"}) folder.require_ok(comp);
+  const ModelLimits limits = model_limits(folder);
+
+  // 0 means "the model's default" inside a request; on the command line an explicit 0 is a mistake.
+  if (c.count("--steps")) ERNIE_CHECK(o.steps >= 1, "steps ", std::to_string(o.steps), " must be at least 1");
+  if (c.count("--width")) ERNIE_CHECK(o.width > 0, "width ", std::to_string(o.width), " must be positive");
+  if (c.count("--height")) ERNIE_CHECK(o.height > 0, "height ", std::to_string(o.height), " must be positive");
+
+  GenerateRequest req;
+  req.prompt = o.prompt;
+  req.negative_prompt = o.negative;
+  req.width = o.width;
+  req.height = o.height;
+  req.steps = o.steps;
+  req.cfg = o.cfg;
+  req.num_images = o.batch;
+  req.use_pe = o.pe;
+  std::optional<uint64_t> seed;
+  if (seed_given) seed = o.seed;
+
+  if (!o.init_latents.empty()) {
+    InitLatents il = load_init_latents(o.init_latents);
+    const Tensor& t = il.latents;
+    // Unset sizes and batch follow the file, so `--init-latents F` alone reproduces a saved run.
+    if (t.ndim() == 4) {
+      if (req.width == 0) req.width = int(t.dim(3)) * limits.scale_factor;
+      if (req.height == 0) req.height = int(t.dim(2)) * limits.scale_factor;
+      if (c.count("--batch") == 0) req.num_images = int(t.dim(0));
+    }
+    if (!seed && il.seed) seed = il.seed;
+    req.init_latents = t;
+  } else if (!seed) {
+    seed = std::random_device{}();  // 32 random bits
+  }
+  req.seed = seed.value_or(0);
+  GenerateRequest r = resolve_request(req, limits);
+
+  // Output paths: PNG only, writable, one per image, checked before generating.
+  std::vector<std::string> outs = expand_output_paths(o.out, r.num_images);
+  for (const std::string& p : outs) check_writable(p, ".png");
+  if (!o.save_latents.empty()) check_writable(o.save_latents, ".safetensors");
+
+  if (!o.save_latents.empty() && !r.init_latents) r.init_latents = initial_noise(latent_shape(r, limits), r.seed);
+
+  ProgressPrinter printer(pmode);
+  auto pipe = Pipeline::load(popt, printer.fn());
+  GenerateResult res = pipe->generate(r, printer.fn());
+  printer.finish();
+
+  const std::string model_name = model_display_name(folder.root);
+  for (int b = 0; b < r.num_images; ++b) {
+    ImageMeta meta{res.resolved, res.revised_prompt, model_name, seed ? std::optional<uint64_t>(*seed + b) : std::nullopt,
+                   b, r.num_images};
+    const Image& img = res.images[size_t(b)];
+    write_png(outs[size_t(b)], img.width, img.height, img.rgb, png_metadata(meta));
+  }
+  if (!o.save_latents.empty()) {
+    std::map<std::string, std::string> md = {{"format", "ernie-image latents"}};
+    if (seed) md["seed"] = std::to_string(*seed);
+    save_safetensors(o.save_latents, {{"latents", r.init_latents->to_f32()}}, md);
+  }
+  if (!o.quiet) {
+    for (const std::string& p : outs) std::printf("%s\n", p.c_str());
+    if (!seed_given && seed && o.init_latents.empty()) std::fprintf(stderr, "seed: %llu\n", (unsigned long long)*seed);
+    std::fprintf(stderr, "encode %.2fs, denoise %.2fs (%.2f s/step), decode %.2fs\n", res.encode_s, res.denoise_s,
+                 res.denoise_s / r.steps, res.decode_s);
+  }
+  return 0;
+}
+
+Register reg(10, [](CLI::App& app) {
+  auto o = std::make_shared<Opts>();
+  auto* c = app.add_subcommand("generate", "Generate images from a prompt and write PNGs with the parameters embedded");
+  c->add_option("--model,-m", o->model, "model folder (diffusers layout)")->required();
+  c->add_option("--prompt,-p", o->prompt, "the prompt")->required();
+  c->add_option("--negative,-n", o->negative, "negative prompt (default \"\"; used when cfg > 1)");
+  c->add_option("--width,-W", o->width, "width in pixels, a multiple of the model's scale factor (default 1024)");
+  c->add_option("--height,-H", o->height, "height in pixels (default 1024)");
+  c->add_option("--steps", o->steps, "denoising steps (default: 50, Turbo 8)");
+  c->add_option("--cfg", o->cfg, "guidance scale; 1 turns guidance off (default: 4, Turbo 1)");
+  c->add_option("--seed", o->seed, "seed of the initial noise (default: random); image i of a batch uses seed + i");
+  c->add_option("--batch", o->batch, "images to generate (default 1)");
+  c->add_option("--output,-o", o->out, "output PNG; %d (or %03d) is replaced by the image index (default out.png)");
+  c->add_option("--device", o->device, "cpu, cuda or cuda:N (default cpu)");
+  c->add_option("--dtype", o->dtype, "activation type: f32 (CPU) or bf16 (CUDA default)");
+  c->add_option("--threads", o->threads, "CPU threads (default: all cores)");
+  c->add_option("--init-latents", o->init_latents, "safetensors file with tensor `latents` [B, C, H/s, W/s]: the initial noise");
+  c->add_option("--save-latents", o->save_latents, "write the initial noise (tensor `latents`) to this safetensors file");
+  c->add_flag("--quiet,-q", o->quiet, "print nothing but errors");
+  c->add_option("--progress", o->progress, "bar (default) or json (one JSON object per line on stderr)");
+  c->add_flag("--pe", o->pe, "rewrite the prompt with the model's prompt enhancer first");
+  return std::function<int()>([o, c] { return run(*o, *c); });
+});
+
+}  // namespace
+}  // namespace ernie::cli

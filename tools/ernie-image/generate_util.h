@@ -1,0 +1,28 @@
+// Helpers shared by `generate` and `encode`: option parsing, output paths, latents files.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace ernie::cli {
+
+// "" picks the device's default (f32 on the CPU, bf16 on CUDA); else "f32"/"fp32" or "bf16".
+DType parse_dtype_option(const std::string& s, Device device);
+
+// `pattern` with %d (or %0Nd, and %% for a literal %) replaced by 0..n-1. Without a %d and n > 1, "_%d" is
+// inserted before the extension. Throws on malformed patterns and on duplicate names.
+std::vector<std::string> expand_output_paths(const std::string& pattern, int n);
+
+// Throws unless `path` ends with `ext`, is not a folder, and its folder exists and is writable.
+void check_writable(const std::string& path, const std::string& ext);
+
+struct InitLatents {
+  Tensor latents;               // F32 on the host (owned copy)
+  std::optional<uint64_t> seed; // from the file's metadata, when it was saved by --save-latents
+};
+InitLatents load_init_latents(const std::string& path);
+
+}  // namespace ernie::cli
