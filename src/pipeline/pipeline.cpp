@@ -175,12 +175,14 @@ class ErniePipeline final : public Pipeline {
 
   int scale_factor() const override { return limits_.scale_factor; }
   std::vector<std::pair<int, int>> supported_sizes() const override {
-    // The resolutions ERNIE-Image recommends (W, H), kept where they fit this model's scale factor.
+    // The resolutions ERNIE-Image recommends (W, H) at its scale factor 16, as DiT token grids: a model
+    // with a smaller scale factor (the tiny test model: 4) gets the same grids, so smaller images.
     static const std::vector<std::pair<int, int>> sizes = {{1024, 1024}, {848, 1264}, {1264, 848}, {768, 1376},
                                                            {1376, 768},  {896, 1200}, {1200, 896}};
+    const int s = limits_.scale_factor;
     std::vector<std::pair<int, int>> out;
     for (auto [w, h] : sizes)
-      if (w % limits_.scale_factor == 0 && h % limits_.scale_factor == 0) out.push_back({w, h});
+      if (w % 16 == 0 && h % 16 == 0) out.push_back({w / 16 * s, h / 16 * s});
     return out;
   }
   bool turbo() const override { return limits_.turbo; }

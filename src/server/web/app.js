@@ -46,7 +46,7 @@ async function loadInfo() {
   for (const s of sizes) {
     const o = document.createElement("option");
     o.value = s;
-    o.textContent = s.replace("x", " × ");
+    o.textContent = s.replace("x", "×");
     sel.appendChild(o);
   }
   if (!$("steps").value) $("steps").value = info.defaults.steps;
