@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <algorithm>
 #include <limits>
+#include <random>
 
 #include "core/error.h"
 #include "pipeline/sampling.h"
@@ -85,6 +87,33 @@ TEST(Sampling, WarpersRunTemperatureThenTopKThenTopP) {
   EXPECT_EQ(probs[3], 0.f);
   EXPECT_NEAR(probs[0], 0.16 / 0.25, 1e-5);
   EXPECT_NEAR(probs[1], 0.09 / 0.25, 1e-5);
+}
+
+TEST(Sampling, FastPathEqualsTheWarpersOnRandomRows) {
+  // Sampler works on the top-k survivors only; it must equal temperature -> top-k -> top-p -> softmax
+  // applied to the whole row, including ties (rows drawn from few distinct values) and -inf entries.
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 60; ++trial) {
+    const int n = 50 + int(rng() % 2000);
+    std::vector<float> logits(static_cast<size_t>(n));
+    const bool ties = trial % 3 == 0;
+    for (float& x : logits) x = ties ? float(int(rng() % 7)) : std::normal_distribution<float>(0.f, 3.f)(rng);
+    if (trial % 5 == 0) logits[size_t(rng() % size_t(n))] = -kInf;
+    SamplingParams p{0.3f + float(trial % 7) * 0.25f, 0.5f + float(trial % 5) * 0.12f, int(trial % 4) * 20, 0};
+    std::vector<float> ref = logits;
+    apply_temperature(ref, p.temperature);
+    apply_top_k(ref, p.top_k);
+    apply_top_p(ref, p.top_p);
+    float mx = *std::max_element(ref.begin(), ref.end());
+    double sum = 0;
+    for (float x : ref) sum += std::exp(double(x) - mx);
+    std::vector<float> got = Sampler(p).probabilities(logits.data(), n);
+    for (int i = 0; i < n; ++i) {
+      const double want = std::exp(double(ref[size_t(i)]) - mx) / sum;
+      ASSERT_NEAR(got[size_t(i)], want, 1e-6) << "trial " << trial << " token " << i;
+      ASSERT_EQ(got[size_t(i)] == 0.f, ref[size_t(i)] == -kInf) << "trial " << trial << " token " << i;
+    }
+  }
 }
 
 TEST(Sampling, SameSeedSameTokensAndFrequenciesFollowTheDistribution) {

@@ -89,9 +89,9 @@ Tensor decoder_forward(const Tensor& z, const Vae::Decoder& d, int groups) {
 
 // Loads weights by their diffusers names, moved to the compute device (a view of the mmap on the CPU).
 struct Loader {
-  const Component& c;
+  const Flux2Vae::WeightSource& src;
   Device device;
-  Tensor t(const std::string& name) const { return c.tensor(name).to(device); }
+  Tensor t(const std::string& name) const { return src(name).to(device); }
   Vae::Conv conv(const std::string& p) const { return {t(p + ".weight"), t(p + ".bias")}; }
   Vae::Norm norm(const std::string& p) const { return {t(p + ".weight"), t(p + ".bias")}; }
   Vae::Linear linear(const std::string& p) const { return {t(p + ".weight"), t(p + ".bias")}; }
@@ -126,15 +126,20 @@ void check_image_tensor(const Tensor& x, const char* what, int64_t channels) {
 
 Flux2Vae Flux2Vae::load(const ModelFolder& m, Device device, DType act) {
   m.require_ok("vae");
+  return build(m.vae, device, act, [&](const std::string& name) { return m.vae_c.tensor(name); }, m.vae_c.dir);
+}
+
+Flux2Vae Flux2Vae::build(const VaeConfig& cfg, Device device, DType act, const WeightSource& source,
+                         const std::string& where) {
   ERNIE_CHECK(act == DType::F32 || act == DType::BF16 || act == DType::F16, "vae: activation dtype ",
               dtype_name(act), " is not supported (F32, BF16, F16)");
   ERNIE_CHECK(device.is_cuda() || act == DType::F32, "vae: the CPU computes in F32, not ", dtype_name(act));
   Flux2Vae v;
-  v.cfg_ = m.vae;
+  v.cfg_ = cfg;
   v.device_ = device;
   v.act_ = act;
   const VaeConfig& c = v.cfg_;
-  const Loader L{m.vae_c, device};
+  const Loader L{source, device};
   const int nb = int(c.block_out_channels.size()), lp = c.layers_per_block;
 
   // Encoder: block i takes the previous block's channels (block 0 takes conv_in's) to block_out_channels[i].
@@ -174,11 +179,11 @@ Flux2Vae Flux2Vae::load(const ModelFolder& m, Device device, DType act) {
   v.decoder_.conv_out = L.conv("decoder.conv_out");
 
   // The pipeline de-normalises with bn.running_mean and sqrt(bn.running_var + 1e-5) (fp32 here).
-  v.bn_mean_ = m.vae_c.tensor("bn.running_mean").to_vector();
-  const std::vector<float> var = m.vae_c.tensor("bn.running_var").to_vector();
+  v.bn_mean_ = source("bn.running_mean").to_vector();
+  const std::vector<float> var = source("bn.running_var").to_vector();
   v.bn_std_.resize(var.size());
   for (size_t i = 0; i < var.size(); ++i) {
-    ERNIE_CHECK(std::isfinite(var[i]) && var[i] >= 0 && std::isfinite(v.bn_mean_[i]), m.vae_c.dir,
+    ERNIE_CHECK(std::isfinite(var[i]) && var[i] >= 0 && std::isfinite(v.bn_mean_[i]), where,
                 ": bn.running_var/running_mean[", I(int64_t(i)), "] is not a finite non-negative statistic");
     v.bn_std_[i] = std::sqrt(var[i] + kBnEps);
   }

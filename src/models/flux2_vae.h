@@ -2,6 +2,8 @@
 // pipeline's latent (de)normalisation with the BatchNorm running statistics. Reads like diffusers'
 // autoencoder_kl_flux2.py and the Encoder/Decoder of vae.py.
 #pragma once
+#include <functional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -12,6 +14,13 @@ namespace ernie {
 class Flux2Vae {
  public:
   static Flux2Vae load(const ModelFolder& m, Device device, DType act);
+  // The same from any source of tensors by diffusers name (`where` names it in errors).
+  using WeightSource = std::function<Tensor(const std::string& name)>;
+  static Flux2Vae build(const VaeConfig& cfg, Device device, DType act, const WeightSource& source,
+                        const std::string& where);
+  // Deterministic random weights of the config's sizes (convs/linears uniform with std 0.02, norms 1,
+  // bn statistics 0/1), for speed tests at full size without a checkpoint (flux2_vae_random.cpp).
+  static Flux2Vae random(const VaeConfig& cfg, Device device, DType act, uint64_t seed);
   const VaeConfig& config() const { return cfg_; }
   Device device() const { return device_; }
   DType act_dtype() const { return act_; }

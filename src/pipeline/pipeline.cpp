@@ -138,6 +138,7 @@ class ErniePipeline final : public Pipeline {
     in.cond.assign(size_t(r.num_images), cond);
     if (do_cfg) in.uncond.assign(size_t(r.num_images), uncond);
     in.cfg = r.cfg;
+    in.round_timesteps = opt_.round_timesteps;
     FlowMatchEulerScheduler scheduler(m_.scheduler);
     scheduler.set_timesteps(r.steps, shape[2] * shape[3]);
     t0 = Clock::now();

@@ -22,6 +22,7 @@ struct PipelineOptions {
   bool keep_text_encoder = true; // false: free it after encoding (CLI); true: keep resident (server)
   bool load_pe = false;          // load the prompt enhancer (pe/) when present
   bool load_denoiser = true;     // false: tokenizer and text encoder only (encode_prompt); generate() throws
+  bool round_timesteps = true;   // feed the DiT bf16-rounded timesteps in bf16, as the reference does
 };
 
 struct GenerateRequest {

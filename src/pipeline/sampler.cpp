@@ -54,7 +54,8 @@ Tensor sample_euler_cfg(const ErnieDit& dit, const FlowMatchEulerScheduler& sche
     Tensor x = act == DType::F32 ? latents : ops::cast(latents, act);
     Tensor model_input = do_cfg ? ops::concat({x, x}, 0) : x;
     // t_batch = full((rows,), t, dtype=transformer.dtype): bf16 rounds 994.92 to 996.
-    std::vector<float> t_batch(size_t(model_input.dim(0)), dit_timestep(scheduler.timesteps()[size_t(i)], act));
+    std::vector<float> t_batch(size_t(model_input.dim(0)), 
+                                dit_timestep(scheduler.timesteps()[size_t(i)], in.round_timesteps ? act : DType::F32));
 
     Tensor pred = dit.forward(model_input, t_batch, text.text_bth, text.text_lens);
     if (pred.dtype() != DType::F32) pred = ops::cast(pred, DType::F32);

@@ -25,6 +25,9 @@ struct SamplerInput {
   std::vector<Tensor> cond;       // B text embeddings [T_i, C_text]
   std::vector<Tensor> uncond;     // B negative embeddings; used only when cfg > 1
   float cfg = 1;
+  // Round the timestep fed to the DiT to the activation dtype, as the reference does in bf16
+  // (994.92 -> 996). Off only to compare a bf16 run against fp32 golden data.
+  bool round_timesteps = true;
 };
 
 // Runs the scheduler's N steps (set_timesteps already called) and returns the final latents [B, C, h, w] F32 on the DiT's device. The latents stay

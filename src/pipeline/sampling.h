@@ -39,6 +39,12 @@ class Sampler {
   std::vector<float> probabilities(const float* logits, int64_t n) const;
 
  private:
+  struct Candidates {
+    std::vector<int64_t> ids;   // surviving tokens, ascending
+    std::vector<double> probs;  // their probabilities, summing to 1
+  };
+  Candidates candidates(const float* logits, int64_t n) const;
+
   SamplingParams p_;
   std::mt19937_64 rng_;
 };

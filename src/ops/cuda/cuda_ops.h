@@ -1,6 +1,8 @@
 // CUDA backend of the op set (ops.h): bf16 (or f32) activations, fp32 accumulation, fused kernels.
 // Same signatures as ernie::ops; inputs already on the GPU. Only compiled with ERNIE_HAVE_CUDA.
 #pragma once
+#include <string>
+
 #include "ops/ops.h"
 
 namespace ernie::cuda {
@@ -28,4 +30,17 @@ Tensor concat(const std::vector<Tensor>& xs, int dim);
 Tensor slice(const Tensor& x, int dim, int64_t start, int64_t len);
 Tensor embedding(const Tensor& table, const std::vector<int64_t>& ids, Device device, DType act);
 Tensor cast(const Tensor& x, DType dtype);
+
+// ---- device management (device.cpp) ------------------------------------------------------------------
+struct MemoryStats {
+  size_t in_use_bytes = 0, peak_in_use_bytes = 0;      // held by live tensors (size-class rounded)
+  size_t reserved_bytes = 0, peak_reserved_bytes = 0;  // taken from the driver (live + cached)
+};
+MemoryStats memory_stats(int device);
+void reset_peak_memory(int device);
+void empty_cache(int device);  // returns cached free blocks to the driver
+void synchronize(int device);  // waits for the device's stream
+void set_poison_allocations(bool on);  // tests: new device memory is filled with NaN bytes
+int device_count();            // 0 when no driver or no device
+std::string device_name(int device);
 }  // namespace ernie::cuda

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# One call on the GPU machine: build (deps from .deps/, see scripts/fetch-device-deps.sh), then the stages
+# named as arguments: tests (GPU tests), doctor, perf (kernel timings), bench (ernie-image bench runs).
+# Logs go to $OUT (at most 8 files come back): build.log, tests.log, doctor.txt, perf.log, bench.log.
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/ernie-out}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+B=./build/ernie-image
+T0=$(date +%s)
+{ date -u; nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.max.sm,driver_version --format=csv; } \
+  > "$OUT/build.log" 2>&1
+cmake -S . -B build -G Ninja -DERNIE_DEPS_PREFIX="$PWD/.deps" >> "$OUT/build.log" 2>&1 &&
+  ninja -C build -j16 ernie-image ernie_gpu_tests >> "$OUT/build.log" 2>&1 ||
+  { tail -60 "$OUT/build.log"; exit 1; }
+echo "build done in $(( $(date +%s) - T0 )) s"
+for stage in "$@"; do
+  case "$stage" in
+    tests)
+      ./build/tests/ernie_gpu_tests > "$OUT/tests.log" 2>&1
+      echo "gpu tests exit $?"; grep -E "^\[  (FAILED|PASSED|SKIPPED) |dit.out|Failure|rel_l2" "$OUT/tests.log" | head -40 ;;
+    doctor)
+      { $B doctor --model tests/data/tiny-ernie-image/model; echo "exit $?"; echo; \
+        $B doctor --model tests/data/tiny-ernie-image/model --json; echo "exit $?"; } > "$OUT/doctor.txt" 2>&1
+      head -30 "$OUT/doctor.txt" ;;
+    perf)
+      ./build/tests/ernie_gpu_tests --gtest_also_run_disabled_tests --gtest_filter='CudaPerf.*' > "$OUT/perf.log" 2>&1
+      grep -vE "^\[|^Running|^$" "$OUT/perf.log" ;;
+    bench)
+      for args in "--steps 8 --cfg 1 --repeat 2" "--steps 50 --cfg 4 --repeat 1"; do
+        echo "## ernie-image bench --random $args --json" >> "$OUT/bench.log"
+        $B bench --random $args --json >> "$OUT/bench.log" 2>&1
+      done
+      grep -E "##|_s\"|peak|tflops|fraction|error|exit" "$OUT/bench.log" ;;
+  esac
+  echo "[$stage done at $(( $(date +%s) - T0 )) s]"
+done

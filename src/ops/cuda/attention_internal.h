@@ -1,0 +1,34 @@
+// Shared between attention.cpp (dispatch) and the kernels' translation units.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/tensor.h"
+#include "ops/ops.h"
+
+namespace ernie::cuda::attn {
+
+constexpr int kMaxBatch = 64;  // kv_len travels in the kernel parameters
+
+struct Params {
+  const void* q;
+  const void* k;
+  const void* v;
+  void* o;
+  int B, Sq, Sk, Hq, Hkv, D;
+  float scale;
+  bool causal;
+  int64_t q_offset;
+  int kv_len[kMaxBatch];  // per batch row, already clipped to [0, Sk]
+};
+
+// bf16, head_dim in {16, 32, 64, 128}, 16-byte aligned rows: FlashAttention-2 with mma.sync.
+bool flash_supported(int D);
+void flash_bf16(const Params& p, cudaStream_t st);
+// Any head_dim <= 256, F32 or BF16 (`bf16`): one warp per query row, online softmax.
+void simple(const Params& p, bool bf16, cudaStream_t st);
+// Any head_dim, F32 or BF16: S = q·kᵀ (fp32) and P·v through cuBLASLt around a masked row softmax.
+void gemm_path(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out, float scale, const ops::AttentionMask& m);
+
+}  // namespace ernie::cuda::attn

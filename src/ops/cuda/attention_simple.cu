@@ -1,0 +1,72 @@
+// Attention for any head_dim <= 256 in F32 or BF16: one warp per query row, each lane owning head_dim/32
+// dims; scores reduced across the warp, online softmax in fp32. The f32 debugging mode and the head
+// sizes the flash kernel does not cover run here.
+#include <cmath>
+
+#include "ops/cuda/attention_internal.h"
+#include "ops/cuda/common.h"
+
+namespace ernie::cuda::attn {
+
+namespace {
+
+constexpr int kWarps = 4, kMaxPerLane = 8;
+
+template <class T>
+__global__ void simple_kernel(const Params p) {
+  const int row = blockIdx.x * kWarps + threadIdx.y, h = blockIdx.y, b = blockIdx.z, lane = threadIdx.x;
+  if (row >= p.Sq) return;
+  const int D = p.D, kh = h / (p.Hq / p.Hkv);
+  const int64_t qs = int64_t(p.Hq) * D, ks = int64_t(p.Hkv) * D;
+  const T* q = static_cast<const T*>(p.q) + (int64_t(b) * p.Sq + row) * qs + int64_t(h) * D;
+  const T* K = static_cast<const T*>(p.k) + int64_t(b) * p.Sk * ks + int64_t(kh) * D;
+  const T* V = static_cast<const T*>(p.v) + int64_t(b) * p.Sk * ks + int64_t(kh) * D;
+  T* o = static_cast<T*>(p.o) + (int64_t(b) * p.Sq + row) * qs + int64_t(h) * D;
+
+  int64_t n = p.kv_len[b];
+  if (p.causal) n = min(n, p.q_offset + row + 1);
+  float qv[kMaxPerLane], acc[kMaxPerLane];
+#pragma unroll
+  for (int i = 0; i < kMaxPerLane; ++i) {
+    const int d = lane + 32 * i;
+    qv[i] = d < D ? to_f(q[d]) * p.scale : 0.f;
+    acc[i] = 0.f;
+  }
+  float m = -INFINITY, l = 0.f;
+  for (int64_t j = 0; j < n; ++j) {
+    const T* kj = K + j * ks;
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < kMaxPerLane; ++i) {
+      const int d = lane + 32 * i;
+      if (d < D) s += qv[i] * to_f(kj[d]);
+    }
+    for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+    const float m_new = fmaxf(m, s), corr = __expf(m - m_new), pj = __expf(s - m_new);
+    l = l * corr + pj;
+    const T* vj = V + j * ks;
+#pragma unroll
+    for (int i = 0; i < kMaxPerLane; ++i) {
+      const int d = lane + 32 * i;
+      if (d < D) acc[i] = acc[i] * corr + pj * to_f(vj[d]);
+    }
+    m = m_new;
+  }
+  const float inv = l > 0.f ? 1.f / l : 0.f;
+#pragma unroll
+  for (int i = 0; i < kMaxPerLane; ++i) {
+    const int d = lane + 32 * i;
+    if (d < D) o[d] = from_f<T>(acc[i] * inv);
+  }
+}
+
+}  // namespace
+
+void simple(const Params& p, bool bf16, cudaStream_t st) {
+  const dim3 block(32, kWarps), grid(unsigned((p.Sq + kWarps - 1) / kWarps), unsigned(p.Hq), unsigned(p.B));
+  if (bf16) simple_kernel<__nv_bfloat16><<<grid, block, 0, st>>>(p);
+  else simple_kernel<float><<<grid, block, 0, st>>>(p);
+  ERNIE_CUDA_LAUNCH("attention");
+}
+
+}  // namespace ernie::cuda::attn

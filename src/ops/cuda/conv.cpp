@@ -1,0 +1,172 @@
+// conv2d, NCHW: cuDNN's convolution (legacy API, algorithm from its heuristics, cached per shape) when
+// the build has cuDNN, else im2col + GEMM in bands of output pixels. ERNIE_CONV=im2col forces the
+// portable path. BF16 runs on tensor cores with fp32 accumulation; F32 runs in plain fp32 (no TF32).
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#ifdef ERNIE_HAVE_CUDNN
+#include <cudnn.h>
+#endif
+
+#include "ops/cuda/common.h"
+#include "ops/cuda/conv_kernels.h"
+#include "ops/cuda/cuda_ops.h"
+
+namespace ernie::cuda {
+
+namespace {
+
+constexpr int64_t kColumnBytes = int64_t(256) << 20;
+
+Tensor conv_im2col(const Tensor& x, const Tensor& w, const Tensor& bias, int stride, int pad, Tensor& y) {
+  const int64_t B = x.dim(0), I = x.dim(1), O = w.dim(0), kh = w.dim(2), kw = w.dim(3);
+  const int64_t Ho = y.dim(2), Wo = y.dim(3), hw = Ho * Wo, K = I * kh * kw;
+  const Tensor w2 = w.reshape({O, K});
+  cudaStream_t st = stream(detail::dev(x));
+  const int64_t band = std::max<int64_t>(1, std::min<int64_t>(hw, kColumnBytes / int64_t(dtype_size(x.dtype()) * K)));
+  for (int64_t n = 0; n < B; ++n) {
+    const Tensor xi = x.narrow(n, 1).reshape({I, x.dim(2), x.dim(3)});
+    Tensor yi = y.narrow(n, 1).reshape({O, hw});
+    for (int64_t p0 = 0; p0 < hw; p0 += band) {
+      const int64_t np = std::min(band, hw - p0);
+      Tensor col = Tensor::empty({np, K}, x.dtype(), x.device());
+      im2col(xi, col, p0, np, int(kh), int(kw), stride, pad, int(Wo), st);
+      Tensor part = linear(col, w2, bias);  // [np, O]
+      scatter_nchw(part, yi, p0, hw, st);
+    }
+  }
+  return y;
+}
+
+#ifdef ERNIE_HAVE_CUDNN
+#define ERNIE_CUDNN_CHECK(call)                                                           \
+  do {                                                                                    \
+    cudnnStatus_t s_ = (call);                                                            \
+    if (s_ != CUDNN_STATUS_SUCCESS) ::ernie::fail("cuDNN error in ", #call, ": ", cudnnGetErrorString(s_)); \
+  } while (0)
+
+constexpr size_t kMaxWorkspace = size_t(1) << 30;
+
+using Key = std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int>;
+
+struct Plan {
+  cudnnTensorDescriptor_t xd = nullptr, yd = nullptr;
+  cudnnFilterDescriptor_t wd = nullptr;
+  cudnnConvolutionDescriptor_t cd = nullptr;
+  cudnnConvolutionFwdAlgo_t algo{};
+  size_t workspace = 0;
+};
+
+cudnnHandle_t cudnn_handle(int device) {
+  static std::mutex mu;
+  static std::map<int, cudnnHandle_t> handles;
+  std::lock_guard<std::mutex> lk(mu);
+  cudnnHandle_t& h = handles[device];
+  if (!h) {
+    ERNIE_CUDNN_CHECK(cudnnCreate(&h));
+    ERNIE_CUDNN_CHECK(cudnnSetStream(h, stream(device)));
+  }
+  return h;
+}
+
+const Plan& plan_for(const Key& key, cudnnHandle_t h) {
+  static std::mutex mu;
+  static std::map<Key, Plan> plans;
+  std::lock_guard<std::mutex> lk(mu);
+  auto it = plans.find(key);
+  if (it != plans.end()) return it->second;
+  const auto [device, dt, B, I, H, W, O, kh, kw, stride, pad] = key;
+  (void)device;
+  const cudnnDataType_t type = dt == kF32 ? CUDNN_DATA_FLOAT : CUDNN_DATA_BFLOAT16;
+  Plan p;
+  ERNIE_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p.xd));
+  ERNIE_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p.yd));
+  ERNIE_CUDNN_CHECK(cudnnCreateFilterDescriptor(&p.wd));
+  ERNIE_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&p.cd));
+  ERNIE_CUDNN_CHECK(cudnnSetTensor4dDescriptor(p.xd, CUDNN_TENSOR_NCHW, type, int(B), int(I), int(H), int(W)));
+  ERNIE_CUDNN_CHECK(cudnnSetFilter4dDescriptor(p.wd, type, CUDNN_TENSOR_NCHW, int(O), int(I), int(kh), int(kw)));
+  ERNIE_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(p.cd, pad, pad, stride, stride, 1, 1, CUDNN_CROSS_CORRELATION,
+                                                    CUDNN_DATA_FLOAT));
+  ERNIE_CUDNN_CHECK(cudnnSetConvolutionMathType(p.cd, dt == kF32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
+  int n = 0, c = 0, oh = 0, ow = 0;
+  ERNIE_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(p.cd, p.xd, p.wd, &n, &c, &oh, &ow));
+  ERNIE_CUDNN_CHECK(cudnnSetTensor4dDescriptor(p.yd, CUDNN_TENSOR_NCHW, type, n, c, oh, ow));
+  cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+  int found = 0;
+  ERNIE_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, p.xd, p.wd, p.cd, p.yd, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                                                           &found, perf));
+  bool ok = false;
+  for (int i = 0; i < found && !ok; ++i) {
+    if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
+    if (dt == kF32 && perf[i].mathType != CUDNN_FMA_MATH && perf[i].mathType != CUDNN_DEFAULT_MATH) continue;
+    size_t ws = 0;
+    if (cudnnGetConvolutionForwardWorkspaceSize(h, p.xd, p.wd, p.cd, p.yd, perf[i].algo, &ws) != CUDNN_STATUS_SUCCESS ||
+        ws > kMaxWorkspace)
+      continue;
+    p.algo = perf[i].algo;
+    p.workspace = ws;
+    ok = true;
+  }
+  ERNIE_CHECK(ok, "conv2d: cuDNN has no algorithm for x [", std::to_string(B), ", ", std::to_string(I), ", ",
+              std::to_string(H), ", ", std::to_string(W), "] weight [", std::to_string(O), ", ", std::to_string(I), ", ",
+              std::to_string(kh), ", ", std::to_string(kw), "]");
+  return plans.emplace(key, p).first->second;
+}
+
+void conv_cudnn(const Tensor& x, const Tensor& w, const Tensor& bias, int stride, int pad, Tensor& y) {
+  const int device = detail::dev(x);
+  cudnnHandle_t h = cudnn_handle(device);
+  const Key key{device, x.dtype() == DType::F32 ? kF32 : kBF16, x.dim(0), x.dim(1), x.dim(2), x.dim(3), w.dim(0),
+                w.dim(2), w.dim(3), stride, pad};
+  const Plan& p = plan_for(key, h);
+  Tensor ws;
+  if (p.workspace) ws = Tensor::empty({int64_t(p.workspace)}, DType::U8, x.device());
+  const float alpha = 1.f, beta = 0.f;
+  ERNIE_CUDNN_CHECK(cudnnConvolutionForward(h, &alpha, p.xd, x.raw(), p.wd, w.raw(), p.cd, p.algo,
+                                            p.workspace ? ws.raw() : nullptr, p.workspace, &beta, p.yd, y.raw()));
+  if (bias.defined()) add_channel_bias(y, bias, stream(device));
+}
+#endif
+
+bool force_im2col() {
+  const char* e = std::getenv("ERNIE_CONV");
+  return e && std::strcmp(e, "im2col") == 0;
+}
+
+}  // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int stride, int pad) {
+  detail::check_act(x, "conv2d", "x");
+  detail::check_same_device(x, w, "conv2d", "weight");
+  detail::check_float(w, "conv2d", "weight");
+  ERNIE_CHECK(x.ndim() == 4 && w.ndim() == 4 && x.dim(1) == w.dim(1), "conv2d: x ", shape_str(x.shape()),
+              " [B, I, H, W] and weight ", shape_str(w.shape()), " [O, I, kh, kw] do not match");
+  ERNIE_CHECK(stride >= 1 && pad >= 0, "conv2d: stride ", std::to_string(stride), " / pad ", std::to_string(pad),
+              " invalid");
+  const int64_t B = x.dim(0), H = x.dim(2), W = x.dim(3), O = w.dim(0), kh = w.dim(2), kw = w.dim(3);
+  ERNIE_CHECK(H + 2 * pad >= kh && W + 2 * pad >= kw, "conv2d: kernel ", shape_str(w.shape()),
+              " larger than padded input ", shape_str(x.shape()));
+  if (bias.defined()) {
+    detail::check_same_device(x, bias, "conv2d", "bias");
+    detail::check_float(bias, "conv2d", "bias");
+    ERNIE_CHECK(bias.numel() == O, "conv2d: bias ", shape_str(bias.shape()), " should have ", std::to_string(O),
+                " elements");
+  }
+  const int64_t Ho = (H + 2 * pad - kh) / stride + 1, Wo = (W + 2 * pad - kw) / stride + 1;
+  Tensor y = Tensor::empty({B, O, Ho, Wo}, x.dtype(), x.device());
+  if (y.numel() == 0) return y;
+  const Tensor wc = w.dtype() == x.dtype() ? w : cast(w, x.dtype());
+#ifdef ERNIE_HAVE_CUDNN
+  if (!force_im2col()) {
+    conv_cudnn(x, wc, bias, stride, pad, y);
+    return y;
+  }
+#endif
+  return conv_im2col(x, wc, bias, stride, pad, y);
+}
+
+}  // namespace ernie::cuda

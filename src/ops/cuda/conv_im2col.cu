@@ -1,0 +1,71 @@
+// Kernels of conv2d's portable path (no cuDNN, or ERNIE_CONV=im2col): im2col into pixel-major rows
+// [npix, I*kh*kw] for a GEMM against w[O, I*kh*kw], the transpose of its [npix, O] result into NCHW,
+// and a per-channel bias add for the cuDNN path.
+#include "ops/cuda/common.h"
+#include "ops/cuda/conv_kernels.h"
+
+namespace ernie::cuda {
+
+namespace {
+
+template <class T>
+__global__ void im2col_kernel(const T* __restrict__ x, T* __restrict__ col, int64_t p0, int64_t npix, int I, int H,
+                              int W, int kh, int kw, int stride, int pad, int Wo) {
+  const int64_t K = int64_t(I) * kh * kw, n = npix * K;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t k = i % K, p = p0 + i / K;
+    const int c = int(k / (kh * kw)), dy = int(k / kw) % kh, dx = int(k % kw);
+    const int oy = int(p / Wo), ox = int(p % Wo);
+    const int iy = oy * stride - pad + dy, ix = ox * stride - pad + dx;
+    col[i] = (iy >= 0 && iy < H && ix >= 0 && ix < W) ? x[(int64_t(c) * H + iy) * W + ix] : from_f<T>(0.f);
+  }
+}
+
+// src [npix, O] -> dst[o * hw + p0 + p].
+template <class T>
+__global__ void scatter_nchw_kernel(const T* __restrict__ src, T* __restrict__ dst, int64_t npix, int O, int64_t p0,
+                                    int64_t hw) {
+  const int64_t n = npix * O;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t o = i / npix, p = i % npix;
+    dst[o * hw + p0 + p] = src[p * O + o];
+  }
+}
+
+template <class T>
+__global__ void bias_nchw_kernel(T* __restrict__ y, VecF bias, int64_t n, int O, int64_t hw) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int o = int((i / hw) % O);
+    y[i] = from_f<T>(to_f(y[i]) + bias[o]);
+  }
+}
+
+}  // namespace
+
+void im2col(const Tensor& x_img, Tensor& col, int64_t p0, int64_t npix, int kh, int kw, int stride, int pad, int Wo,
+            cudaStream_t st) {
+  const int I = int(x_img.dim(0)), H = int(x_img.dim(1)), W = int(x_img.dim(2));
+  const int64_t n = npix * I * kh * kw;
+  ERNIE_DISPATCH_ACT(x_img.dtype(), "conv2d",
+                     im2col_kernel<T><<<detail::blocks_for(n, 256), 256, 0, st>>>(x_img.data<T>(), col.data<T>(), p0,
+                                                                                  npix, I, H, W, kh, kw, stride, pad, Wo));
+  ERNIE_CUDA_LAUNCH("conv2d im2col");
+}
+
+void scatter_nchw(const Tensor& src, Tensor& dst_img, int64_t p0, int64_t hw, cudaStream_t st) {
+  const int64_t npix = src.dim(0);
+  const int O = int(src.dim(1));
+  ERNIE_DISPATCH_ACT(src.dtype(), "conv2d",
+                     scatter_nchw_kernel<T><<<detail::blocks_for(npix * O, 256), 256, 0, st>>>(
+                         src.data<T>(), dst_img.data<T>(), npix, O, p0, hw));
+  ERNIE_CUDA_LAUNCH("conv2d scatter");
+}
+
+void add_channel_bias(Tensor& y, const Tensor& bias, cudaStream_t st) {
+  const int64_t n = y.numel(), O = y.dim(1), hw = y.dim(2) * y.dim(3);
+  ERNIE_DISPATCH_ACT(y.dtype(), "conv2d",
+                     bias_nchw_kernel<T><<<detail::blocks_for(n, 256), 256, 0, st>>>(y.data<T>(), vec(bias), n, int(O), hw));
+  ERNIE_CUDA_LAUNCH("conv2d bias");
+}
+
+}  // namespace ernie::cuda

@@ -1,0 +1,162 @@
+// linear: y[M, N] = x[M, K] · w[N, K]ᵀ (+ bias[N]) through cuBLASLt. BF16 in/out with fp32 accumulation
+// and a bias epilogue; F32 mode computes in plain fp32 (TF32 off) to match the CPU closely. Row-major y
+// is column-major yᵀ = w · xᵀ, so A = w (transposed), B = x. Descriptors, layouts and the heuristic's
+// algorithm are cached per shape.
+#include <cublasLt.h>
+
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "ops/cuda/common.h"
+#include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/gemm.h"
+
+namespace ernie::cuda {
+
+namespace {
+
+#define ERNIE_CUBLAS_CHECK(call)                                                                          \
+  do {                                                                                                    \
+    cublasStatus_t s_ = (call);                                                                           \
+    if (s_ != CUBLAS_STATUS_SUCCESS)                                                                      \
+      ::ernie::fail("cuBLASLt error in ", #call, ": ", cublasLtGetStatusName(s_), " (", cublasLtGetStatusString(s_), ")"); \
+  } while (0)
+
+constexpr size_t kWorkspace = size_t(32) << 20;
+
+struct Handle {
+  cublasLtHandle_t lt = nullptr;
+  Tensor workspace;
+};
+
+Handle& handle(int device) {
+  static std::mutex mu;
+  static std::map<int, Handle> handles;
+  std::lock_guard<std::mutex> lk(mu);
+  Handle& h = handles[device];
+  if (!h.lt) {
+    ERNIE_CUBLAS_CHECK(cublasLtCreate(&h.lt));
+    h.workspace = Tensor::empty({int64_t(kWorkspace)}, DType::U8, Device{DeviceKind::CUDA, device});
+  }
+  return h;
+}
+
+int alignment(const void* p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  for (int al : {256, 128, 64, 32, 16, 8, 4})
+    if (a % al == 0) return al;
+  return 2;
+}
+
+using Key = std::tuple<int, int64_t, int64_t, int64_t, int, bool, int, int, int, int, int>;  // ..., out type
+
+struct Plan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+};
+
+const Plan& plan_for(const Key& key, cublasLtHandle_t lt) {
+  static std::mutex mu;
+  static std::map<Key, Plan> plans;
+  std::lock_guard<std::mutex> lk(mu);
+  auto it = plans.find(key);
+  if (it != plans.end()) return it->second;
+  const auto [device, M, N, K, dt, has_bias, al_a, al_b, al_c, al_bias, out_dt] = key;
+  (void)device;
+  const cudaDataType_t type = dt == kF32 ? CUDA_R_32F : CUDA_R_16BF;
+  const cudaDataType_t out_type = out_dt == kF32 ? CUDA_R_32F : CUDA_R_16BF;
+  Plan p;
+  ERNIE_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  ERNIE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+  ERNIE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+  if (has_bias) {
+    const cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
+    ERNIE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep));
+    ERNIE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &out_type, sizeof out_type));
+  }
+  ERNIE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, type, uint64_t(K), uint64_t(N), K));  // w: K x N, ld K
+  ERNIE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, type, uint64_t(K), uint64_t(M), K));  // x: K x M, ld K
+  ERNIE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, out_type, uint64_t(N), uint64_t(M), N));  // y: N x M, ld N
+  cublasLtMatmulPreference_t pref;
+  ERNIE_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  const uint64_t ws = kWorkspace;
+  ERNIE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+  const uint32_t aa = uint32_t(al_a), ab = uint32_t(al_b), ac = uint32_t(al_c);
+  ERNIE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa, sizeof aa));
+  ERNIE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab, sizeof ab));
+  ERNIE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac, sizeof ac));
+  ERNIE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac, sizeof ac));
+  cublasLtMatmulHeuristicResult_t res{};
+  int found = 0;
+  const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(lt, p.op, p.a, p.b, p.c, p.c, pref, 1, &res, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (hs != CUBLAS_STATUS_SUCCESS || found == 0)
+    fail("linear: cuBLASLt found no algorithm for M=", std::to_string(M), " N=", std::to_string(N), " K=",
+         std::to_string(K), " ", dt == kF32 ? "F32" : "BF16", " (alignments ", std::to_string(al_a), "/",
+         std::to_string(al_b), "/", std::to_string(al_c), "/", std::to_string(al_bias), ")");
+  p.algo = res.algo;
+  return plans.emplace(key, p).first->second;
+}
+
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  detail::check_act(x, "linear", "x");
+  detail::check_same_device(x, w, "linear", "weight");
+  detail::check_float(w, "linear", "weight");
+  ERNIE_CHECK(w.ndim() == 2, "linear: weight ", shape_str(w.shape()), " must be 2-D [out, in]");
+  ERNIE_CHECK(x.ndim() >= 1 && x.dim(-1) == w.dim(1), "linear: x ", shape_str(x.shape()),
+              " last dim does not match weight ", shape_str(w.shape()), " [out, in]");
+  const int64_t K = w.dim(1), N = w.dim(0), M = K ? x.numel() / K : 0;
+  Tensor b = bias;
+  if (b.defined()) {
+    detail::check_same_device(x, b, "linear", "bias");
+    detail::check_float(b, "linear", "bias");
+    ERNIE_CHECK(b.numel() == N, "linear: bias ", shape_str(b.shape()), " should have ", std::to_string(N), " elements");
+    if (b.dtype() != x.dtype()) b = cast(b, x.dtype());
+  }
+  Shape ys = x.shape();
+  ys.back() = N;
+  Tensor y = Tensor::empty(ys, x.dtype(), x.device());
+  if (M == 0 || N == 0) return y;
+  if (K == 0) {  // y = bias (or zero)
+    if (!b.defined()) return Tensor::zeros(ys, x.dtype(), x.device());
+    Tensor ones = Tensor::zeros(ys, x.dtype(), x.device());
+    return add(ones, concat(std::vector<Tensor>(size_t(M), b.reshape({1, N})), 0).reshape(ys));
+  }
+  ERNIE_CHECK(M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX, "linear: sizes too large");
+  const Tensor wc = w.dtype() == x.dtype() ? w : cast(w, x.dtype());  // weights are normally stored in act dtype
+  gemm_nt(x, wc, b, y, M, N, K);
+  return y;
+}
+
+void gemm_nt(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, int64_t M, int64_t N, int64_t K) {
+  const int device = detail::dev(x);
+  cudaStream_t st = stream(device);
+  Handle& h = handle(device);
+  const int dt = x.dtype() == DType::F32 ? kF32 : kBF16;
+  const int out_dt = y.dtype() == DType::F32 ? kF32 : kBF16;
+  const Key key{device, M, N, K, dt, b.defined(), alignment(w.raw()), alignment(x.raw()), alignment(y.raw()),
+                b.defined() ? alignment(b.raw()) : 0, out_dt};
+  const Plan& p = plan_for(key, h.lt);
+  if (b.defined()) {
+    const void* bp = b.raw();
+    ERNIE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp));
+  }
+  const float alpha = 1.f, beta = 0.f;
+  ERNIE_CUBLAS_CHECK(cublasLtMatmul(h.lt, p.op, &alpha, w.raw(), p.a, x.raw(), p.b, &beta, y.raw(), p.c, y.raw(), p.c,
+                                    &p.algo, h.workspace.raw(), kWorkspace, st));
+}
+
+Tensor matmul_nt(const Tensor& a, const Tensor& b, DType out) {
+  ERNIE_CHECK(a.ndim() == 2 && b.ndim() == 2 && a.dim(1) == b.dim(1) && a.dtype() == b.dtype() && a.dim(1) > 0,
+              "matmul_nt: ", detail::shapes(a, b), " do not form a[M, K] · b[N, K]ᵀ");
+  Tensor y = Tensor::empty({a.dim(0), b.dim(0)}, out, a.device());
+  if (y.numel()) gemm_nt(a, b, Tensor(), y, a.dim(0), b.dim(0), a.dim(1));
+  return y;
+}
+
+}  // namespace ernie::cuda

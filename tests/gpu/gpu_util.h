@@ -1,0 +1,47 @@
+// Helpers of the GPU tests: skip without a device, random host tensors, moving to/from the GPU in a
+// given activation dtype, and the tolerances of CUDA vs the CPU twin.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "core/tensor.h"
+#include "golden.h"
+#include "ops/cuda/cuda_ops.h"
+#include "ops/ops.h"
+
+namespace ernie::test {
+
+inline const Device kGPU{DeviceKind::CUDA, 0};
+
+inline bool have_gpu() {
+  static const bool have = cuda::device_count() > 0;
+  return have;
+}
+
+#define ERNIE_REQUIRE_GPU()                                              \
+  do {                                                                   \
+    if (!::ernie::test::have_gpu()) GTEST_SKIP() << "no CUDA device";    \
+    ::ernie::cuda::set_poison_allocations(true);                         \
+  } while (0)
+
+// Uniform in [-scale, scale] (offset shifts the mean), F32 on the host.
+inline Tensor rnd(const Shape& s, uint32_t seed, float scale = 1.f, float offset = 0.f) {
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<float> d(-scale, scale);
+  std::vector<float> v(size_t(shape_numel(s)));
+  for (float& x : v) x = d(g) + offset;
+  return Tensor::from_vector(v, s);
+}
+
+// The host tensor as the GPU will see it in `dt` (bf16 rounding applied), still F32 on the host:
+// the CPU twin gets exactly the values the GPU gets.
+inline Tensor as_dtype(const Tensor& h, DType dt) { return dt == DType::F32 ? h : h.cast(dt).to_f32(); }
+inline Tensor up(const Tensor& h, DType dt) { return h.cast(dt).to(kGPU); }
+inline Tensor down(const Tensor& d) { return d.to(kCPU).to_f32(); }
+
+// CUDA vs CPU on identical inputs: f32 differs only by summation order; bf16 by output rounding.
+inline double tol(DType dt, double f32 = 2e-5, double bf16 = 1e-2) { return dt == DType::F32 ? f32 : bf16; }
+inline double min_cos(DType dt) { return dt == DType::F32 ? 0.999999 : 0.9999; }
+
+}  // namespace ernie::test

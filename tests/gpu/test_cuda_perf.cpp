@@ -1,0 +1,92 @@
+// Timings of the hot kernels at the full-size shapes (DISABLED_: run on the GPU machine with
+// --gtest_also_run_disabled_tests --gtest_filter='CudaPerf.*'). Prints TFLOP/s or GB/s; asserts nothing
+// about speed, only that the result is finite.
+#include <chrono>
+#include <cstdio>
+
+#include "gpu_util.h"
+
+namespace ernie::test {
+namespace {
+
+template <class F>
+double time_s(F&& f, int iters = 10) {
+  f();
+  cuda::synchronize(0);
+  auto t = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) f();
+  cuda::synchronize(0);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count() / iters;
+}
+
+Tensor gpu_rnd(const Shape& s, uint32_t seed, float scale = 1.f) { return ops::cast(rnd(s, seed, scale).to(kGPU), DType::BF16); }
+
+TEST(CudaPerf, DISABLED_Gemm) {
+  ERNIE_REQUIRE_GPU();
+  cuda::set_poison_allocations(false);
+  for (auto [M, N, K] : {std::tuple{4296, 4096, 4096}, std::tuple{4296, 12288, 4096}, std::tuple{4296, 4096, 12288},
+                         std::tuple{8592, 12288, 4096}, std::tuple{8704, 4096, 12288}}) {
+    Tensor x = gpu_rnd({M, K}, 1), w = gpu_rnd({N, K}, 2, 0.02f);
+    Tensor y;
+    const double s = time_s([&] { y = ops::linear(x, w); });
+    std::printf("linear bf16 M=%d N=%d K=%d: %.3f ms, %.0f TFLOP/s\n", M, N, K, s * 1e3, 2.0 * M * N * K / s / 1e12);
+  }
+}
+
+TEST(CudaPerf, DISABLED_Attention) {
+  ERNIE_REQUIRE_GPU();
+  cuda::set_poison_allocations(false);
+  for (int B : {1, 2}) for (const char* bc : {"64", "32"}) {
+    setenv("ERNIE_FLASH_BC", bc, 1);
+    const int S = 4296, H = 32, D = 128;
+    Tensor q = gpu_rnd({B, S, H, D}, 3), k = gpu_rnd({B, S, H, D}, 4), v = gpu_rnd({B, S, H, D}, 5);
+    ops::AttentionMask m;
+    m.kv_len = std::vector<int64_t>(size_t(B), S - 50);
+    Tensor o;
+    const double s = time_s([&] { o = ops::attention(q, k, v, 0.088f, m); });
+    std::printf("attention bf16 B=%d S=%d H=%d D=%d (%s keys/tile): %.3f ms, %.0f TFLOP/s\n", B, S, H, D, bc, s * 1e3,
+                4.0 * B * H * double(S) * S * D / s / 1e12);
+  }
+  unsetenv("ERNIE_FLASH_BC");
+}
+
+TEST(CudaPerf, DISABLED_Elementwise) {
+  ERNIE_REQUIRE_GPU();
+  cuda::set_poison_allocations(false);
+  const int S = 4296, C = 4096;
+  Tensor x = gpu_rnd({1, S, C}, 6), y = gpu_rnd({1, S, C}, 7), w = gpu_rnd({C}, 8), v = gpu_rnd({1, C}, 9);
+  const double bytes = 2.0 * S * C;
+  Tensor o;
+  double s = time_s([&] { o = ops::rms_norm(x, w, 1e-6f); });
+  std::printf("rms_norm [%d, %d]: %.1f us, %.0f GB/s\n", S, C, s * 1e6, 2 * bytes / s / 1e9);
+  s = time_s([&] { o = ops::modulate(x, v, v); });
+  std::printf("modulate: %.1f us, %.0f GB/s\n", s * 1e6, 2 * bytes / s / 1e9);
+  s = time_s([&] { o = ops::gated_residual(x, v, y); });
+  std::printf("gated_residual: %.1f us, %.0f GB/s\n", s * 1e6, 3 * bytes / s / 1e9);
+  Tensor g = gpu_rnd({1, S, 12288}, 10), u = gpu_rnd({1, S, 12288}, 11);
+  s = time_s([&] { o = ops::geglu(g, u); });
+  std::printf("geglu [%d, 12288]: %.1f us, %.0f GB/s\n", S, s * 1e6, 3 * 2.0 * S * 12288 / s / 1e9);
+  Tensor wq = gpu_rnd({128}, 15), q = gpu_rnd({1, S, 32, 128}, 12), cs = rnd({1, S, 128}, 13).to(kGPU), sn = rnd({1, S, 128}, 14).to(kGPU);
+  s = time_s([&] { o = ops::rms_norm(q, wq, 1e-6f); });
+  std::printf("qk rms_norm [%d, 32, 128]: %.1f us, %.0f GB/s\n", S, s * 1e6, 2 * bytes / s / 1e9);
+  s = time_s([&] { o = ops::rope(q, cs, sn); });
+  std::printf("rope: %.1f us, %.0f GB/s\n", s * 1e6, 2 * bytes / s / 1e9);
+}
+
+TEST(CudaPerf, DISABLED_VaeConvAndGroupNorm) {
+  ERNIE_REQUIRE_GPU();
+  cuda::set_poison_allocations(false);
+  for (auto [C, HW] : {std::pair{512, 128}, std::pair{512, 256}, std::pair{256, 512}, std::pair{128, 1024}}) {
+    Tensor x = gpu_rnd({1, C, HW, HW}, 20), w = gpu_rnd({C, C, 3, 3}, 21, 0.02f), b = gpu_rnd({C}, 22);
+    Tensor o;
+    double s = time_s([&] { o = ops::conv2d(x, w, b, 1, 1); }, 5);
+    std::printf("conv3x3 bf16 C=%d %dx%d: %.3f ms, %.0f TFLOP/s\n", C, HW, HW, s * 1e3,
+                2.0 * C * C * 9 * double(HW) * HW / s / 1e12);
+    s = time_s([&] { o = ops::group_norm(x, 32, b, b, 1e-6f, true); }, 5);
+    std::printf("group_norm+silu C=%d %dx%d: %.3f ms, %.0f GB/s\n", C, HW, HW, s * 1e3,
+                2 * 2.0 * C * double(HW) * HW / s / 1e9);
+  }
+}
+
+}  // namespace
+}  // namespace ernie::test

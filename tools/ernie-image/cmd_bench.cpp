@@ -1,0 +1,265 @@
+// ernie-image bench (--model DIR | --random) [-W 1024 -H 1024] [--steps N] [--cfg S] [--prompt-tokens N]
+//                   [--repeat R] [--dtype bf16] [--json]
+// Times the stages of one generation on the GPU: loading, text encoding, the denoising loop (DiT
+// forward per step, CFG rows batched, Euler update) and the VAE decode. --random builds the released
+// sizes with random weights (speed does not depend on their values). Each stage is timed after a
+// warm-up run, with the device synchronised around it; the numbers are the median over --repeat runs.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <functional>
+#include <optional>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "core/error.h"
+#include "io/model_folder.h"
+#include "models/ernie_dit.h"
+#include "models/flux2_vae.h"
+#include "models/mistral.h"
+#include "ops/ops.h"
+#ifdef ERNIE_HAVE_CUDA
+#include "ops/cuda/cuda_ops.h"
+#endif
+
+namespace ernie::cli {
+namespace {
+
+struct Opts {
+  std::string model, device = "cuda", dtype = "bf16";
+  bool random = false, json = false;
+  int width = 1024, height = 1024, steps = 8, prompt_tokens = 200, repeat = 3;
+  float cfg = 1.f;
+  uint64_t seed = 1;
+};
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+void sync(Device d) {
+#ifdef ERNIE_HAVE_CUDA
+  if (d.is_cuda()) cuda::synchronize(d.index);
+#else
+  (void)d;
+#endif
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+Tensor random_act(const Shape& s, uint64_t seed, Device d, DType act) {
+  std::mt19937_64 g(seed);
+  std::normal_distribution<float> n(0.f, 1.f);
+  std::vector<float> v(size_t(shape_numel(s)));
+  for (float& x : v) x = n(g);
+  Tensor t = Tensor::from_vector(v, s).to(d);
+  return t.dtype() == act ? t : ops::cast(t, act);
+}
+
+// FlowMatchEuler sigmas with shift 4 (DESIGN.md), N+1 values ending in 0.
+std::vector<float> sigmas(int n) {
+  std::vector<float> s;
+  for (int i = 0; i < n; ++i) {
+    const float u = 1.f - float(i) / float(n);
+    s.push_back(4.f * u / (1.f + 3.f * u));
+  }
+  s.push_back(0.f);
+  return s;
+}
+
+// FLOPs of one DiT forward over `rows` batch rows of S tokens (GEMMs, attention).
+std::pair<double, double> dit_flops(const DitConfig& c, int64_t S, int rows) {
+  const double H = c.hidden_size, F = c.ffn_hidden_size, L = c.num_layers;
+  const double gemm = L * (8.0 * S * H * H + 6.0 * S * H * F) * rows;
+  const double attn = L * 4.0 * double(S) * double(S) * H * rows;
+  return {gemm, attn};
+}
+
+int run(const Opts& o) {
+  ERNIE_CHECK(o.random != !o.model.empty(), "bench: give exactly one of --model DIR or --random");
+  ERNIE_CHECK(o.width > 0 && o.height > 0 && o.width % 16 == 0 && o.height % 16 == 0, "bench: -W/-H ", std::to_string(o.width), "x",
+              std::to_string(o.height), " must be positive multiples of 16");
+  ERNIE_CHECK(o.steps >= 1 && o.repeat >= 1 && o.prompt_tokens >= 1 && o.cfg >= 0, "bench: steps, repeat and "
+              "prompt-tokens must be >= 1 and cfg >= 0");
+  const Device dev = Device::parse(o.device);
+  const DType act = o.dtype == "bf16" ? DType::BF16 : o.dtype == "f32" ? DType::F32 : (fail("bench: --dtype must be bf16 or f32, not ", o.dtype), DType::F32);
+  ERNIE_CHECK(!dev.is_cpu() || act == DType::F32, "bench: the CPU computes in f32 (--dtype f32)");
+
+  nlohmann::json j;
+  j["device"] = dev.str();
+#ifdef ERNIE_HAVE_CUDA
+  if (dev.is_cuda()) {
+    ERNIE_CHECK(cuda::device_count() > dev.index, "bench: no CUDA device ", dev.str());
+    j["gpu"] = cuda::device_name(dev.index);
+  }
+#endif
+  j["dtype"] = o.dtype;
+  j["width"] = o.width;
+  j["height"] = o.height;
+  j["steps"] = o.steps;
+  j["cfg"] = o.cfg;
+  j["prompt_tokens"] = o.prompt_tokens;
+  j["weights"] = o.random ? "random" : o.model;
+
+  // ---- text encoder: load, encode (prompt, and the empty negative prompt when cfg > 1), free ----
+  const int rows = o.cfg > 1.f ? 2 : 1;
+  const int64_t T = o.prompt_tokens, h = o.height / 16, w = o.width / 16;
+  std::optional<ModelFolder> folder;
+  if (!o.random) folder = ModelFolder::open(o.model, false);
+  Tensor text;
+  {
+    auto t0 = Clock::now();
+    std::function<Tensor(const std::vector<int64_t>&)> encode;
+    std::optional<MistralModel> lm;
+    std::optional<TextEncoder> te;
+    int64_t vocab = 0;
+    if (o.random) {
+      const MistralConfig mc{};
+      lm.emplace(MistralModel::random(mc, dev, act, o.seed + 10, false));
+      vocab = mc.vocab_size;
+      const int layers = mc.num_hidden_layers - 1;  // hidden_states[-2]
+      encode = [&lm, layers](const std::vector<int64_t>& ids) { return lm->forward(ids, layers); };
+    } else {
+      te.emplace(TextEncoder::load(*folder, dev, act));
+      vocab = te->config().vocab_size;
+      encode = [&te](const std::vector<int64_t>& ids) { return te->encode(ids); };
+    }
+    sync(dev);
+    j["te_load_s"] = since(t0);
+    std::mt19937_64 g(o.seed + 3);
+    std::vector<int64_t> ids(static_cast<size_t>(T));
+    ids[0] = 1;  // BOS
+    for (size_t i = 1; i < ids.size(); ++i) ids[i] = int64_t(g() % uint64_t(vocab));
+    const std::vector<int64_t> negative = {1};
+    auto run_encode = [&] {
+      Tensor cond = encode(ids);
+      if (rows == 2) encode(negative);  // timed; its features are not needed for speed
+      return cond;
+    };
+    run_encode();  // warm-up
+    sync(dev);
+    std::vector<double> enc;
+    Tensor cond;
+    for (int r = 0; r < o.repeat; ++r) {
+      auto t = Clock::now();
+      cond = run_encode();
+      sync(dev);
+      enc.push_back(since(t));
+    }
+    j["encode_s"] = median(enc);
+    Tensor c3 = cond.reshape({1, T, cond.dim(1)});
+    text = rows == 2 ? ops::concat({c3, c3}, 0) : c3;
+  }  // the text encoder is freed here, as the CLI does
+#ifdef ERNIE_HAVE_CUDA
+  if (dev.is_cuda()) cuda::empty_cache(dev.index);
+#endif
+  std::vector<int64_t> lens(size_t(rows), T);
+  if (rows == 2) lens[1] = 1;  // the negative prompt: BOS only
+
+  // ---- DiT and VAE: load ----
+  auto t0 = Clock::now();
+  const DitConfig cfg = o.random ? DitConfig{} : folder->dit;
+  ErnieDit dit = o.random ? ErnieDit::random(cfg, dev, act, o.seed) : ErnieDit::load(*folder, dev, act);
+  sync(dev);
+  j["dit_load_s"] = since(t0);
+  t0 = Clock::now();
+  Flux2Vae vae = o.random ? Flux2Vae::random(VaeConfig{}, dev, act, o.seed + 20) : Flux2Vae::load(*folder, dev, act);
+  sync(dev);
+  j["vae_load_s"] = since(t0);
+  j["load_s"] = j["te_load_s"].get<double>() + j["dit_load_s"].get<double>() + j["vae_load_s"].get<double>();
+
+  // ---- denoising loop ----
+  const std::vector<float> sig = sigmas(o.steps);
+  auto denoise = [&](int steps) {
+    Tensor x = random_act({1, cfg.in_channels, h, w}, o.seed + 2, dev, act);
+    for (int i = 0; i < steps; ++i) {
+      const float t = sig[size_t(i)] * 1000.f;
+      Tensor xin = rows == 2 ? ops::concat({x, x}, 0) : x;
+      Tensor v = dit.forward(xin, std::vector<float>(size_t(rows), t), text, lens);
+      if (rows == 2) {  // uncond + s * (cond - uncond)
+        Tensor cond = ops::slice(v, 0, 0, 1), uncond = ops::slice(v, 0, 1, 1);
+        v = ops::add(uncond, ops::scale(ops::add(cond, ops::scale(uncond, -1.f)), o.cfg));
+      }
+      x = ops::add(x, ops::scale(v, sig[size_t(i) + 1] - sig[size_t(i)]));
+    }
+    return x;
+  };
+  denoise(1);  // warm-up: kernels, cuBLASLt plans, allocator
+  sync(dev);
+  std::vector<double> den;
+  for (int r = 0; r < o.repeat; ++r) {
+    auto t = Clock::now();
+    denoise(o.steps);
+    sync(dev);
+    den.push_back(since(t));
+  }
+  const double denoise_s = median(den);
+  j["denoise_s"] = denoise_s;
+  j["denoise_runs_s"] = den;
+  j["step_s"] = denoise_s / o.steps;
+
+  // ---- VAE decode of the final latents (de-normalise, unpatchify, decode) ----
+  const Tensor latents = random_act({1, cfg.out_channels, h, w}, o.seed + 4, dev, act);
+  auto decode = [&] { return vae.decode(vae.denormalize_and_unpatchify(latents)); };
+  decode();  // warm-up: cuDNN plans
+  sync(dev);
+  std::vector<double> dec;
+  for (int r = 0; r < o.repeat; ++r) {
+    auto t = Clock::now();
+    Tensor img = decode();
+    sync(dev);
+    dec.push_back(since(t));
+  }
+  j["decode_s"] = median(dec);
+  j["total_s"] = j["encode_s"].get<double>() + denoise_s + j["decode_s"].get<double>();
+
+  const auto [gemm, attn] = dit_flops(cfg, h * w + T, rows);
+  j["dit_gemm_tflop"] = gemm / 1e12;
+  j["dit_attention_tflop"] = attn / 1e12;
+  j["dit_tflops_per_s"] = (gemm + attn) / (denoise_s / o.steps) / 1e12;
+  j["fraction_of_789_tflops"] = (gemm + attn) / (denoise_s / o.steps) / 789e12;
+#ifdef ERNIE_HAVE_CUDA
+  if (dev.is_cuda()) {
+    const cuda::MemoryStats m = cuda::memory_stats(dev.index);
+    j["peak_gib"] = double(m.peak_reserved_bytes) / double(1ull << 30);
+    j["peak_in_use_gib"] = double(m.peak_in_use_bytes) / double(1ull << 30);
+  }
+#endif
+  if (o.json) {
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    std::printf("%s %s %dx%d, %d steps, cfg %.2g, %d prompt tokens\n", j.value("gpu", dev.str()).c_str(),
+                o.dtype.c_str(), o.width, o.height, o.steps, double(o.cfg), o.prompt_tokens);
+    for (const char* k : {"load_s", "encode_s", "step_s", "denoise_s", "decode_s", "total_s", "peak_gib",
+                          "dit_tflops_per_s"})
+      if (j.contains(k)) std::printf("  %-18s %.4f\n", k, j[k].get<double>());
+  }
+  return 0;
+}
+
+Register reg(60, [](CLI::App& app) {
+  auto o = std::make_shared<Opts>();
+  auto* c = app.add_subcommand("bench", "Time a generation's stages (load, encode, denoise steps, decode) and GPU memory");
+  c->add_option("--model,-m", o->model, "model folder to load");
+  c->add_flag("--random", o->random, "released sizes with random weights (no files needed)");
+  c->add_option("-W,--width", o->width, "image width (default 1024)");
+  c->add_option("-H,--height", o->height, "image height (default 1024)");
+  c->add_option("--steps", o->steps, "denoising steps (default 8)");
+  c->add_option("--cfg", o->cfg, "guidance scale; > 1 batches the negative prompt (default 1)");
+  c->add_option("--prompt-tokens", o->prompt_tokens, "prompt length in tokens (default 200)");
+  c->add_option("--repeat", o->repeat, "timed runs after the warm-up; the median is reported (default 3)");
+  c->add_option("--dtype", o->dtype, "activations: bf16 (default) or f32");
+  c->add_option("--device", o->device, "cuda (default), cuda:N or cpu");
+  c->add_option("--seed", o->seed, "seed of the random weights and inputs");
+  c->add_flag("--json", o->json, "print the result as JSON");
+  return std::function<int()>([o] { return run(*o); });
+});
+
+}  // namespace
+}  // namespace ernie::cli
