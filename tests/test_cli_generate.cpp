@@ -198,6 +198,8 @@ INSTANTIATE_TEST_SUITE_P(
                 "does not match [1, 32, 4, 8]"},
         BadCase{"init_latents_missing", kGen + "-W 16 -H 16 --init-latents '{D}/none.safetensors' -o '{D}/x.png'",
                 "none.safetensors"},
+        BadCase{"bad_utf8", "generate --model '{M}' -p \"$(printf 'a \\377')\" -W 16 -H 16 --progress json -o '{D}/x.png'",
+                "prompt is not valid UTF-8"},
         BadCase{"bad_dtype", kGen + "-W 16 -H 16 --dtype f64 -o '{D}/x.png'", "unknown type 'f64'"},
         BadCase{"bad_device", kGen + "-W 16 -H 16 --device tpu -o '{D}/x.png'", "tpu"}),
     [](const auto& info) { return info.param.name; });
