@@ -121,3 +121,23 @@ TEST(CApi, EncodePrompt) {
   ernie_free_floats(data);
   EXPECT_STRNE(ernie_version(), "");
 }
+
+// keep_text_encoder = 0 frees the text encoder after each use; the next prompt loads it again.
+TEST(CApi, TextEncoderReloadsAfterBeingFreed) {
+  ernie_options o;
+  ernie_options_init(&o);
+  std::string dir = ernie::test::tiny_model();
+  o.model_dir = dir.c_str();
+  o.keep_text_encoder = 0;
+  ernie_model* m = nullptr;
+  ASSERT_EQ(ernie_load(&o, &m, nullptr), ERNIE_OK) << ernie_last_error();
+  for (int i = 0; i < 2; ++i) {
+    float* data = nullptr;
+    int t = 0, dim = 0;
+    ASSERT_EQ(ernie_encode_prompt(m, "a cat", &data, &t, &dim, nullptr), ERNIE_OK) << ernie_last_error();
+    ernie::Tensor h = ernie::Tensor::from_vector(std::vector<float>(data, data + size_t(t) * dim), {t, dim});
+    EXPECT_TRUE(ernie::test::tensors_close(h, ernie::test::golden_tensor("te.0.hidden"), ernie::test::kCpuRelL2));
+    ernie_free_floats(data);
+  }
+  ernie_free(m);
+}

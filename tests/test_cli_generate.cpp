@@ -68,6 +68,19 @@ TEST(CliGenerate, WritesPngWithBothMetadataChunks) {
   EXPECT_EQ(j["engine"].get<std::string>().rfind("ernie-image ", 0), 0u);
 }
 
+TEST(CliGenerate, PromptEnhancerRecordsRevisedPrompt) {
+  TempDir d;
+  auto r = run_cli(tiny_gen("--seed 3 --pe -o '" + d.str() + "/a.png'"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("revised prompt: "), std::string::npos);
+  PngImage img = read_png(d.str() + "/a.png");
+  auto j = nlohmann::json::parse(img.text["ernie-image"]);
+  EXPECT_EQ(j["prompt"], "a cat");
+  EXPECT_EQ(j["prompt_enhancer"], true);
+  EXPECT_NE(j["revised_prompt"], "a cat");
+  EXPECT_NE(img.text["parameters"].find("Prompt enhancer: true"), std::string::npos);
+}
+
 TEST(CliGenerate, BatchNamesWithIndex) {
   TempDir d;
   auto r = run_cli(tiny_gen("--seed 9 --batch 2 --quiet -o '" + d.str() + "/img_%03d.png'"));
@@ -185,6 +198,8 @@ INSTANTIATE_TEST_SUITE_P(
                 "does not match [1, 32, 4, 8]"},
         BadCase{"init_latents_missing", kGen + "-W 16 -H 16 --init-latents '{D}/none.safetensors' -o '{D}/x.png'",
                 "none.safetensors"},
+        BadCase{"bad_utf8", "generate --model '{M}' -p \"$(printf 'a \\377')\" -W 16 -H 16 --progress json -o '{D}/x.png'",
+                "prompt is not valid UTF-8"},
         BadCase{"bad_dtype", kGen + "-W 16 -H 16 --dtype f64 -o '{D}/x.png'", "unknown type 'f64'"},
         BadCase{"bad_device", kGen + "-W 16 -H 16 --device tpu -o '{D}/x.png'", "tpu"}),
     [](const auto& info) { return info.param.name; });

@@ -151,3 +151,26 @@ TEST(Pipeline, MissingModelFails) {
     EXPECT_NE(std::string(e.what()).find("/nonexistent/model"), std::string::npos) << e.what();
   }
 }
+
+// The prompt enhancer rewrites the prompt before encoding; its draw is seeded by the request's seed.
+TEST(Pipeline, PromptEnhancerRevisesPromptRepeatably) {
+  PipelineOptions o;
+  o.model_dir = test::tiny_model();
+  o.load_pe = true;
+  auto pipe = Pipeline::load(o);
+  GenerateRequest r;
+  r.prompt = "a cat";
+  r.width = r.height = 16;
+  r.steps = 1;
+  r.use_pe = true;
+  r.seed = 5;
+  bool saw_enhance = false;
+  GenerateResult a = pipe->generate(r, [&](const Progress& p) { saw_enhance |= p.phase == "enhance"; });
+  EXPECT_TRUE(saw_enhance);
+  EXPECT_NE(a.revised_prompt, "a cat");
+  GenerateResult b = pipe->generate(r);
+  EXPECT_EQ(a.revised_prompt, b.revised_prompt);
+  EXPECT_EQ(a.images[0].rgb, b.images[0].rgb);
+  // Without the enhancer loaded, asking for it is an error before any compute.
+  EXPECT_THROW(tiny_pipeline().generate(r), Error);
+}

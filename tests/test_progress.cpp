@@ -17,6 +17,10 @@ TEST(Progress, BarShowsStepRateAndEta) {
   EXPECT_LE(s.size(), 80u);
   EXPECT_NE(ProgressPrinter::format_bar({"denoise", 1, 50, 4.0}, 0.25, 196, 80).find("4.00 s/it  ETA 3m16s"),
             std::string::npos);
+  std::string done = ProgressPrinter::format_bar({"denoise", 8, 8, 2.0}, 4.0, 0, 80);
+  EXPECT_NE(done.find("8/8  2.00s  4.00 it/s"), std::string::npos) << done;
+  EXPECT_EQ(done.find("ETA"), std::string::npos);
+  EXPECT_NE(ProgressPrinter::format_bar({"decode", 1, 1, 0.5}, 2.0, 0, 80).find("1/1  0.50s"), std::string::npos);
 }
 
 TEST(Progress, JsonLines) {

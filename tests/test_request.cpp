@@ -71,6 +71,12 @@ TEST(Request, BadInputsHaveClearMessages) {
   r = req(16, 16);
   r.num_images = 0;
   EXPECT_NE(error_of(r, l).find("number of images"), std::string::npos);
+  r = req(16, 16);
+  r.prompt = "a \xff cat";
+  EXPECT_NE(error_of(r, l).find("prompt is not valid UTF-8 (byte 2)"), std::string::npos) << error_of(r, l);
+  r = req(16, 16);
+  r.negative_prompt = std::string("x\0y", 3);
+  EXPECT_NE(error_of(r, l).find("negative prompt contains a NUL"), std::string::npos);
   EXPECT_EQ(error_of(req(16, 16), l), "");
 }
 

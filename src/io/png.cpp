@@ -79,6 +79,7 @@ void source_read(png_structp png, png_bytep out, png_size_t n) {
 struct Decoded {
   int w = 0, h = 0;
   uint8_t* rgb = nullptr;  // malloc'd, w*h*3
+  png_bytep* rows = nullptr;  // malloc'd row pointers while reading (here, not a local: it must survive a longjmp)
   int ntext = 0;
   char** keys = nullptr;   // malloc'd copies
   char** values = nullptr;
@@ -86,6 +87,7 @@ struct Decoded {
 
 void free_decoded(Decoded* d) {
   std::free(d->rgb);
+  std::free(d->rows);
   for (int i = 0; i < d->ntext; ++i) {
     std::free(d->keys[i]);
     std::free(d->values[i]);
@@ -101,9 +103,7 @@ bool decode_c(Source* src, Decoded* d, Status* st) {
   png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, st, on_error, on_warning);
   if (!png) return false;
   png_infop info = png_create_info_struct(png);
-  png_bytep* rows = nullptr;
   if (!info || setjmp(png_jmpbuf(png))) {
-    std::free(rows);
     free_decoded(d);
     png_destroy_read_struct(&png, info ? &info : nullptr, nullptr);
     return false;
@@ -126,13 +126,13 @@ bool decode_c(Source* src, Decoded* d, Status* st) {
   d->w = int(w);
   d->h = int(h);
   d->rgb = static_cast<uint8_t*>(std::malloc(size_t(w) * h * 3));
-  rows = static_cast<png_bytep*>(std::malloc(sizeof(png_bytep) * h));
-  if (!d->rgb || !rows) png_error(png, "out of memory");
-  for (png_uint_32 y = 0; y < h; ++y) rows[y] = d->rgb + size_t(y) * w * 3;
-  png_read_image(png, rows);
+  d->rows = static_cast<png_bytep*>(std::malloc(sizeof(png_bytep) * h));
+  if (!d->rgb || !d->rows) png_error(png, "out of memory");
+  for (png_uint_32 y = 0; y < h; ++y) d->rows[y] = d->rgb + size_t(y) * w * 3;
+  png_read_image(png, d->rows);
   png_read_end(png, info);
-  std::free(rows);
-  rows = nullptr;
+  std::free(d->rows);
+  d->rows = nullptr;
   png_textp text = nullptr;
   int n = png_get_text(png, info, &text, nullptr);
   if (n > 0) {

@@ -11,6 +11,7 @@
 #include "models/ernie_dit.h"
 #include "models/flux2_vae.h"
 #include "models/mistral.h"
+#include "models/prompt_enhancer.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/ops.h"
 #include "pipeline/request.h"
@@ -51,7 +52,7 @@ class ErniePipeline final : public Pipeline {
     ERNIE_CHECK(opt.dtype == DType::F32 || opt.dtype == DType::BF16, "dtype ", dtype_name(opt.dtype),
                 ": activations must be f32 or bf16");
     if (opt.device.is_cpu()) cpu::set_threads(opt.threads);
-    const int total = 4;
+    const int total = opt.load_pe ? 5 : 4;
     auto t0 = Clock::now();
     auto report = [&](int step) {
       if (progress) progress({"load", step, total, seconds_since(t0)});
@@ -65,6 +66,7 @@ class ErniePipeline final : public Pipeline {
     }
     if (opt.load_pe) {
       ERNIE_CHECK(m_.pe_c.has_value(), opt.model_dir, ": no prompt enhancer (pe/ folder) in this model");
+      ERNIE_CHECK(!m_.pe_tokenizer_dir.empty(), opt.model_dir, ": the prompt enhancer has no tokenizer (pe_tokenizer/)");
       m_.require_ok("pe");
     }
     limits_ = model_limits(m_);
@@ -82,6 +84,11 @@ class ErniePipeline final : public Pipeline {
     }
     if (!opt.keep_text_encoder) text_encoder_.reset();
     report(4);
+    if (opt.load_pe) {
+      load_prompt_enhancer();
+      if (!opt.keep_text_encoder) pe_.reset();  // reloaded when a request asks for it
+      report(5);
+    }
   }
 
   GenerateRequest resolve(const GenerateRequest& req) const override {
@@ -107,7 +114,7 @@ class ErniePipeline final : public Pipeline {
     std::string prompt = r.prompt;
     if (r.use_pe) {
       check_cancel();
-      prompt = enhance_prompt_locked(prompt, r.width, r.height);
+      prompt = enhance_prompt_locked(prompt, r.width, r.height, r.seed, progress, cancel);
     }
     res.revised_prompt = prompt;
 
@@ -170,7 +177,7 @@ class ErniePipeline final : public Pipeline {
 
   std::string enhance_prompt(const std::string& prompt, int width, int height) override {
     std::lock_guard<std::mutex> lock(mu_);
-    return enhance_prompt_locked(prompt, width, height);
+    return enhance_prompt_locked(prompt, width, height, 0, {}, nullptr);
   }
 
   int scale_factor() const override { return limits_.scale_factor; }
@@ -196,6 +203,7 @@ class ErniePipeline final : public Pipeline {
   std::optional<TextEncoder> text_encoder_;
   std::optional<ErnieDit> dit_;
   std::optional<Flux2Vae> vae_;
+  std::optional<PromptEnhancer> pe_;
   Tensor empty_negative_;  // [1, hidden] F32 host: encode_prompt("")
   std::mutex mu_;
 
@@ -217,8 +225,32 @@ class ErniePipeline final : public Pipeline {
     return h.to(kCPU).to_f32();
   }
 
-  std::string enhance_prompt_locked(const std::string&, int, int) {
-    fail("prompt enhancer: not implemented in this build yet");
+  void load_prompt_enhancer() {
+    ERNIE_CHECK(m_.pe_c.has_value(), opt_.model_dir, ": no prompt enhancer (pe/ folder) in this model");
+    if (!pe_) pe_ = PromptEnhancer::load(m_, opt_.device, opt_.dtype);
+  }
+
+  // _enhance_prompt_with_pe with the reference's sampling settings; the draw is seeded with the request's
+  // seed, so a run is repeatable (the reference's torch sampling is not).
+  std::string enhance_prompt_locked(const std::string& prompt, int width, int height, uint64_t seed,
+                                    const ProgressFn& progress, const std::atomic<bool>* cancel) {
+    ERNIE_CHECK(opt_.load_pe, "prompt enhancer: the model was loaded without it (enable load_pe / --pe)");
+    load_prompt_enhancer();
+    auto t0 = Clock::now();
+    EnhanceOptions eo;
+    SamplingParams sp = pe_->default_sampling();
+    sp.seed = seed;
+    eo.sampling = sp;
+    eo.cancel = cancel;
+    if (progress) {
+      progress({"enhance", 0, pe_->default_max_new_tokens(), 0});
+      eo.on_token = [&](int generated, int max_new) { progress({"enhance", generated, max_new, seconds_since(t0)}); };
+    }
+    EnhanceResult er = pe_->enhance(prompt, width, height, eo);
+    const int n = int(er.generation.ids.size());
+    if (progress) progress({"enhance", n, n, seconds_since(t0)});
+    if (!opt_.keep_text_encoder) pe_.reset();
+    return er.text;
   }
 };
 

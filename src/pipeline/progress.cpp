@@ -37,7 +37,13 @@ std::string fmt_duration(double s) {
 std::string ProgressPrinter::format_bar(const Progress& p, double rate, double eta, int width) {
   char head[64], tail[96];
   std::snprintf(head, sizeof head, "%-7s ", p.phase.c_str());
-  if (rate > 0) {
+  if (p.total > 0 && p.step >= p.total) {  // finished: the time it took (and the rate when it is a loop)
+    if (p.total > 1 && rate > 0)
+      std::snprintf(tail, sizeof tail, " %d/%d  %.2fs  %.2f %s", p.step, p.total, p.elapsed_s, rate >= 1 ? rate : 1 / rate,
+                    rate >= 1 ? "it/s" : "s/it");
+    else
+      std::snprintf(tail, sizeof tail, " %d/%d  %.2fs", p.step, p.total, p.elapsed_s);
+  } else if (rate > 0) {
     if (rate >= 1) std::snprintf(tail, sizeof tail, " %d/%d  %.2f it/s  ETA %s", p.step, p.total, rate, fmt_duration(eta).c_str());
     else std::snprintf(tail, sizeof tail, " %d/%d  %.2f s/it  ETA %s", p.step, p.total, 1 / rate, fmt_duration(eta).c_str());
   } else {

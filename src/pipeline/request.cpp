@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "text/unicode.h"
 
 namespace ernie {
 
@@ -52,8 +53,12 @@ GenerateRequest resolve_request(const GenerateRequest& req, const ModelLimits& l
   ERNIE_CHECK(r.cfg >= 0, "cfg ", to_string(r.cfg), " must not be negative (use 1 to turn guidance off)");
   ERNIE_CHECK(r.num_images >= 1 && r.num_images <= l.max_images, "number of images ", to_string(r.num_images),
               " must be between 1 and ", to_string(l.max_images));
-  ERNIE_CHECK(r.prompt.find('\0') == std::string::npos && r.negative_prompt.find('\0') == std::string::npos,
-              "prompt contains a NUL character");
+  for (auto [what, text] : {std::pair<const char*, const std::string*>{"prompt", &r.prompt},
+                             {"negative prompt", &r.negative_prompt}}) {
+    size_t bad = text::utf8_invalid_at(*text);
+    ERNIE_CHECK(bad == std::string::npos, what, " is not valid UTF-8 (byte ", std::to_string(bad), ")");
+    ERNIE_CHECK(text->find('\0') == std::string::npos, what, " contains a NUL character");
+  }
 
   if (r.init_latents) {
     const Tensor& t = *r.init_latents;

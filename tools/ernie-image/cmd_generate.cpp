@@ -45,6 +45,10 @@ int run(const Opts& o, const CLI::App& c) {
   // Model files: configs, checkpoint headers and tensor shapes, before anything is loaded.
   ModelFolder folder = ModelFolder::open(o.model, o.pe);
   for (const char* comp : {"transformer", "text_encoder", "vae"}) folder.require_ok(comp);
+  if (o.pe) {
+    ERNIE_CHECK(folder.pe_c.has_value(), o.model, ": --pe needs a prompt enhancer (pe/ folder), this model has none");
+    folder.require_ok("pe");
+  }
   const ModelLimits limits = model_limits(folder);
 
   // 0 means "the model's default" inside a request; on the command line an explicit 0 is a mistake.
@@ -106,6 +110,7 @@ int run(const Opts& o, const CLI::App& c) {
     save_safetensors(o.save_latents, {{"latents", r.init_latents->to_f32()}}, md);
   }
   if (!o.quiet) {
+    if (r.use_pe) std::fprintf(stderr, "revised prompt: %s\n", res.revised_prompt.c_str());
     for (const std::string& p : outs) std::printf("%s\n", p.c_str());
     if (!seed_given && seed && o.init_latents.empty()) std::fprintf(stderr, "seed: %llu\n", (unsigned long long)*seed);
     std::fprintf(stderr, "encode %.2fs, denoise %.2fs (%.2f s/step), decode %.2fs\n", res.encode_s, res.denoise_s,
