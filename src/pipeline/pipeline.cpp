@@ -41,6 +41,9 @@ void postprocess(const Tensor& decoded, float* image_f32, std::vector<uint8_t>& 
     }
 }
 
+// Images per denoiser batch when requests are batched (Pipeline::generate_batch).
+constexpr int kMaxBatchImages = 16;
+
 class ErniePipeline final : public Pipeline {
  public:
   ErniePipeline(const PipelineOptions& opt, const ProgressFn& progress) : opt_(opt) {
@@ -101,70 +104,116 @@ class ErniePipeline final : public Pipeline {
 
   GenerateResult generate(const GenerateRequest& req, const ProgressFn& progress,
                           const std::atomic<bool>* cancel) override {
+    return std::move(generate_batch({req}, progress, cancel)[0]);
+  }
+
+  // Requests of one shape share the denoiser's batch: row b of the latents is image b of its request,
+  // from that request's seed (image i: seed + i) and prompt, so each result is what generate() alone gives.
+  int max_batch_images() const override { return kMaxBatchImages; }
+  std::vector<GenerateResult> generate_batch(const std::vector<GenerateRequest>& reqs, const ProgressFn& progress,
+                                             const std::atomic<bool>* cancel) override {
     ERNIE_CHECK(dit_ && vae_, "this pipeline was loaded for text encoding only");
-    GenerateResult res;
-    res.resolved = resolve(req);
-    const GenerateRequest& r = res.resolved;
+    ERNIE_CHECK(!reqs.empty(), "generate_batch: no requests");
+    std::vector<GenerateResult> res(reqs.size());
+    int images = 0;
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      res[i].resolved = resolve(reqs[i]);
+      const GenerateRequest &r = res[i].resolved, &r0 = res[0].resolved;
+      ERNIE_CHECK(r.width == r0.width && r.height == r0.height && r.steps == r0.steps && r.cfg == r0.cfg,
+                  "generate_batch: request ", std::to_string(i), " (", std::to_string(r.width), "x",
+                  std::to_string(r.height), ", ", std::to_string(r.steps), " steps, cfg ", std::to_string(r.cfg),
+                  ") differs from the first in size, steps or cfg");
+      images += r.num_images;
+    }
+    ERNIE_CHECK(reqs.size() == 1 || images <= kMaxBatchImages, "generate_batch: ", std::to_string(images),
+                " images in one batch; at most ", std::to_string(kMaxBatchImages));
+    const GenerateRequest& r0 = res[0].resolved;
     std::lock_guard<std::mutex> lock(mu_);
     auto check_cancel = [&] {
       if (cancel && cancel->load()) throw Cancelled();
     };
 
     // [Phase 1] prompt enhancer
-    std::string prompt = r.prompt;
-    if (r.use_pe) {
-      check_cancel();
-      prompt = enhance_prompt_locked(prompt, r.width, r.height, r.seed, progress, cancel);
+    for (GenerateResult& x : res) {
+      const GenerateRequest& r = x.resolved;
+      x.revised_prompt = r.prompt;
+      if (r.use_pe) {
+        check_cancel();
+        x.revised_prompt = enhance_prompt_locked(r.prompt, r.width, r.height, r.seed, progress, cancel);
+      }
     }
-    res.revised_prompt = prompt;
 
     // [Phase 2] text encoding
-    const bool do_cfg = r.cfg > 1.0f;
+    const bool do_cfg = r0.cfg > 1.0f;
     auto t0 = Clock::now();
-    const int n_enc = do_cfg && !r.negative_prompt.empty() ? 2 : 1;
+    int n_enc = 0;
+    for (const GenerateResult& x : res) n_enc += do_cfg && !x.resolved.negative_prompt.empty() ? 2 : 1;
     if (progress) progress({"encode", 0, n_enc, 0});
-    check_cancel();
-    Tensor cond = encode_ids_locked(tokenize(prompt));
-    Tensor uncond;
-    if (do_cfg) uncond = r.negative_prompt.empty() ? empty_negative_ : encode_ids_locked(tokenize(r.negative_prompt));
+    SamplerInput in;
+    for (const GenerateResult& x : res) {
+      const GenerateRequest& r = x.resolved;
+      check_cancel();
+      Tensor cond = encode_ids_locked(tokenize(x.revised_prompt));
+      in.cond.insert(in.cond.end(), size_t(r.num_images), cond);
+      if (do_cfg) {
+        Tensor uncond = r.negative_prompt.empty() ? empty_negative_ : encode_ids_locked(tokenize(r.negative_prompt));
+        in.uncond.insert(in.uncond.end(), size_t(r.num_images), uncond);
+      }
+    }
     if (!opt_.keep_text_encoder) text_encoder_.reset();
-    res.encode_s = seconds_since(t0);
-    if (progress) progress({"encode", n_enc, n_enc, res.encode_s});
+    const double encode_s = seconds_since(t0);
+    if (progress) progress({"encode", n_enc, n_enc, encode_s});
 
     // [Phase 3] denoising
-    SamplerInput in;
-    const Shape shape = latent_shape(r, limits_);
-    in.latents = r.init_latents ? *r.init_latents : initial_noise(shape, r.seed);
-    in.cond.assign(size_t(r.num_images), cond);
-    if (do_cfg) in.uncond.assign(size_t(r.num_images), uncond);
-    in.cfg = r.cfg;
+    std::vector<Tensor> noise;
+    for (const GenerateResult& x : res) {
+      const GenerateRequest& r = x.resolved;
+      noise.push_back(r.init_latents ? *r.init_latents : initial_noise(latent_shape(r, limits_), r.seed));
+    }
+    if (noise.size() == 1) {
+      in.latents = noise[0];
+    } else {
+      for (Tensor& t : noise) t = t.to(kCPU).to_f32();
+      in.latents = ops::concat(noise, 0);
+    }
+    in.cfg = r0.cfg;
     in.round_timesteps = opt_.round_timesteps;
+    const Shape shape = latent_shape(r0, limits_);
     FlowMatchEulerScheduler scheduler(m_.scheduler);
-    scheduler.set_timesteps(r.steps, shape[2] * shape[3]);
+    scheduler.set_timesteps(r0.steps, shape[2] * shape[3]);
     t0 = Clock::now();
-    if (progress) progress({"denoise", 0, r.steps, 0});
+    if (progress) progress({"denoise", 0, r0.steps, 0});
     Tensor latents = sample_euler_cfg(*dit_, scheduler, opt_.device, opt_.dtype, in, [&](int step) {
-      if (progress) progress({"denoise", step, r.steps, seconds_since(t0)});
+      if (progress) progress({"denoise", step, r0.steps, seconds_since(t0)});
     }, cancel);
-    res.latents = latents.to(kCPU);
-    res.denoise_s = seconds_since(t0);
+    const double denoise_s = seconds_since(t0);
 
     // [Phase 4] decode, one image at a time (the VAE's activations dominate memory at large sizes)
     t0 = Clock::now();
-    if (progress) progress({"decode", 0, r.num_images, 0});
-    res.image_f32 = Tensor::empty({r.num_images, r.height, r.width, 3}, DType::F32);
-    for (int b = 0; b < r.num_images; ++b) {
-      check_cancel();
-      Tensor z = vae_->denormalize_and_unpatchify(latents.narrow(b, 1));
-      Tensor decoded = vae_->decode(z);
-      ERNIE_CHECK(decoded.dim(1) == 3 && decoded.dim(2) == r.height && decoded.dim(3) == r.width,
-                  "vae decode returned ", shape_str(decoded.shape()));
-      Image img{r.width, r.height, {}};
-      postprocess(decoded, res.image_f32.f32() + size_t(b) * r.height * r.width * 3, img.rgb);
-      res.images.push_back(std::move(img));
-      if (progress) progress({"decode", b + 1, r.num_images, seconds_since(t0)});
+    if (progress) progress({"decode", 0, images, 0});
+    int row = 0;
+    for (GenerateResult& x : res) {
+      const GenerateRequest& r = x.resolved;
+      x.latents = latents.narrow(row, r.num_images).to(kCPU);
+      x.image_f32 = Tensor::empty({r.num_images, r.height, r.width, 3}, DType::F32);
+      for (int b = 0; b < r.num_images; ++b, ++row) {
+        check_cancel();
+        Tensor z = vae_->denormalize_and_unpatchify(latents.narrow(row, 1));
+        Tensor decoded = vae_->decode(z);
+        ERNIE_CHECK(decoded.dim(1) == 3 && decoded.dim(2) == r.height && decoded.dim(3) == r.width,
+                    "vae decode returned ", shape_str(decoded.shape()));
+        Image img{r.width, r.height, {}};
+        postprocess(decoded, x.image_f32.f32() + size_t(b) * r.height * r.width * 3, img.rgb);
+        x.images.push_back(std::move(img));
+        if (progress) progress({"decode", row + 1, images, seconds_since(t0)});
+      }
     }
-    res.decode_s = seconds_since(t0);
+    const double decode_s = seconds_since(t0);
+    for (GenerateResult& x : res) {
+      x.encode_s = encode_s;
+      x.denoise_s = denoise_s;
+      x.decode_s = decode_s;
+    }
     return res;
   }
 

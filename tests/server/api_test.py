@@ -345,6 +345,46 @@ def test_queue_full(srv, size, long_steps):
     wait_status(srv, j["id"], ("succeeded",))
 
 
+def pixels_close(a, b, tol=1):
+    return len(a) == len(b) and max((abs(x - y) for x, y in zip(a, b)), default=0) <= tol
+
+
+def test_batching(srv, size, long_steps):
+    """Two waiting requests of one shape run as one batch (the first time as a measured trial), and each
+    gets the image it would get alone."""
+    shape = {"size": size, "steps": 3, "guidance_scale": 2.0}  # a shape no other test uses
+    a = {**shape, "prompt": "a red fox", "seed": 21}
+    b = {**shape, "prompt": "a blue bird high in the evening sky", "negative_prompt": "blurry", "seed": 22}
+    alone = {}
+    for name, body in (("a", a), ("b", b)):
+        s, j = srv.json("POST", "/v1/images/generations", body, AUTH)
+        check(s == 200, f"alone {name}: {s}")
+        alone[name] = pixels(base64.b64decode(j["data"][0]["b64_json"]))
+    _, _, m = srv.request("GET", "/metrics")
+    before = [l for l in m.decode().splitlines() if l.startswith("ernie_batches_total ")][0]
+    blocker = submit(srv, {"prompt": "blocker", "size": size, "steps": long_steps})
+    wait_status(srv, blocker, ("running",))
+    ja, jb = submit(srv, a), submit(srv, b)
+    srv.json("DELETE", f"/v1/jobs/{blocker}", headers=AUTH)
+    sa, sb = wait_status(srv, ja, ("succeeded",)), wait_status(srv, jb, ("succeeded",))
+    check(sa["batch_size"] == 2 and sb["batch_size"] == 2, f"batch sizes {sa['batch_size']}, {sb['batch_size']}")
+    for name, job in (("a", ja), ("b", jb)):
+        st, _, png = srv.request("GET", f"/v1/jobs/{job}/images/0", headers=AUTH)
+        check(st == 200 and pixels_close(pixels(png), alone[name]), f"batched {name} differs from its image alone")
+    _, _, m = srv.request("GET", "/metrics")
+    after = [l for l in m.decode().splitlines() if l.startswith("ernie_batches_total ")][0]
+    check(float(after.split()[1]) == float(before.split()[1]) + 1, f"{before} -> {after}")
+    # Measured now: batched again only if that was no slower than one alone (on this CPU it usually is slower).
+    blocker = submit(srv, {"prompt": "blocker", "size": size, "steps": long_steps})
+    wait_status(srv, blocker, ("running",))
+    ja, jb = submit(srv, a), submit(srv, b)
+    srv.json("DELETE", f"/v1/jobs/{blocker}", headers=AUTH)
+    sa, sb = wait_status(srv, ja, ("succeeded",)), wait_status(srv, jb, ("succeeded",))
+    print(f"batching: second time the batch size was {sa['batch_size']} (chosen from the measured times)", flush=True)
+    for job in (ja, jb):
+        srv.request("DELETE", f"/v1/jobs/{job}", headers=AUTH)
+
+
 def test_metrics(srv):
     s, h, b = srv.request("GET", "/metrics")
     text = b.decode()
@@ -438,6 +478,7 @@ def main():
         print(f"calibration: {per_step * 1000:.2f} ms/step at {size}; long job = {long_steps} steps", flush=True)
         test_cancel(srv, size, long_steps, per_step)
         test_queue_full(srv, size, long_steps)
+        test_batching(srv, size, long_steps)
         test_metrics(srv)
         s, j = srv.json("GET", "/health")
         check(srv.proc.poll() is None and s == 200, "server still up after the API test")
