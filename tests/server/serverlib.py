@@ -88,6 +88,26 @@ class Server:
         c.close()
         return out
 
+    def metrics(self):
+        """GET /metrics as {name (with labels): value}."""
+        _, _, b = self.request("GET", "/metrics")
+        out = {}
+        for l in b.decode().splitlines():
+            if l and not l.startswith("#"):
+                k, v = l.rsplit(" ", 1)
+                out[k] = float(v)
+        return out
+
+    def wait_idle(self, timeout=60, poll=0.02):
+        """Waits until /health shows no queued and no running job."""
+        end = time.time() + timeout
+        while time.time() < end:
+            s, j = self.json("GET", "/health")
+            if j["queued"] == 0 and j["running"] == 0:
+                return
+            time.sleep(poll)
+        raise AssertionError("server did not go idle")
+
     def rss_kib(self):
         with open(f"/proc/{self.proc.pid}/status") as f:
             for l in f:
