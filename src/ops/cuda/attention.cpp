@@ -49,7 +49,7 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
     attn::gemm_path(q, k, v, out, scale, mask);
     return out;
   }
-  const bool wgmma = flash && !forced("mma") && attn::wgmma_supported(int(D), mask.causal, detail::dev(q));
+  const bool wgmma = flash && !forced("mma") && attn::wgmma_supported(int(D), mask.causal, scale, detail::dev(q));
   const size_t q_batch = size_t(Sq * Hq * D) * dtype_size(q.dtype()), k_batch = size_t(Sk * Hkv * D) * dtype_size(q.dtype());
   for (int64_t b0 = 0; b0 < B; b0 += attn::kMaxBatch) {
     const int nb = int(std::min<int64_t>(attn::kMaxBatch, B - b0));

@@ -1,12 +1,13 @@
 // Flash attention for Hopper (sm_90a): bf16, head_dim 128, no causal mask (the DiT's joint attention).
-// A block of two warpgroups owns 128 query rows of one (batch, head); each warpgroup 64 rows. Key/value
-// tiles of 128 rows stream through shared memory in two stages (cp.async) in the 128-byte swizzle layout
-// wgmma reads. S = Q·Kᵀ is one m64n128 wgmma chain from shared memory; the online softmax runs on its
-// accumulators in the log2 domain; P stays in registers as the A operand of O += P·V (V read MN-major).
-// The two warpgroups interleave on the SM: one does softmax while the other's wgmma runs.
-// Masks: per-batch kv_len (keys past it are zero-filled and excluded).
+// A block of two warpgroups owns 128 query rows of one (batch, head); each warpgroup 64 rows. The tensor
+// memory accelerator (TMA) brings Q and the 128-row key/value tiles into shared memory in the 128-byte
+// swizzle wgmma reads (two stages, completion on mbarriers; rows past the tensor are zero-filled).
+// S_j = Q·K_jᵀ is one m64n128 wgmma chain from shared memory; while the online softmax (log2 domain) runs
+// on its accumulators, the previous tile's O += P_j-1·V_j-1 runs on the tensor cores (P in registers as
+// the A operand, V read MN-major). Masks: per-batch kv_len.
+#include <cuda.h>
 #include <cuda_bf16.h>
-#include <cuda_pipeline.h>
+#include <cudaTypedefs.h>
 
 #include <cmath>
 
@@ -20,25 +21,12 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 constexpr int kD = 128, kBr = 128, kBc = 128, kThreads = 256;
-constexpr int kTileBytes = 128 * kD * 2;                   // one 128x128 bf16 tile
-constexpr int kSmem = (kBr + 4 * kBc) * kD * 2 + 1024;      // Q, 2 x K, 2 x V, alignment slack
+constexpr int kTileBytes = kBc * kD * 2;                     // one 128x128 bf16 tile: two 64-column halves
+constexpr int kSmem = kBr * kD * 2 + 4 * kTileBytes + 1024;  // Q, 2 x K, 2 x V, alignment slack
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
-// A [128 rows, 128] bf16 tile as two 64-column halves, each [128 rows][128 bytes] in the 128-byte swizzle:
-// byte offset of 16-byte chunk c (0..15) of row r.
-__device__ __forceinline__ int sw128(int r, int c) { return (c / 8) * (128 * 128) + r * 128 + (((c % 8) ^ (r % 8)) * 16); }
-
-// Rows [row0, row0 + 128) of a head slice (row stride `stride` elements) into a tile; rows >= `rows`
-// are zero-filled.
-__device__ __forceinline__ void load_tile(unsigned char* tile, const bf16* g, int64_t stride, int row0, int rows) {
-  for (int i = threadIdx.x; i < 128 * 16; i += kThreads) {
-    const int r = i / 16, c = i % 16;
-    unsigned char* dst = tile + sw128(r, c);
-    if (row0 + r < rows) __pipeline_memcpy_async(dst, g + int64_t(row0 + r) * stride + c * 8, 16);
-    else *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
-  }
-}
+constexpr int kHalfBytes = kTileBytes / 2;  // [128 rows][128 bytes]: one TMA box
 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
@@ -47,9 +35,12 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 
 #endif
 
-__global__ void __launch_bounds__(kThreads, 1) wgmma_flash_kernel(const Params p) {
+__global__ void __launch_bounds__(kThreads, 1)
+    wgmma_flash_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
+                       const __grid_constant__ CUtensorMap tv, const Params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ unsigned char smem_raw[];
+  __shared__ uint64_t bar[2];  // group g (below) completes on bar[g % 2]
   unsigned char* sQ = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   unsigned char* sK = sQ + kTileBytes;      // two stages
   unsigned char* sV = sK + 2 * kTileBytes;  // two stages
@@ -58,42 +49,48 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_flash_kernel(const Params p
   const int kh = h / (p.Hq / p.Hkv);
   const int wg = threadIdx.x / 128, lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
   const int g = lane / 4, t = lane % 4;
-  const int64_t qs = int64_t(p.Hq) * kD, ks = int64_t(p.Hkv) * kD;
-  const bf16* Q = static_cast<const bf16*>(p.q) + int64_t(b) * p.Sq * qs + int64_t(h) * kD;
-  const bf16* K = static_cast<const bf16*>(p.k) + int64_t(b) * p.Sk * ks + int64_t(kh) * kD;
-  const bf16* V = static_cast<const bf16*>(p.v) + int64_t(b) * p.Sk * ks + int64_t(kh) * kD;
+  const int64_t qs = int64_t(p.Hq) * kD;
   bf16* O = static_cast<bf16*>(p.o) + int64_t(b) * p.Sq * qs + int64_t(h) * kD;
-
   const int kv_len = p.kv_len[b];
   const int n_tiles = (kv_len + kBc - 1) / kBc;
 
-  load_tile(sQ, Q, qs, q0, p.Sq);
-  if (n_tiles > 0) {
-    load_tile(sK, K, ks, 0, kv_len);
-    load_tile(sV, V, ks, 0, kv_len);
+  // Load groups: group 0 = {Q, K_0}; group g >= 1 = {K_g (if any), V_g-1}, issued by thread 0 at the
+  // start of iteration g-1 into the stages iteration g-2 finished with. Iteration j waits for group j.
+  auto issue = [&](int grp) {
+    uint64_t* br = &bar[grp & 1];
+    const bool k_next = grp < n_tiles;
+    wgmma::mbar_expect_tx(br, uint32_t((grp == 0 ? 2 : 0) + (k_next ? 2 : 0) + (grp > 0 ? 2 : 0)) * kHalfBytes);
+    for (int half = 0; half < 2; ++half) {
+      if (grp == 0) wgmma::tma_load_4d(sQ + half * kHalfBytes, &tq, br, half * 64, q0, h, b);
+      if (k_next) wgmma::tma_load_4d(sK + (grp & 1) * kTileBytes + half * kHalfBytes, &tk, br, half * 64, grp * kBc, kh, b);
+      if (grp > 0)
+        wgmma::tma_load_4d(sV + ((grp - 1) & 1) * kTileBytes + half * kHalfBytes, &tv, br, half * 64, (grp - 1) * kBc, kh, b);
+    }
+  };
+  if (threadIdx.x == 0) {
+    wgmma::mbar_init(&bar[0], 1);
+    wgmma::mbar_init(&bar[1], 1);
+    if (n_tiles > 0) issue(0);
   }
-  __pipeline_commit();
+  __syncthreads();
 
   // Accumulator layout of m64nN (per warp 16 rows): d[4n + 2i + j] is row g + 8i, column 8n + 2t + j.
   float o[64], s[64];
+  uint32_t pa[kBc / 16][4];  // P_j-1 as bf16 A fragments (m16n8k16 layout, one per 16 keys)
 #pragma unroll
   for (int i = 0; i < 64; ++i) o[i] = 0.f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   const float sl2 = p.scale * 1.4426950408889634f;
 
   for (int j = 0; j < n_tiles; ++j) {
-    const int st = j & 1;
-    if (j + 1 < n_tiles) {
-      load_tile(sK + (st ^ 1) * kTileBytes, K, ks, (j + 1) * kBc, kv_len);
-      load_tile(sV + (st ^ 1) * kTileBytes, V, ks, (j + 1) * kBc, kv_len);
-    }
-    __pipeline_commit();
-    __pipeline_wait_prior(1);
-    wgmma::fence_proxy_async();
-    __syncthreads();
+    wgmma::mbar_wait(&bar[j & 1], (j >> 1) & 1);
+    __syncthreads();  // every warp is done with K_j-1 and V_j-2, whose stages group j+1 refills
+    if (threadIdx.x == 0) issue(j + 1);
 
-    // S = Q Kᵀ over head_dim in 8 steps of 16 (4 per 64-column half of the swizzled tiles).
-    const unsigned char* kt = sK + st * kTileBytes;
+    // S_j = Q K_jᵀ over head_dim in 8 steps of 16 (4 per 64-column half of the swizzled tiles), then
+    // O += P_j-1 V_j-1 (keys in steps of 16; V's 16-key slabs are 2 KB apart in each half), both async.
+    const unsigned char* kt = sK + (j & 1) * kTileBytes;
+    wgmma::fence_regs(o);
     wgmma::fence();
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
@@ -103,12 +100,21 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_flash_kernel(const Params p
       wgmma::mma_ss_m64n128k16(s, da, db, kk > 0);
     }
     wgmma::commit();
-    wgmma::wait_all();
+    if (j > 0) {
+      const unsigned char* vt = sV + ((j - 1) & 1) * kTileBytes;
+#pragma unroll
+      for (int kk = 0; kk < kBc / 16; ++kk)
+        wgmma::mma_rs_m64n128k16_tb(o, pa[kk], wgmma::desc_sw128(vt + kk * 16 * 128, 128 * 128, 1024));
+    }
+    wgmma::commit();
+    wgmma::wait<1>();  // S_j is ready; P_j-1 V_j-1 may still run
     wgmma::fence_regs(s);
 
-    // Mask, then online softmax in the log2 domain (each row's 128 keys live in the 4 threads of a quad).
+    // Mask, then online softmax in the log2 domain (each row's 128 keys live in the 4 threads of a quad):
+    // m is the running maximum of scale·log2(e)·s, p = 2^(scale·log2(e)·s - m).
     const int key0 = j * kBc;
     const bool masked = key0 + kBc > kv_len;
+    float corr[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float mx = -INFINITY;
@@ -116,51 +122,53 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_flash_kernel(const Params p
       for (int n = 0; n < kBc / 8; ++n)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          float v = s[4 * n + 2 * r + e] * sl2;
+          float& v = s[4 * n + 2 * r + e];
           if (masked && key0 + n * 8 + 2 * t + e >= kv_len) v = -INFINITY;
-          s[4 * n + 2 * r + e] = v;
           mx = fmaxf(mx, v);
         }
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m[r], mx);
+      const float m_new = fmaxf(m[r], mx * sl2);  // sl2 > 0
       const float m_use = m_new == -INFINITY ? 0.f : m_new;
-      const float corr = exp2f(m[r] - m_use);
+      corr[r] = wgmma::ex2(m[r] - m_use);
       float sum = 0.f;
 #pragma unroll
       for (int n = 0; n < kBc / 8; ++n)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const float pv = exp2f(s[4 * n + 2 * r + e] - m_use);
-          s[4 * n + 2 * r + e] = pv;
-          sum += pv;
+          float& v = s[4 * n + 2 * r + e];
+          v = wgmma::ex2(fmaf(v, sl2, -m_use));
+          sum += v;
         }
-      l[r] = l[r] * corr + sum;
+      l[r] = l[r] * corr[r] + sum;
       m[r] = m_new;
-#pragma unroll
-      for (int n = 0; n < kD / 8; ++n) {
-        o[4 * n + 2 * r] *= corr;
-        o[4 * n + 2 * r + 1] *= corr;
-      }
     }
 
-    // O += P V over the 128 keys in 8 steps of 16; V's 16-key slabs are 2 KB apart in each half.
-    // P is packed to bf16 A fragments before the chain starts, so no register changes inside it.
-    uint32_t pa[kBc / 16][4];
+    wgmma::wait<0>();  // O now holds P_j-1 V_j-1: rescale it to the new maxima, and hand P_j on
+    wgmma::fence_regs(o);
+#pragma unroll
+    for (int n = 0; n < kD / 8; ++n)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        o[4 * n + 2 * r] *= corr[r];
+        o[4 * n + 2 * r + 1] *= corr[r];
+      }
 #pragma unroll
     for (int kk = 0; kk < kBc / 16; ++kk)
 #pragma unroll
       for (int i = 0; i < 4; ++i) pa[kk][i] = pack_bf16(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
-    const unsigned char* vt = sV + st * kTileBytes;
+  }
+  if (n_tiles > 0) {  // O += P_last V_last
+    wgmma::mbar_wait(&bar[n_tiles & 1], (n_tiles >> 1) & 1);
+    const unsigned char* vt = sV + ((n_tiles - 1) & 1) * kTileBytes;
     wgmma::fence_regs(o);
     wgmma::fence();
 #pragma unroll
     for (int kk = 0; kk < kBc / 16; ++kk)
       wgmma::mma_rs_m64n128k16_tb(o, pa[kk], wgmma::desc_sw128(vt + kk * 16 * 128, 128 * 128, 1024));
     wgmma::commit();
-    wgmma::wait_all();
+    wgmma::wait<0>();
     wgmma::fence_regs(o);
-    __syncthreads();  // the next iteration's loads overwrite this stage
   }
 
 #pragma unroll
@@ -184,13 +192,38 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_flash_kernel(const Params p
 
 }  // namespace
 
-bool wgmma_supported(int D, bool causal, int device) {
-  if (D != kD || causal) return false;
+bool wgmma_supported(int D, bool causal, float scale, int device) {
+  if (D != kD || causal || !(scale > 0.f)) return false;
   int major = 0, minor = 0;
   ERNIE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   ERNIE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
   return major == 9 && minor == 0;  // sm_90a machine code runs on compute capability 9.0 only
 }
+
+namespace {
+
+// A [batch, rows, heads, 128] bf16 tensor as a TMA map with [128 rows, 64 columns] boxes in the 128-byte
+// swizzle (the driver's encoder is looked up through the runtime, so nothing links libcuda).
+CUtensorMap tensor_map(const void* base, int rows, int heads, int batch) {
+  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    ERNIE_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q));
+    ERNIE_CHECK(q == cudaDriverEntryPointSuccess && fn, "attention: the CUDA driver has no cuTensorMapEncodeTiled");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  CUtensorMap m{};
+  const cuuint64_t dims[4] = {cuuint64_t(kD), cuuint64_t(rows), cuuint64_t(heads), cuuint64_t(batch)};
+  const cuuint64_t strides[3] = {cuuint64_t(heads) * kD * 2, cuuint64_t(kD) * 2, cuuint64_t(rows) * heads * kD * 2};
+  const cuuint32_t box[4] = {64, 128, 1, 1}, elem_strides[4] = {1, 1, 1, 1};
+  const CUresult r = encode(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(base), dims, strides, box,
+                            elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  ERNIE_CHECK(r == CUDA_SUCCESS, "attention: cuTensorMapEncodeTiled failed (error ", std::to_string(int(r)), ")");
+  return m;
+}
+
+}  // namespace
 
 void flash_wgmma(const Params& p, cudaStream_t st) {
   static bool configured = [] {
@@ -199,7 +232,9 @@ void flash_wgmma(const Params& p, cudaStream_t st) {
   }();
   (void)configured;
   const dim3 grid(unsigned((p.Sq + kBr - 1) / kBr), unsigned(p.Hq), unsigned(p.B));
-  wgmma_flash_kernel<<<grid, kThreads, kSmem, st>>>(p);
+  const CUtensorMap tq = tensor_map(p.q, p.Sq, p.Hq, p.B), tk = tensor_map(p.k, p.Sk, p.Hkv, p.B),
+                    tv = tensor_map(p.v, p.Sk, p.Hkv, p.B);
+  wgmma_flash_kernel<<<grid, kThreads, kSmem, st>>>(tq, tk, tv, p);
   ERNIE_CUDA_LAUNCH("attention (wgmma)");
 }
 

@@ -1,23 +1,65 @@
-// Hopper (sm_90a) warpgroup tensor-core instructions: shared-memory matrix descriptors for the 128-byte
-// swizzle, the wgmma fences, and the two m64n128k16 bf16 shapes the attention kernel issues. Only
+// Hopper (sm_90a) instructions of the attention kernel: warpgroup tensor-core MMAs (shared-memory matrix
+// descriptors for the 128-byte swizzle, the wgmma fences, the two m64n128k16 bf16 shapes), the tensor
+// memory accelerator's tiled loads and the shared-memory barriers they complete on. Only
 // attention_wgmma.cu includes this; a HIP port replaces it (and that kernel) with MFMA code.
 #pragma once
 #include <cstdint>
 
 namespace ernie::cuda::wgmma {
 
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
 // Descriptor of a matrix in shared memory laid out in 128-byte swizzle atoms (8 rows of 128 bytes,
 // 16-byte chunks XOR-ed with the row index; the tile base 1024-byte aligned). `lbo` / `sbo`: the leading
 // and stride byte offsets of the PTX ISA's matrix-descriptor format.
 __device__ __forceinline__ uint64_t desc_sw128(const void* smem, uint32_t lbo, uint32_t sbo) {
-  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint32_t a = smem_u32(smem);
   return uint64_t((a >> 4) & 0x3FFF) | (uint64_t((lbo >> 4) & 0x3FFF) << 16) | (uint64_t((sbo >> 4) & 0x3FFF) << 32) |
          (uint64_t(1) << 62);
 }
 
+// ---- shared-memory barriers (mbarrier) and TMA loads ------------------------------------------------------
+__device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// One arrival that also announces `bytes` of incoming TMA data for the current phase.
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+}
+// Blocks until the phase with parity `parity` has completed.
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_u32(bar)), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+// A 4-D box of a tensor map into shared memory (swizzled as the map says), completing on `bar`.
+__device__ __forceinline__ void tma_load_4d(void* dst, const void* tmap, uint64_t* bar, int c0, int c1, int c2, int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
+      "[%6];\n" ::"r"(smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(tmap)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_u32(bar))
+      : "memory");
+}
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// ---- wgmma --------------------------------------------------------------------------------------------------
 __device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// Waits until at most N committed wgmma groups are still running.
+template <int N>
+__device__ __forceinline__ void wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
 // Shared memory written by ordinary stores or cp.async that wgmma reads next.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 // Keeps the compiler from moving accumulator accesses across an asynchronous wgmma region.
