@@ -1,5 +1,5 @@
-// attention: checks, then the flash kernel (bf16, head_dim 16/32/64/128) or the simple kernel (F32, or
-// any other head_dim <= 256). Batches beyond kMaxBatch run in slices (kv_len travels by value).
+// attention: checks, then the Hopper wgmma kernel (bf16, head_dim 128, not causal, sm_90), the mma.sync
+// flash kernel (bf16, head_dim 16/32/64/128) or the simple kernel (F32, or any other head_dim <= 256). Batches beyond kMaxBatch run in slices (kv_len travels by value).
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -11,7 +11,7 @@
 namespace ernie::cuda {
 
 namespace {
-// ERNIE_ATTENTION=simple|gemm forces a path (tests, measurements).
+// ERNIE_ATTENTION=mma|simple|gemm forces a path (tests, measurements).
 bool forced(const char* path) {
   const char* e = std::getenv("ERNIE_ATTENTION");
   return e && std::strcmp(e, path) == 0;
@@ -49,6 +49,7 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
     attn::gemm_path(q, k, v, out, scale, mask);
     return out;
   }
+  const bool wgmma = flash && !forced("mma") && attn::wgmma_supported(int(D), mask.causal, scale, detail::dev(q));
   const size_t q_batch = size_t(Sq * Hq * D) * dtype_size(q.dtype()), k_batch = size_t(Sk * Hkv * D) * dtype_size(q.dtype());
   for (int64_t b0 = 0; b0 < B; b0 += attn::kMaxBatch) {
     const int nb = int(std::min<int64_t>(attn::kMaxBatch, B - b0));
@@ -63,7 +64,8 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
     p.causal = mask.causal;
     p.q_offset = mask.q_offset;
     for (int i = 0; i < nb; ++i) p.kv_len[i] = int(mask.kv_len.empty() ? Sk : mask.kv_len[size_t(b0 + i)]);
-    if (flash) attn::flash_bf16(p, st);
+    if (wgmma) attn::flash_wgmma(p, st);
+    else if (flash) attn::flash_bf16(p, st);
     else attn::simple(p, bf16, st);
   }
   return out;
