@@ -7,6 +7,7 @@
 #include "ops/cuda/attention_internal.h"
 #include "ops/cuda/common.h"
 #include "ops/cuda/cuda_ops.h"
+#include "ops/shape_rules.h"
 
 namespace ernie::cuda {
 
@@ -24,18 +25,9 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
   detail::check_act(v, "attention", "v");
   detail::check_same_device(q, k, "attention", "k");
   detail::check_same_device(q, v, "attention", "v");
-  ERNIE_CHECK(q.ndim() == 4 && k.ndim() == 4 && k.shape() == v.shape(), "attention: q ", shape_str(q.shape()), ", k ",
-              shape_str(k.shape()), ", v ", shape_str(v.shape()), " must be [B, S, heads, head_dim] with k = v");
+  ops::rules::attention(q, k, v, mask);
   ERNIE_CHECK(q.dtype() == k.dtype() && q.dtype() == v.dtype(), "attention: q, k, v dtypes differ");
   const int64_t B = q.dim(0), Sq = q.dim(1), Hq = q.dim(2), D = q.dim(3), Sk = k.dim(1), Hkv = k.dim(2);
-  ERNIE_CHECK(k.dim(0) == B && k.dim(3) == D && Hkv > 0 && Hq % Hkv == 0, "attention: q ", shape_str(q.shape()),
-              " and k/v ", shape_str(k.shape()),
-              " disagree on batch or head_dim, or q heads are not a multiple of kv heads");
-  ERNIE_CHECK(mask.kv_len.empty() || int64_t(mask.kv_len.size()) == B, "attention: kv_len has ",
-              std::to_string(mask.kv_len.size()), " entries for batch ", std::to_string(B));
-  for (int64_t L : mask.kv_len)
-    ERNIE_CHECK(L >= 0 && L <= Sk, "attention: kv_len ", std::to_string(L), " outside [0, ", std::to_string(Sk), "]");
-  ERNIE_CHECK(mask.q_offset >= 0, "attention: negative q_offset ", std::to_string(mask.q_offset));
   ERNIE_CHECK(Sq < INT32_MAX && Sk < INT32_MAX && Hq < 65536, "attention: sizes too large");
   Tensor out = Tensor::empty(q.shape(), q.dtype(), q.device());
   if (out.numel() == 0) return out;
