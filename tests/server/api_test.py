@@ -464,9 +464,7 @@ def main():
         rc = srv.terminate(120)
         check(rc == 0, f"exit code {rc}, want 0")
     finally:
-        srv.kill()
-        if check.failures:
-            sys.stdout.write("server log (tail):\n" + "".join(srv.stderr_lines[-40:]))
+        srv.close(show_log=bool(check.failures))
     test_shutdown(binary, model, size, long_steps, per_step)
     print(f"took {time.time() - t0:.1f} s")
     check.done("server API test")

@@ -161,9 +161,7 @@ def main():
         rc = srv.terminate(120)
         check(rc == 0, f"exit code {rc} after SIGTERM, want 0")
     finally:
-        srv.kill()
-        if check.failures:
-            sys.stdout.write("server log (tail):\n" + "".join(srv.stderr_lines[-40:]))
+        srv.close(show_log=bool(check.failures))
     check.done("server load test")
 
 

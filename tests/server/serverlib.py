@@ -6,6 +6,7 @@ import os
 import signal
 import struct
 import subprocess
+import sys
 import threading
 import time
 import zlib
@@ -124,6 +125,12 @@ class Server:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+    def close(self, show_log=False):
+        """Kills the server if it still runs; with show_log, prints the tail of its log (after a failure)."""
+        self.kill()
+        if show_log:
+            sys.stdout.write("server log (tail):\n" + "".join(self.stderr_lines[-40:]))
 
 
 def png_info(data):
