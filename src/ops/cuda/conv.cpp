@@ -15,7 +15,6 @@
 #include "ops/cuda/common.h"
 #include "ops/cuda/conv_kernels.h"
 #include "ops/cuda/cuda_ops.h"
-#include "ops/shape_rules.h"
 
 namespace ernie::cuda {
 
@@ -144,15 +143,21 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int stride, 
   detail::check_act(x, "conv2d", "x");
   detail::check_same_device(x, w, "conv2d", "weight");
   detail::check_float(w, "conv2d", "weight");
-  const Shape out = ops::rules::conv2d(x, w, stride, pad);
-  const int64_t O = w.dim(0);
+  ERNIE_CHECK(x.ndim() == 4 && w.ndim() == 4 && x.dim(1) == w.dim(1), "conv2d: x ", shape_str(x.shape()),
+              " [B, I, H, W] and weight ", shape_str(w.shape()), " [O, I, kh, kw] do not match");
+  ERNIE_CHECK(stride >= 1 && pad >= 0, "conv2d: stride ", std::to_string(stride), " / pad ", std::to_string(pad),
+              " invalid");
+  const int64_t B = x.dim(0), H = x.dim(2), W = x.dim(3), O = w.dim(0), kh = w.dim(2), kw = w.dim(3);
+  ERNIE_CHECK(H + 2 * pad >= kh && W + 2 * pad >= kw, "conv2d: kernel ", shape_str(w.shape()),
+              " larger than padded input ", shape_str(x.shape()));
   if (bias.defined()) {
     detail::check_same_device(x, bias, "conv2d", "bias");
     detail::check_float(bias, "conv2d", "bias");
     ERNIE_CHECK(bias.numel() == O, "conv2d: bias ", shape_str(bias.shape()), " should have ", std::to_string(O),
                 " elements");
   }
-  Tensor y = Tensor::empty(out, x.dtype(), x.device());
+  const int64_t Ho = (H + 2 * pad - kh) / stride + 1, Wo = (W + 2 * pad - kw) / stride + 1;
+  Tensor y = Tensor::empty({B, O, Ho, Wo}, x.dtype(), x.device());
   if (y.numel() == 0) return y;
   const Tensor wc = w.dtype() == x.dtype() ? w : cast(w, x.dtype());
 #ifdef ERNIE_HAVE_CUDNN
