@@ -85,6 +85,45 @@ Tensor gated_residual(const Tensor& residual, const Tensor& gate, const Tensor& 
   ERNIE_OP(gated_residual, residual.device(), residual, gate, y);
 }
 Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin) { ERNIE_OP(rope, x.device(), x, cos, sin); }
+
+// The fused ops' reference: the composition itself (CPU, and CUDA shapes the fused kernels do not take).
+namespace {
+Qkv qkv_norm_rope_composed(const Tensor& qkv, int64_t heads, const Tensor& norm_q, const Tensor& norm_k, float eps,
+                           const Tensor& cos, const Tensor& sin) {
+  const int64_t B = qkv.dim(0), S = qkv.dim(1), HD = qkv.dim(2) / 3;
+  const Tensor parts = qkv.reshape({B * S, 3, HD});
+  auto part = [&](int i) { return slice(parts, 1, i, 1).reshape({B, S, heads, HD / heads}); };
+  Tensor q = part(0), k = part(1);
+  if (norm_q.defined()) q = rms_norm(q, norm_q, eps);
+  if (norm_k.defined()) k = rms_norm(k, norm_k, eps);
+  return {rope(q, cos, sin), rope(k, cos, sin), part(2)};
+}
+}  // namespace
+
+Tensor rms_norm_modulate(const Tensor& x, const Tensor& weight, float eps, const Tensor& shift, const Tensor& scale) {
+#ifdef ERNIE_HAVE_CUDA
+  if (x.device().is_cuda()) {
+    if (!host_profile().on) return cuda::rms_norm_modulate(x, weight, eps, shift, scale);
+    HostTimer t_{"rms_norm_modulate"};
+    return cuda::rms_norm_modulate(x, weight, eps, shift, scale);
+  }
+#endif
+  return modulate(rms_norm(x, weight, eps), shift, scale);
+}
+
+Qkv qkv_norm_rope(const Tensor& qkv, int64_t heads, const Tensor& norm_q, const Tensor& norm_k, float eps,
+                  const Tensor& cos, const Tensor& sin) {
+  ERNIE_CHECK(qkv.defined() && qkv.ndim() == 3 && heads > 0 && qkv.dim(2) % (3 * heads) == 0, "qkv_norm_rope: qkv ",
+              shape_str(qkv.shape()), " is not [B, S, 3 * heads * head_dim] for ", std::to_string(heads), " heads");
+#ifdef ERNIE_HAVE_CUDA
+  if (qkv.device().is_cuda() && cuda::qkv_norm_rope_supported(qkv, heads, norm_q, norm_k, cos, sin)) {
+    if (!host_profile().on) return cuda::qkv_norm_rope(qkv, heads, norm_q, norm_k, eps, cos, sin);
+    HostTimer t_{"qkv_norm_rope"};
+    return cuda::qkv_norm_rope(qkv, heads, norm_q, norm_k, eps, cos, sin);
+  }
+#endif
+  return qkv_norm_rope_composed(qkv, heads, norm_q, norm_k, eps, cos, sin);
+}
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale, const AttentionMask& mask) {
   ERNIE_OP(attention, q.device(), q, k, v, scale, mask);
 }

@@ -38,6 +38,18 @@ Tensor modulate(const Tensor& x, const Tensor& shift, const Tensor& scale);
 // residual[B, S, C] + gate[B, C] * y[B, S, C].
 Tensor gated_residual(const Tensor& residual, const Tensor& gate, const Tensor& y);
 
+// ---- fused (each equals the composition named; CUDA runs one kernel where it pays) ------------------------
+// modulate(rms_norm(x, weight, eps), shift, scale): the DiT's AdaLN input.
+Tensor rms_norm_modulate(const Tensor& x, const Tensor& weight, float eps, const Tensor& shift, const Tensor& scale);
+// Attention inputs from one fused projection qkv [B, S, 3·heads·D] (the q, k, v blocks in that order):
+// q and k get a per-head rms_norm (weight [D], none when undefined) then rope (cos/sin [B or 1, S, D] F32);
+// v is copied. Each result is [B, S, heads, D].
+struct Qkv {
+  Tensor q, k, v;
+};
+Qkv qkv_norm_rope(const Tensor& qkv, int64_t heads, const Tensor& norm_q, const Tensor& norm_k, float eps,
+                  const Tensor& cos, const Tensor& sin);
+
 // ---- positional ---------------------------------------------------------------------------------------------
 // Rotate-half RoPE on x[B, S, heads, D] with full-width tables cos/sin [B or 1, S, D] (F32):
 //   out[i] = x[i]·cos[i] + rot(x)[i]·sin[i],  rot(x) = concat(-x[D/2:], x[:D/2]).

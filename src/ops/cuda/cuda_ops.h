@@ -20,6 +20,12 @@ Tensor swiglu(const Tensor& gate, const Tensor& up);
 Tensor geglu(const Tensor& gate, const Tensor& up);
 Tensor modulate(const Tensor& x, const Tensor& shift, const Tensor& scale);
 Tensor gated_residual(const Tensor& residual, const Tensor& gate, const Tensor& y);
+Tensor rms_norm_modulate(const Tensor& x, const Tensor& weight, float eps, const Tensor& shift, const Tensor& scale);
+// The fused kernel takes head_dim 128, F32/BF16, aligned rows; other shapes use the composition.
+bool qkv_norm_rope_supported(const Tensor& qkv, int64_t heads, const Tensor& norm_q, const Tensor& norm_k,
+                             const Tensor& cos, const Tensor& sin);
+ops::Qkv qkv_norm_rope(const Tensor& qkv, int64_t heads, const Tensor& norm_q, const Tensor& norm_k, float eps,
+                       const Tensor& cos, const Tensor& sin);
 Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin);
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale, const ops::AttentionMask& mask);
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int stride, int pad);
