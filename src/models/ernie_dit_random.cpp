@@ -56,14 +56,14 @@ Tensor random_bf16(const std::string& name, const Shape& shape, uint64_t seed) {
 
 }  // namespace
 
-ErnieDit ErnieDit::random(const DitConfig& cfg, Device device, DType act, uint64_t seed) {
+ErnieDit ErnieDit::random(const DitConfig& cfg, Device device, DType act, uint64_t seed, bool stream_blocks) {
   std::map<std::string, Shape> shapes;
   for (const TensorSpec& s : dit_tensor_specs(cfg)) shapes[s.name] = s.shape;
   return build(cfg, device, act, [&](const std::string& name) {
     auto it = shapes.find(name);
     ERNIE_CHECK(it != shapes.end(), "ErnieDit::random: no spec for tensor ", name);
     return random_bf16(name, it->second, seed);
-  });
+  }, stream_blocks);
 }
 
 }  // namespace ernie
