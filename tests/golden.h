@@ -11,6 +11,7 @@
 
 #include <unistd.h>
 
+#include "core/error.h"
 #include "core/tensor.h"
 #include "io/safetensors.h"
 
@@ -70,6 +71,17 @@ inline ::testing::AssertionResult tensors_close(const Tensor& actual, const Tens
 
 // CPU fp32 tolerance from DESIGN.md.
 constexpr double kCpuRelL2 = 1e-4;
+
+// The message of the ernie::Error that `f` throws, or "" when it throws none.
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
 
 // A scratch folder removed at the end of the test.
 struct TempDir {

@@ -12,6 +12,7 @@
 
 namespace fs = std::filesystem;
 using namespace ernie;
+using ernie::test::error_of;
 using ernie::test::TempDir;
 using json = nlohmann::json;
 
@@ -50,16 +51,6 @@ std::string fatal_problems(const ModelFolder& m) {
   for (const Problem& p : m.check())
     if (p.fatal) s += p.component + ": " + p.message + "\n";
   return s;
-}
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace

@@ -5,7 +5,11 @@
 
 #include "core/error.h"
 #include "core/system_info.h"
+<<<<<<< HEAD
 #include "io/memory_plan.h"
+=======
+#include "io/tuning_cache.h"
+>>>>>>> main
 #include "io/model_folder.h"
 
 using json = nlohmann::json;
@@ -42,6 +46,7 @@ DoctorReport run_doctor(const std::string& model_dir) {
   if (si.gpus.empty()) j["gpu_error"] = si.gpu_error;
   j["env"] = json::object();
   for (auto& [k, v] : si.env) j["env"][k] = v;
+  j["tuning_cache"] = tuning::report();
   j["problems"] = json::array();
   j["warnings"] = json::array();
 
@@ -123,6 +128,17 @@ std::string format_doctor(const json& j) {
   if (j["env"].empty()) o << "  device selection: no CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES set (all visible)\n";
   for (auto it = j["env"].begin(); it != j["env"].end(); ++it)
     o << "  " << it.key() << "=" << it.value().get<std::string>() << "\n";
+  if (j.contains("tuning_cache")) {
+    const json& t = j["tuning_cache"];
+    o << "tuning cache: " << (t["dir"] == "" ? std::string("no directory (set ERNIE_CACHE_DIR)") : t["dir"].get<std::string>())
+      << (t["enabled"].get<bool>() ? "" : " (ERNIE_TUNE=0: tuning off)") << "\n";
+    if (t["files"].empty()) o << "  empty: the first run of each shape measures its kernels\n";
+    for (const json& f : t["files"])
+      o << "  " << f["file"].get<std::string>() << ": "
+        << (f.contains("error") ? f["error"].get<std::string>()
+                                : std::to_string(f["entries"].get<size_t>()) + " entries for " + f["identity"].get<std::string>())
+        << "\n";
+  }
   if (j.contains("model")) {
     const json& m = j["model"];
     o << "model " << m["path"].get<std::string>();

@@ -197,6 +197,18 @@ ErnieDit::Rotary ErnieDit::pos_embed(const std::vector<int64_t>& text_lens, int6
   return {Tensor::from_vector(cos, {B, S, D}).to(device_), Tensor::from_vector(sin, {B, S, D}).to(device_)};
 }
 
+ErnieDit::Rotary ErnieDit::cached_pos_embed(const std::vector<int64_t>& text_lens, int64_t Hp, int64_t Wp,
+                                            int64_t Tmax) const {
+  std::vector<int64_t> key = text_lens;
+  key.insert(key.end(), {Hp, Wp, Tmax});
+  std::lock_guard<std::mutex> lk(rotary_cache_->mu);
+  if (rotary_cache_->key != key) {
+    rotary_cache_->tables = pos_embed(text_lens, Hp, Wp, Tmax);
+    rotary_cache_->key = std::move(key);
+  }
+  return rotary_cache_->tables;
+}
+
 // ErnieImageAttention with ErnieImageSingleStreamAttnProcessor: per-head RMSNorm on q and k, rotate-half
 // RoPE, joint attention over image + valid text keys, to_out.0.
 Tensor ErnieDit::self_attention(const Block& blk, const Tensor& x, const Rotary& rope,
@@ -276,7 +288,7 @@ Tensor ErnieDit::forward(const Tensor& hidden_states, const std::vector<float>& 
     if (text_proj.defined()) text = ops::linear(text, text_proj);
     x = ops::concat({img, text}, 1);
   }
-  const Rotary rotary_pos_emb = pos_embed(text_lens, Hp, Wp, Tmax);
+  const Rotary rotary_pos_emb = cached_pos_embed(text_lens, Hp, Wp, Tmax);
   const Tensor c = time_embedding(time_proj(timestep));
   const Modulation mod = adaLN_modulation(c);
   for (int l = 0; l < cfg_.num_layers; ++l) {

@@ -9,6 +9,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+<<<<<<< HEAD
+=======
+#include <mutex>
+>>>>>>> main
 #include <string>
 #include <vector>
 
@@ -58,6 +62,13 @@ class ErnieDit {
   struct Rotary {
     Tensor cos, sin;
   };
+  // The last tables built, by (text_lens, Hp, Wp, Tmax): every step of a generation asks for the same
+  // ones, and building them on the host costs ~10 ms at 1024².
+  struct RotaryCache {
+    std::mutex mu;
+    std::vector<int64_t> key;
+    Rotary tables;
+  };
 
   // Fills every weight from `source` (tensor name as in the checkpoint -> host tensor of that name's shape).
   using WeightSource = std::function<Tensor(const std::string& name)>;
@@ -71,6 +82,7 @@ class ErnieDit {
   Tensor time_embedding(const Tensor& sample) const;                          // c [B, hidden]
   Modulation adaLN_modulation(const Tensor& c) const;
   Rotary pos_embed(const std::vector<int64_t>& text_lens, int64_t Hp, int64_t Wp, int64_t Tmax) const;
+  Rotary cached_pos_embed(const std::vector<int64_t>& text_lens, int64_t Hp, int64_t Wp, int64_t Tmax) const;
   Tensor self_attention(const Block& blk, const Tensor& x, const Rotary& rope,
                         const std::vector<int64_t>& kv_len) const;
   Tensor mlp(const Block& blk, const Tensor& x) const;
@@ -83,9 +95,14 @@ class ErnieDit {
   DType act_ = DType::F32;
   Tensor x_embedder_w, x_embedder_b, text_proj, time_linear_1_w, time_linear_1_b, time_linear_2_w, time_linear_2_b;
   Tensor adaLN_modulation_w, adaLN_modulation_b, final_norm_w, final_norm_b, final_linear_w, final_linear_b;
+<<<<<<< HEAD
   std::vector<Block> layers_;                   // resident blocks (empty when streamed)
   std::shared_ptr<BlockStreamer> streamer_;     // streamed blocks: the host copies and two device slots
   std::array<Block, 2> slots_;                  // views of the streamer's slots
+=======
+  std::vector<Block> layers_;
+  std::shared_ptr<RotaryCache> rotary_cache_ = std::make_shared<RotaryCache>();
+>>>>>>> main
 };
 
 }  // namespace ernie

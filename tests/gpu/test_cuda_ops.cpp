@@ -149,6 +149,8 @@ TEST(CudaOps, AttentionFlashAndSimple) {
   ERNIE_REQUIRE_GPU();
   const std::vector<AttnCase> cases = {
       {2, 100, 100, 4, 4, 128, false, 0, {100, 37}},   // DiT-like: padding mask per batch row
+      {1, 300, 517, 8, 2, 128, false, 0, {}},           // several key tiles, a ragged last one, GQA
+      {3, 129, 260, 2, 2, 128, false, 0, {0, 260, 131}},  // an empty row, a full one, one key past a tile
       {1, 200, 200, 8, 2, 128, true, 0, {}},            // text encoder: causal, GQA
       {1, 1, 50, 4, 1, 128, true, 49, {50}},            // decoding one token against a cache
       {1, 3, 40, 4, 2, 64, true, 30, {}},               // causal at an offset
@@ -176,6 +178,10 @@ TEST(CudaOps, AttentionFlashAndSimple) {
   setenv("ERNIE_FLASH_BC", "32", 1);
   for (const AttnCase& c : cases) check_attention(c, DType::BF16, seed += 3);
   unsetenv("ERNIE_FLASH_BC");
+  // The mma.sync flash kernel where the Hopper wgmma kernel would run.
+  setenv("ERNIE_ATTENTION", "mma", 1);
+  for (const AttnCase& c : cases) check_attention(c, DType::BF16, seed += 3);
+  unsetenv("ERNIE_ATTENTION");
   // The simple kernel on the shapes the flash kernel normally takes.
   setenv("ERNIE_ATTENTION", "simple", 1);
   for (const AttnCase& c : cases) check_attention(c, DType::BF16, seed += 3);
@@ -185,6 +191,7 @@ TEST(CudaOps, AttentionFlashAndSimple) {
 TEST(CudaOps, AttentionLongSequence) {
   ERNIE_REQUIRE_GPU();
   check_attention({1, 1100, 1100, 2, 2, 128, false, 0, {1030}}, DType::BF16, 7);
+  check_attention({2, 4296, 4296, 4, 4, 128, false, 0, {4296, 4100}}, DType::BF16, 8);
 }
 
 TEST(CudaOps, Conv2dCudnnAndIm2col) {

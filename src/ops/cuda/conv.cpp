@@ -1,5 +1,6 @@
-// conv2d, NCHW: cuDNN's convolution (legacy API, algorithm from its heuristics, cached per shape) when
-// the build has cuDNN, else im2col + GEMM in bands of output pixels. ERNIE_CONV=im2col forces the
+// conv2d, NCHW: cuDNN's convolution (legacy API; the algorithm measured by cudnnFind on the first call of
+// a shape and remembered in the tuning cache, or the heuristic's with ERNIE_TUNE=0) when the build has
+// cuDNN, else im2col + GEMM in bands of output pixels. ERNIE_CONV=im2col forces the
 // portable path. BF16 runs on tensor cores with fp32 accumulation; F32 runs in plain fp32 (no TF32).
 #include <algorithm>
 #include <cstdlib>
@@ -15,10 +16,13 @@
 #include "ops/cuda/common.h"
 #include "ops/cuda/conv_kernels.h"
 #include "ops/cuda/cuda_ops.h"
+#include "io/tuning_cache.h"
 
 namespace ernie::cuda {
 
 namespace {
+
+using nlohmann::json;
 
 constexpr int64_t kColumnBytes = int64_t(256) << 20;
 
@@ -50,6 +54,7 @@ Tensor conv_im2col(const Tensor& x, const Tensor& w, const Tensor& bias, int str
   } while (0)
 
 constexpr size_t kMaxWorkspace = size_t(1) << 30;
+constexpr size_t kFindWorkspace = size_t(256) << 20;  // algorithms measured by cudnnFind may use this much
 
 using Key = std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int>;
 
@@ -73,14 +78,21 @@ cudnnHandle_t cudnn_handle(int device) {
   return h;
 }
 
-const Plan& plan_for(const Key& key, cudnnHandle_t h) {
+// The operands of the call a plan is made for: cudnnFind times the algorithms on them.
+struct Operands {
+  const void* x;
+  const void* w;
+  void* y;
+  Device device;
+};
+
+const Plan& plan_for(const Key& key, cudnnHandle_t h, const Operands& ops) {
   static std::mutex mu;
   static std::map<Key, Plan> plans;
   std::lock_guard<std::mutex> lk(mu);
   auto it = plans.find(key);
   if (it != plans.end()) return it->second;
   const auto [device, dt, B, I, H, W, O, kh, kw, stride, pad] = key;
-  (void)device;
   const cudnnDataType_t type = dt == kF32 ? CUDNN_DATA_FLOAT : CUDNN_DATA_BFLOAT16;
   Plan p;
   ERNIE_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p.xd));
@@ -95,21 +107,48 @@ const Plan& plan_for(const Key& key, cudnnHandle_t h) {
   int n = 0, c = 0, oh = 0, ow = 0;
   ERNIE_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(p.cd, p.xd, p.wd, &n, &c, &oh, &ow));
   ERNIE_CUDNN_CHECK(cudnnSetTensor4dDescriptor(p.yd, CUDNN_TENSOR_NCHW, type, n, c, oh, ow));
-  cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-  int found = 0;
-  ERNIE_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, p.xd, p.wd, p.cd, p.yd, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
-                                                           &found, perf));
-  bool ok = false;
-  for (int i = 0; i < found && !ok; ++i) {
-    if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
-    if (dt == kF32 && perf[i].mathType != CUDNN_FMA_MATH && perf[i].mathType != CUDNN_DEFAULT_MATH) continue;
+  // Usable: F32 only without tensor-core math (so F32 stays plain fp32), within the workspace limit.
+  auto try_algo = [&](cudnnConvolutionFwdAlgo_t algo, cudnnMathType_t math, size_t limit) {
+    if (dt == kF32 && math != CUDNN_FMA_MATH && math != CUDNN_DEFAULT_MATH) return false;
+    if (cudnnSetConvolutionMathType(p.cd, math) != CUDNN_STATUS_SUCCESS) return false;
     size_t ws = 0;
-    if (cudnnGetConvolutionForwardWorkspaceSize(h, p.xd, p.wd, p.cd, p.yd, perf[i].algo, &ws) != CUDNN_STATUS_SUCCESS ||
-        ws > kMaxWorkspace)
-      continue;
-    p.algo = perf[i].algo;
+    if (cudnnGetConvolutionForwardWorkspaceSize(h, p.xd, p.wd, p.cd, p.yd, algo, &ws) != CUDNN_STATUS_SUCCESS ||
+        ws > limit)
+      return false;
+    p.algo = algo;
     p.workspace = ws;
-    ok = true;
+    return true;
+  };
+  tuning::Cache& cache = tuning::Cache::of(tuning_identity(int(device)));
+  std::string ks = "conv";
+  for (int64_t v : {int64_t(dt), B, I, H, W, O, kh, kw, int64_t(stride), int64_t(pad)}) ks += " " + std::to_string(v);
+  bool ok = false;
+  if (tuning::enabled()) {
+    if (auto e = cache.find(ks); e && e->is_object() && e->value("algo", json()).is_number_integer() &&
+                                 e->value("math", json()).is_number_integer())
+      ok = try_algo(cudnnConvolutionFwdAlgo_t((*e)["algo"].get<int>()), cudnnMathType_t((*e)["math"].get<int>()),
+                    kMaxWorkspace);
+    if (!ok && ops.x) {  // measure every algorithm on the call's operands
+      Tensor ws = Tensor::empty({int64_t(kFindWorkspace)}, DType::U8, ops.device);
+      cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+      int found = 0;
+      ERNIE_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, p.xd, ops.x, p.wd, ops.w, p.cd, p.yd, ops.y,
+                                                               CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found, perf,
+                                                               ws.raw(), kFindWorkspace));
+      for (int i = 0; i < found && !ok; ++i)  // sorted by time
+        if (perf[i].status == CUDNN_STATUS_SUCCESS && try_algo(perf[i].algo, perf[i].mathType, kFindWorkspace)) {
+          cache.store(ks, {{"algo", int(perf[i].algo)}, {"math", int(perf[i].mathType)}, {"ms", perf[i].time}});
+          ok = true;
+        }
+    }
+  }
+  if (!ok) {  // the heuristic's order
+    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    int found = 0;
+    ERNIE_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, p.xd, p.wd, p.cd, p.yd,
+                                                             CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found, perf));
+    for (int i = 0; i < found && !ok; ++i)
+      ok = perf[i].status == CUDNN_STATUS_SUCCESS && try_algo(perf[i].algo, perf[i].mathType, kMaxWorkspace);
   }
   ERNIE_CHECK(ok, "conv2d: cuDNN has no algorithm for x [", std::to_string(B), ", ", std::to_string(I), ", ",
               std::to_string(H), ", ", std::to_string(W), "] weight [", std::to_string(O), ", ", std::to_string(I), ", ",
@@ -122,7 +161,7 @@ void conv_cudnn(const Tensor& x, const Tensor& w, const Tensor& bias, int stride
   cudnnHandle_t h = cudnn_handle(device);
   const Key key{device, x.dtype() == DType::F32 ? kF32 : kBF16, x.dim(0), x.dim(1), x.dim(2), x.dim(3), w.dim(0),
                 w.dim(2), w.dim(3), stride, pad};
-  const Plan& p = plan_for(key, h);
+  const Plan& p = plan_for(key, h, Operands{x.raw(), w.raw(), y.raw(), x.device()});
   Tensor ws;
   if (p.workspace) ws = Tensor::empty({int64_t(p.workspace)}, DType::U8, x.device());
   const float alpha = 1.f, beta = 0.f;
