@@ -5,12 +5,9 @@
 
 #include "core/error.h"
 #include "core/system_info.h"
-<<<<<<< HEAD
 #include "io/memory_plan.h"
-=======
-#include "io/tuning_cache.h"
->>>>>>> main
 #include "io/model_folder.h"
+#include "io/tuning_cache.h"
 
 using json = nlohmann::json;
 

@@ -9,10 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-<<<<<<< HEAD
-=======
 #include <mutex>
->>>>>>> main
 #include <string>
 #include <vector>
 
@@ -95,14 +92,10 @@ class ErnieDit {
   DType act_ = DType::F32;
   Tensor x_embedder_w, x_embedder_b, text_proj, time_linear_1_w, time_linear_1_b, time_linear_2_w, time_linear_2_b;
   Tensor adaLN_modulation_w, adaLN_modulation_b, final_norm_w, final_norm_b, final_linear_w, final_linear_b;
-<<<<<<< HEAD
   std::vector<Block> layers_;                   // resident blocks (empty when streamed)
   std::shared_ptr<BlockStreamer> streamer_;     // streamed blocks: the host copies and two device slots
   std::array<Block, 2> slots_;                  // views of the streamer's slots
-=======
-  std::vector<Block> layers_;
   std::shared_ptr<RotaryCache> rotary_cache_ = std::make_shared<RotaryCache>();
->>>>>>> main
 };
 
 }  // namespace ernie
