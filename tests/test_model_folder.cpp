@@ -13,6 +13,7 @@
 namespace fs = std::filesystem;
 using namespace ernie;
 using ernie::test::error_of;
+using ernie::test::fatal_problems;
 using ernie::test::TempDir;
 using json = nlohmann::json;
 
@@ -44,13 +45,6 @@ void rewrite_checkpoint(const std::string& file,
   }
   edit(ts);
   save_safetensors(file, ts);
-}
-
-std::string fatal_problems(const ModelFolder& m) {
-  std::string s;
-  for (const Problem& p : m.check())
-    if (p.fatal) s += p.component + ": " + p.message + "\n";
-  return s;
 }
 
 }  // namespace

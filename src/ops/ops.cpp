@@ -4,8 +4,54 @@
 #include "core/error.h"
 #include "ops/cpu/cpu_ops.h"
 #ifdef ERNIE_HAVE_CUDA
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <string>
+
 #include "ops/cuda/cuda_ops.h"
-#define ERNIE_OP(fn, dev, ...) return (dev).is_cpu() ? cpu::fn(__VA_ARGS__) : cuda::fn(__VA_ARGS__)
+
+namespace ernie::ops {
+namespace {
+// ERNIE_PROFILE_HOST=1: host time spent queuing each CUDA op (no synchronisation), printed at exit. Says
+// whether the host or the GPU limits a run (bench's denoise_enqueue_s against denoise_s).
+struct HostProfile {
+  std::mutex mu;
+  std::map<std::string, std::pair<double, long>> ops;
+  const bool on = std::getenv("ERNIE_PROFILE_HOST") != nullptr;
+  ~HostProfile() {
+    for (auto& [name, v] : ops)
+      std::fprintf(stderr, "host %-20s %10.3f ms %8ld calls %8.2f us/call\n", name.c_str(), v.first * 1e3, v.second,
+                   v.first / double(v.second) * 1e6);
+  }
+};
+HostProfile& host_profile() {
+  static HostProfile p;
+  return p;
+}
+struct HostTimer {
+  const char* name;
+  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+  ~HostTimer() {
+    HostProfile& p = host_profile();
+    std::lock_guard<std::mutex> lk(p.mu);
+    auto& v = p.ops[name];
+    v.first += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ++v.second;
+  }
+};
+}  // namespace
+}  // namespace ernie::ops
+
+#define ERNIE_OP(fn, dev, ...)                                              \
+  do {                                                                      \
+    if ((dev).is_cpu()) return cpu::fn(__VA_ARGS__);                        \
+    if (!host_profile().on) return cuda::fn(__VA_ARGS__);                   \
+    HostTimer t_{#fn};                                                      \
+    return cuda::fn(__VA_ARGS__);                                           \
+  } while (0)
 #else
 #define ERNIE_OP(fn, dev, ...)                                                     \
   do {                                                                             \

@@ -202,10 +202,14 @@ TEST(CudaOps, Conv2dCudnnAndIm2col) {
   };
   const std::vector<Case> cases = {{{2, 8, 17, 19}, {12, 8, 3, 3}, 1, 1},
                                    {{1, 6, 16, 16}, {8, 6, 3, 3}, 2, 0},
-                                   {{2, 16, 9, 9}, {4, 16, 1, 1}, 1, 0}};
-  for (const char* mode : {"", "im2col"}) {
-    SCOPED_TRACE(std::string("ERNIE_CONV=") + mode);
+                                   {{2, 16, 9, 9}, {4, 16, 1, 1}, 1, 0},
+                                   {{1, 16, 20, 24}, {3, 16, 3, 3}, 1, 1},   // fewer than 8 outputs: padded filters
+                                   {{1, 8, 18, 18}, {16, 8, 3, 3}, 1, 1}};  // output-channel groups (below)
+  // "groups": a batch of one in output-channel groups, as large VAE convolutions run.
+  for (const char* mode : {"", "im2col", "groups"}) {
+    SCOPED_TRACE(std::string("mode ") + mode);
     setenv("ERNIE_CONV", mode, 1);
+    if (std::string(mode) == "groups") setenv("ERNIE_CONV_GROUP_BYTES", "1", 1);
     FOR_DTYPES {
       for (const Case& c : cases) {
         Tensor x = as_dtype(rnd(c.x, 30), dt), w = as_dtype(rnd(c.w, 31, 0.3f), dt), b = as_dtype(rnd({c.w[0]}, 32), dt);
@@ -213,6 +217,7 @@ TEST(CudaOps, Conv2dCudnnAndIm2col) {
                                   cpu::conv2d(x, w, b, c.stride, c.pad), tol(dt, 1e-5), min_cos(dt)));
       }
     }
+    unsetenv("ERNIE_CONV_GROUP_BYTES");
   }
   unsetenv("ERNIE_CONV");
 }

@@ -54,7 +54,6 @@ Tensor conv_im2col(const Tensor& x, const Tensor& w, const Tensor& bias, int str
   } while (0)
 
 constexpr size_t kMaxWorkspace = size_t(1) << 30;
-constexpr size_t kFindWorkspace = size_t(256) << 20;  // algorithms measured by cudnnFind may use this much
 
 using Key = std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int>;
 
@@ -129,14 +128,14 @@ const Plan& plan_for(const Key& key, cudnnHandle_t h, const Operands& ops) {
       ok = try_algo(cudnnConvolutionFwdAlgo_t((*e)["algo"].get<int>()), cudnnMathType_t((*e)["math"].get<int>()),
                     kMaxWorkspace);
     if (!ok && ops.x) {  // measure every algorithm on the call's operands
-      Tensor ws = Tensor::empty({int64_t(kFindWorkspace)}, DType::U8, ops.device);
+      Tensor ws = Tensor::empty({int64_t(kMaxWorkspace)}, DType::U8, ops.device);
       cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
       int found = 0;
       ERNIE_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, p.xd, ops.x, p.wd, ops.w, p.cd, p.yd, ops.y,
                                                                CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found, perf,
-                                                               ws.raw(), kFindWorkspace));
+                                                               ws.raw(), kMaxWorkspace));
       for (int i = 0; i < found && !ok; ++i)  // sorted by time
-        if (perf[i].status == CUDNN_STATUS_SUCCESS && try_algo(perf[i].algo, perf[i].mathType, kFindWorkspace)) {
+        if (perf[i].status == CUDNN_STATUS_SUCCESS && try_algo(perf[i].algo, perf[i].mathType, kMaxWorkspace)) {
           cache.store(ks, {{"algo", int(perf[i].algo)}, {"math", int(perf[i].mathType)}, {"ms", perf[i].time}});
           ok = true;
         }
@@ -171,6 +170,13 @@ void conv_cudnn(const Tensor& x, const Tensor& w, const Tensor& bias, int stride
 }
 #endif
 
+// Input + output bytes above which a batch of one is computed in output-channel groups (see conv2d);
+// ERNIE_CONV_GROUP_BYTES overrides it (tests).
+size_t group_limit() {
+  const char* e = std::getenv("ERNIE_CONV_GROUP_BYTES");
+  return e ? size_t(std::strtoull(e, nullptr, 10)) : size_t(640) << 20;
+}
+
 bool force_im2col() {
   const char* e = std::getenv("ERNIE_CONV");
   return e && std::strcmp(e, "im2col") == 0;
@@ -200,8 +206,34 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int stride, 
   if (y.numel() == 0) return y;
   const Tensor wc = w.dtype() == x.dtype() ? w : cast(w, x.dtype());
 #ifdef ERNIE_HAVE_CUDNN
+  // cuDNN has no tensor-core kernel for a handful of output channels (the VAE's conv_out has 3; its best
+  // fp32 fallback takes ~10 ms at 1024²): zero filters pad O to 8, and the first O channels are kept.
+  if (!force_im2col() && x.dtype() == DType::BF16 && O < 8) {
+    const Tensor wp = concat({wc, Tensor::zeros({8 - O, w.dim(1), kh, kw}, wc.dtype(), wc.device())}, 0);
+    Tensor bp;
+    if (bias.defined()) {
+      const Tensor bc = cast(bias.reshape({O}), x.dtype());
+      bp = concat({bc, Tensor::zeros({8 - O}, bc.dtype(), bc.device())}, 0);
+    }
+    return slice(conv2d(x, wp, bp, stride, pad), 1, 0, O);
+  }
   if (!force_im2col()) {
-    conv_cudnn(x, wc, bias, stride, pad, y);
+    // cuDNN's tensor-core kernels stage NHWC copies of input and output in the workspace; when those pass
+    // the 1 GiB limit (256 channels at 1024² in the VAE) only a slow fp32 kernel remains (41 ms). A batch
+    // of one computes its output channels in groups then, each group a contiguous block of y.
+    int64_t groups = 1;
+    while (B == 1 && x.nbytes() + y.nbytes() / size_t(groups) > group_limit() && O % (2 * groups) == 0 && groups < 8)
+      groups *= 2;
+    if (groups == 1) {
+      conv_cudnn(x, wc, bias, stride, pad, y);
+      return y;
+    }
+    const int64_t og = O / groups;
+    const Tensor yflat = y.reshape({O, Ho * Wo}), bflat = bias.defined() ? bias.reshape({O}) : Tensor();
+    for (int64_t g = 0; g < groups; ++g) {
+      Tensor yg = yflat.narrow(g * og, og).reshape({1, og, Ho, Wo});
+      conv_cudnn(x, wc.narrow(g * og, og), bias.defined() ? bflat.narrow(g * og, og) : Tensor(), stride, pad, yg);
+    }
     return y;
   }
 #endif
