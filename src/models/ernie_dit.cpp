@@ -21,7 +21,12 @@ Tensor ErnieDit::place(const Tensor& host) const {
   return t;
 }
 
-ErnieDit ErnieDit::build(const DitConfig& cfg, Device device, DType act, const WeightSource& source) {
+std::vector<Tensor*> ErnieDit::Block::tensors() {
+  return {&adaLN_sa_ln, &adaLN_mlp_ln, &to_q, &to_k, &to_v, &to_out, &norm_q, &norm_k, &gate_proj, &up_proj, &linear_fc2};
+}
+
+ErnieDit ErnieDit::build(const DitConfig& cfg, Device device, DType act, const WeightSource& source,
+                         bool stream_blocks) {
   ERNIE_CHECK(!device.is_cpu() || act == DType::F32, "ErnieDit: the CPU backend computes in F32, not ",
               dtype_name(act));
   ERNIE_CHECK(act == DType::F32 || act == DType::BF16, "ErnieDit: activations must be F32 or BF16, not ",
@@ -34,13 +39,22 @@ ErnieDit ErnieDit::build(const DitConfig& cfg, Device device, DType act, const W
   d.cfg_ = cfg;
   d.device_ = device;
   d.act_ = act;
-  auto w = [&](const std::string& name) {
+  ERNIE_CHECK(!stream_blocks || device.is_cuda(), "ErnieDit: streaming blocks needs a CUDA device, not ",
+              device.str());
+  auto checked = [&](const std::string& name) {
     Tensor t = source(name);
     ERNIE_CHECK(t.defined() && t.shape() == shapes.at(name), "transformer: tensor ", name, " has shape ",
                 shape_str(t.shape()), ", expected ", shape_str(shapes.at(name)));
     ERNIE_CHECK(dtype_is_float(t.dtype()), "transformer: tensor ", name, " has non-float dtype ",
                 dtype_name(t.dtype()));
-    return d.place(t);
+    return t;
+  };
+  auto w = [&](const std::string& name) { return d.place(checked(name)); };
+  // A streamed block weight: as place() would leave it on the device, but kept on the host when no cast
+  // is needed (the streamer copies it into pinned memory either way).
+  auto streamed = [&](const std::string& name) {
+    Tensor t = checked(name);
+    return act == DType::BF16 && t.dtype() != DType::BF16 ? d.place(t) : t;
   };
   const int64_t H = cfg.hidden_size;
   d.x_embedder_w = w("x_embedder.proj.weight").reshape({H, cfg.in_channels});  // 1x1 conv = linear
@@ -52,23 +66,40 @@ ErnieDit ErnieDit::build(const DitConfig& cfg, Device device, DType act, const W
   d.time_linear_2_b = w("time_embedding.linear_2.bias");
   d.adaLN_modulation_w = w("adaLN_modulation.1.weight");
   d.adaLN_modulation_b = w("adaLN_modulation.1.bias");
-  for (int l = 0; l < cfg.num_layers; ++l) {
+  auto block = [&](int l, const std::function<Tensor(const std::string&)>& bw) {
     const std::string p = "layers." + std::to_string(l) + ".";
     Block b;
-    b.adaLN_sa_ln = w(p + "adaLN_sa_ln.weight");
-    b.adaLN_mlp_ln = w(p + "adaLN_mlp_ln.weight");
-    b.to_q = w(p + "self_attention.to_q.weight");
-    b.to_k = w(p + "self_attention.to_k.weight");
-    b.to_v = w(p + "self_attention.to_v.weight");
-    b.to_out = w(p + "self_attention.to_out.0.weight");
+    b.adaLN_sa_ln = bw(p + "adaLN_sa_ln.weight");
+    b.adaLN_mlp_ln = bw(p + "adaLN_mlp_ln.weight");
+    b.to_q = bw(p + "self_attention.to_q.weight");
+    b.to_k = bw(p + "self_attention.to_k.weight");
+    b.to_v = bw(p + "self_attention.to_v.weight");
+    b.to_out = bw(p + "self_attention.to_out.0.weight");
     if (cfg.qk_layernorm) {
-      b.norm_q = w(p + "self_attention.norm_q.weight");
-      b.norm_k = w(p + "self_attention.norm_k.weight");
+      b.norm_q = bw(p + "self_attention.norm_q.weight");
+      b.norm_k = bw(p + "self_attention.norm_k.weight");
     }
-    b.gate_proj = w(p + "mlp.gate_proj.weight");
-    b.up_proj = w(p + "mlp.up_proj.weight");
-    b.linear_fc2 = w(p + "mlp.linear_fc2.weight");
-    d.layers_.push_back(std::move(b));
+    b.gate_proj = bw(p + "mlp.gate_proj.weight");
+    b.up_proj = bw(p + "mlp.up_proj.weight");
+    b.linear_fc2 = bw(p + "mlp.linear_fc2.weight");
+    return b;
+  };
+  if (!stream_blocks) {
+    for (int l = 0; l < cfg.num_layers; ++l) d.layers_.push_back(block(l, w));
+  } else if (cfg.num_layers > 0) {
+    d.streamer_ = std::make_shared<BlockStreamer>(cfg.num_layers, device, [&](int l) {
+      Block b = block(l, streamed);
+      if (l == 0) d.slots_ = {b, b};  // the fields the slots have
+      std::vector<Tensor> ts;
+      for (Tensor* t : b.tensors())
+        if (t->defined()) ts.push_back(*t);
+      return ts;
+    });
+    for (int s = 0; s < 2; ++s) {
+      size_t i = 0;
+      for (Tensor* t : d.slots_[size_t(s)].tensors())
+        if (t->defined()) *t = d.streamer_->slot(s)[i++];
+    }
   }
   d.final_norm_w = w("final_norm.linear.weight");
   d.final_norm_b = w("final_norm.linear.bias");
@@ -77,10 +108,10 @@ ErnieDit ErnieDit::build(const DitConfig& cfg, Device device, DType act, const W
   return d;
 }
 
-ErnieDit ErnieDit::load(const ModelFolder& m, Device device, DType act) {
+ErnieDit ErnieDit::load(const ModelFolder& m, Device device, DType act, bool stream_blocks) {
   m.require_ok("transformer");
   const Component& comp = m.transformer_c;
-  return build(m.dit, device, act, [&](const std::string& name) { return comp.tensor(name); });
+  return build(m.dit, device, act, [&](const std::string& name) { return comp.tensor(name); }, stream_blocks);
 }
 
 size_t ErnieDit::weight_bytes() const {
@@ -89,11 +120,9 @@ size_t ErnieDit::weight_bytes() const {
                           &time_linear_2_w, &time_linear_2_b, &adaLN_modulation_w, &adaLN_modulation_b,
                           &final_norm_w, &final_norm_b, &final_linear_w, &final_linear_b})
     n += t->defined() ? t->nbytes() : 0;
-  for (const Block& b : layers_)
-    for (const Tensor* t : {&b.adaLN_sa_ln, &b.adaLN_mlp_ln, &b.to_q, &b.to_k, &b.to_v, &b.to_out, &b.norm_q,
-                            &b.norm_k, &b.gate_proj, &b.up_proj, &b.linear_fc2})
-      n += t->defined() ? t->nbytes() : 0;
-  return n;
+  for (Block b : layers_)
+    for (const Tensor* t : b.tensors()) n += t->defined() ? t->nbytes() : 0;
+  return n + (streamer_ ? streamer_->device_bytes() : 0);
 }
 
 // ---- modules ------------------------------------------------------------------------------------------------
@@ -262,7 +291,11 @@ Tensor ErnieDit::forward(const Tensor& hidden_states, const std::vector<float>& 
   const Rotary rotary_pos_emb = cached_pos_embed(text_lens, Hp, Wp, Tmax);
   const Tensor c = time_embedding(time_proj(timestep));
   const Modulation mod = adaLN_modulation(c);
-  for (const Block& blk : layers_) x = layer(blk, x, rotary_pos_emb, mod, kv_len);
+  for (int l = 0; l < cfg_.num_layers; ++l) {
+    const Block& blk = streamer_ ? slots_[size_t(streamer_->acquire(l))] : layers_[size_t(l)];
+    x = layer(blk, x, rotary_pos_emb, mod, kv_len);
+    if (streamer_) streamer_->release(l);
+  }
 
   x = final_norm(ops::slice(x, 1, 0, N_img), c);  // per-token from here: keep only image tokens
   Tensor patches = ops::linear(x, final_linear_w, final_linear_b);  // [B, N_img, out]

@@ -150,4 +150,63 @@ Tensor embedding(const Tensor& table, const std::vector<int64_t>& ids, Device de
 }
 Tensor cast(const Tensor& x, DType dtype) { ERNIE_OP(cast, x.device(), x, dtype); }
 
+void release_cached_memory(Device device) {
+#ifdef ERNIE_HAVE_CUDA
+  if (device.is_cuda()) cuda::empty_cache(device.index);
+#else
+  (void)device;
+#endif
+}
+
+void set_memory_limit(Device device, size_t bytes) {
+#ifdef ERNIE_HAVE_CUDA
+  if (device.is_cuda()) cuda::set_memory_limit(device.index, bytes);
+#else
+  (void)device, (void)bytes;
+#endif
+}
+
+#ifdef ERNIE_HAVE_CUDA
+namespace {
+int cuda_index(Device d, const char* op) {
+  ERNIE_CHECK(d.is_cuda(), op, ": weight streaming needs a CUDA device, not ", d.str());
+  return d.index;
+}
+}  // namespace
+
+Tensor pinned_empty(size_t bytes, Device device) {
+  const int dev = cuda_index(device, "pinned_empty");
+  void* p = cuda::pinned_alloc(bytes, dev);
+  std::shared_ptr<const void> owner(p, [](const void* q) { cuda::pinned_free(const_cast<void*>(q)); });
+  return Tensor::borrow(p, {int64_t(bytes)}, DType::U8, owner);
+}
+void upload_async(const Tensor& dst, const Tensor& src) {
+  const int dev = cuda_index(dst.device(), "upload_async");
+  ERNIE_CHECK(src.device().is_cpu(), "upload_async: the source is on ", src.device().str(), ", expected the host");
+  ERNIE_CHECK(dst.nbytes() == src.nbytes(), "upload_async: ", std::to_string(src.nbytes()), " bytes into ",
+              std::to_string(dst.nbytes()));
+  cuda::upload_async(dst.raw(), src.raw(), src.nbytes(), dev);
+}
+StreamEvent::StreamEvent(Device device) : device_(device) {
+  event_ = cuda::event_create(cuda_index(device, "StreamEvent"));
+}
+StreamEvent::~StreamEvent() { cuda::event_destroy(event_, device_.index); }
+void StreamEvent::record(Stream s) { cuda::event_record(event_, device_.index, s == Stream::Copy); }
+void StreamEvent::wait(Stream s) const { cuda::event_wait(event_, device_.index, s == Stream::Copy); }
+void StreamEvent::synchronize() const { cuda::event_synchronize(event_); }
+#else
+namespace {
+[[noreturn]] void no_streaming(const char* op) {
+  fail(op, ": weight streaming needs the CUDA backend (this build has none; on the CPU weights stay in host memory)");
+}
+}  // namespace
+Tensor pinned_empty(size_t, Device) { no_streaming("pinned_empty"); }
+void upload_async(const Tensor&, const Tensor&) { no_streaming("upload_async"); }
+StreamEvent::StreamEvent(Device device) : device_(device) { no_streaming("StreamEvent"); }
+StreamEvent::~StreamEvent() = default;
+void StreamEvent::record(Stream) { no_streaming("StreamEvent::record"); }
+void StreamEvent::wait(Stream) const { no_streaming("StreamEvent::wait"); }
+void StreamEvent::synchronize() const { no_streaming("StreamEvent::synchronize"); }
+#endif
+
 }  // namespace ernie::ops

@@ -45,8 +45,19 @@ struct MemoryStats {
 MemoryStats memory_stats(int device);
 void reset_peak_memory(int device);
 void empty_cache(int device);  // returns cached free blocks to the driver
+void set_memory_limit(int device, size_t bytes);  // cap on reserved bytes (0: none); see ops::set_memory_limit
 void synchronize(int device);  // waits for the device's stream
 void set_poison_allocations(bool on);  // tests: new device memory is filled with NaN bytes
 int device_count();            // 0 when no driver or no device
 std::string device_name(int device);
+
+// ---- weight streaming (streaming.cpp): a copy stream per device next to the compute stream ------------
+void* pinned_alloc(size_t bytes, int device);  // page-locked host memory; throws OutOfMemory
+void pinned_free(void* p);                      // never throws
+void upload_async(void* dst, const void* src, size_t bytes, int device);  // on the copy stream
+void* event_create(int device);
+void event_destroy(void* event, int device);    // never throws
+void event_record(void* event, int device, bool copy_stream);
+void event_wait(void* event, int device, bool copy_stream);
+void event_synchronize(void* event);
 }  // namespace ernie::cuda

@@ -48,6 +48,7 @@ struct DeviceState {
   std::map<size_t, std::vector<void*>> free_blocks;  // size class -> cached blocks
   std::map<void*, size_t> live;                      // block -> size class
   MemoryStats stats;
+  size_t limit = 0;  // cap on reserved bytes (--max-vram); 0 = none
 };
 
 DeviceState& state(int device) {
@@ -91,6 +92,14 @@ void* dev_alloc(size_t bytes, int device) {
       cls = it->first;
       break;
     }
+  if (!p && s.limit && s.stats.reserved_bytes + cls > s.limit) {  // over --max-vram: give the cache back first
+    ERNIE_CUDA_CHECK(cudaStreamSynchronize(s.stream));
+    release_cache(s);
+    if (s.stats.reserved_bytes + cls > s.limit)
+      throw OutOfMemory("over the memory limit on cuda:" + std::to_string(device) + " (--max-vram " + gib(s.limit) +
+                        "): asked for " + gib(bytes) + " with " + gib(s.stats.in_use_bytes) +
+                        " in tensors; try a smaller image size or batch, or a larger --max-vram");
+  }
   if (!p) {
     cudaError_t e = cudaMalloc(&p, cls);
     if (e == cudaErrorMemoryAllocation) {  // give the cache back and try once more
@@ -187,6 +196,12 @@ void empty_cache(int device) {
   if (!s.init) return;
   ERNIE_CUDA_CHECK(cudaStreamSynchronize(s.stream));
   release_cache(s);
+}
+
+void set_memory_limit(int device, size_t bytes) {
+  DeviceState& s = state(device);
+  std::lock_guard<std::mutex> lk(s.mu);
+  s.limit = bytes;
 }
 
 void set_poison_allocations(bool on) { g_poison = on; }
