@@ -185,3 +185,19 @@ TEST(Offload, MaxVramIsForCuda) {
   EXPECT_NE(both.status, 0);
   EXPECT_NE(both.out.find("not both"), std::string::npos) << both.out;
 }
+
+TEST(Offload, BenchReportsTheMode) {
+  const std::string bench = "bench --model '" + test::tiny_model() + "' --device cpu --dtype f32 -W 16 -H 16 --steps 1 "
+                            "--repeat 1 --prompt-tokens 4 --json";
+  for (const char* mode : {"none", "text-encoder"}) {
+    auto r = run_cli(bench + " --offload " + mode);
+    ASSERT_EQ(r.status, 0) << r.out;
+    auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+    EXPECT_EQ(j["offload"], mode);
+    EXPECT_GT(j["step_s"].get<double>(), 0);
+    EXPECT_GT(j["estimated_peak_gib"].get<double>(), 0);
+  }
+  auto b = run_cli(bench + " --offload blocks");
+  EXPECT_NE(b.status, 0);
+  EXPECT_NE(b.out.find("needs a CUDA device"), std::string::npos) << b.out;
+}
