@@ -22,8 +22,24 @@ Tensor ErnieDit::place(const Tensor& host) const {
 }
 
 std::vector<Tensor*> ErnieDit::Block::tensors() {
-  return {&adaLN_sa_ln, &adaLN_mlp_ln, &to_q, &to_k, &to_v, &to_out, &norm_q, &norm_k, &gate_proj, &up_proj, &linear_fc2};
+  return {&adaLN_sa_ln, &adaLN_mlp_ln, &to_q,     &to_k,    &to_v,      &to_qkv,
+          &to_out,      &norm_q,       &norm_k,   &gate_proj, &up_proj, &linear_fc2};
 }
+
+namespace {
+// Rows of same-typed 2-D tensors on one device stacked into one tensor (a byte copy, host or device).
+Tensor stack_rows(const std::vector<Tensor>& ts) {
+  int64_t rows = 0;
+  for (const Tensor& t : ts) rows += t.dim(0);
+  Tensor out = Tensor::empty({rows, ts[0].dim(1)}, ts[0].dtype(), ts[0].device());
+  size_t off = 0;
+  for (const Tensor& t : ts) {
+    device_memory_ops().copy(static_cast<char*>(out.raw()) + off, out.device(), t.raw(), t.device(), t.nbytes());
+    off += t.nbytes();
+  }
+  return out;
+}
+}  // namespace
 
 ErnieDit ErnieDit::build(const DitConfig& cfg, Device device, DType act, const WeightSource& source,
                          bool stream_blocks) {
@@ -82,6 +98,10 @@ ErnieDit ErnieDit::build(const DitConfig& cfg, Device device, DType act, const W
     b.gate_proj = bw(p + "mlp.gate_proj.weight");
     b.up_proj = bw(p + "mlp.up_proj.weight");
     b.linear_fc2 = bw(p + "mlp.linear_fc2.weight");
+    if (device.is_cuda() && b.to_q.dtype() == b.to_k.dtype() && b.to_q.dtype() == b.to_v.dtype()) {
+      b.to_qkv = stack_rows({b.to_q, b.to_k, b.to_v});  // one GEMM instead of three
+      b.to_q = b.to_k = b.to_v = Tensor();
+    }
     return b;
   };
   if (!stream_blocks) {
@@ -214,13 +234,20 @@ ErnieDit::Rotary ErnieDit::cached_pos_embed(const std::vector<int64_t>& text_len
 Tensor ErnieDit::self_attention(const Block& blk, const Tensor& x, const Rotary& rope,
                                 const std::vector<int64_t>& kv_len) const {
   const int64_t B = x.dim(0), S = x.dim(1), heads = cfg_.num_attention_heads, D = cfg_.head_dim();
-  Tensor query = ops::linear(x, blk.to_q).reshape({B, S, heads, D});
-  Tensor key = ops::linear(x, blk.to_k).reshape({B, S, heads, D});
-  Tensor value = ops::linear(x, blk.to_v).reshape({B, S, heads, D});
-  if (blk.norm_q.defined()) query = ops::rms_norm(query, blk.norm_q, cfg_.eps);
-  if (blk.norm_k.defined()) key = ops::rms_norm(key, blk.norm_k, cfg_.eps);
-  query = ops::rope(query, rope.cos, rope.sin);
-  key = ops::rope(key, rope.cos, rope.sin);
+  Tensor query, key, value;
+  if (blk.to_qkv.defined()) {  // one GEMM, then the split, the norms and RoPE in one pass
+    ops::Qkv a = ops::qkv_norm_rope(ops::linear(x, blk.to_qkv), heads, blk.norm_q, blk.norm_k, cfg_.eps, rope.cos,
+                                    rope.sin);
+    query = a.q, key = a.k, value = a.v;
+  } else {
+    query = ops::linear(x, blk.to_q).reshape({B, S, heads, D});
+    key = ops::linear(x, blk.to_k).reshape({B, S, heads, D});
+    value = ops::linear(x, blk.to_v).reshape({B, S, heads, D});
+    if (blk.norm_q.defined()) query = ops::rms_norm(query, blk.norm_q, cfg_.eps);
+    if (blk.norm_k.defined()) key = ops::rms_norm(key, blk.norm_k, cfg_.eps);
+    query = ops::rope(query, rope.cos, rope.sin);
+    key = ops::rope(key, rope.cos, rope.sin);
+  }
   ops::AttentionMask mask;
   mask.kv_len = kv_len;
   Tensor out = ops::attention(query, key, value, 1.0f / std::sqrt(float(D)), mask);
@@ -235,9 +262,9 @@ Tensor ErnieDit::mlp(const Block& blk, const Tensor& x) const {
 // ErnieImageSharedAdaLNBlock.
 Tensor ErnieDit::layer(const Block& blk, const Tensor& x, const Rotary& rope, const Modulation& mod,
                        const std::vector<int64_t>& kv_len) const {
-  Tensor h = ops::modulate(ops::rms_norm(x, blk.adaLN_sa_ln, cfg_.eps), mod.shift_msa, mod.scale_msa);
+  Tensor h = ops::rms_norm_modulate(x, blk.adaLN_sa_ln, cfg_.eps, mod.shift_msa, mod.scale_msa);
   Tensor y = ops::gated_residual(x, mod.gate_msa, self_attention(blk, h, rope, kv_len));
-  h = ops::modulate(ops::rms_norm(y, blk.adaLN_mlp_ln, cfg_.eps), mod.shift_mlp, mod.scale_mlp);
+  h = ops::rms_norm_modulate(y, blk.adaLN_mlp_ln, cfg_.eps, mod.shift_mlp, mod.scale_mlp);
   return ops::gated_residual(y, mod.gate_mlp, mlp(blk, h));
 }
 

@@ -46,6 +46,7 @@ class ErnieDit {
   struct Block {
     Tensor adaLN_sa_ln, adaLN_mlp_ln;                    // RMSNorm weights [hidden]
     Tensor to_q, to_k, to_v, to_out, norm_q, norm_k;     // self_attention (no biases); norms [head_dim]
+    Tensor to_qkv;  // on CUDA [to_q; to_k; to_v] as one [3·hidden, hidden] GEMM (to_q/k/v then unset)
     Tensor gate_proj, up_proj, linear_fc2;               // mlp (no biases)
     std::vector<Tensor*> tensors();                      // every field, in this order
   };
