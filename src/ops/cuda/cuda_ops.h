@@ -39,6 +39,7 @@ struct MemoryStats {
 MemoryStats memory_stats(int device);
 void reset_peak_memory(int device);
 void empty_cache(int device);  // returns cached free blocks to the driver
+size_t available_bytes(int device);  // what allocations can still get: the driver's free memory + cached free blocks
 void synchronize(int device);  // waits for the device's stream
 void set_poison_allocations(bool on);  // tests: new device memory is filled with NaN bytes
 int device_count();            // 0 when no driver or no device

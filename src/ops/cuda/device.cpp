@@ -189,6 +189,16 @@ void empty_cache(int device) {
   release_cache(s);
 }
 
+size_t available_bytes(int device) {
+  DeviceState& s = state(device);
+  std::lock_guard<std::mutex> lk(s.mu);
+  ensure_init(device, s);
+  ERNIE_CUDA_CHECK(cudaSetDevice(device));
+  size_t free_b = 0, total_b = 0;
+  ERNIE_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  return free_b + (s.stats.reserved_bytes - s.stats.in_use_bytes);
+}
+
 void set_poison_allocations(bool on) { g_poison = on; }
 
 void synchronize(int device) { ERNIE_CUDA_CHECK(cudaStreamSynchronize(stream(device))); }
