@@ -1,6 +1,7 @@
-// Tiled VAE decode/encode against the untiled result on the tiny fixture (pipeline/vae_tiling.h): PSNR
-// >= 40 dB (the bar) with the max abs difference reported, no seam (the error next to the tile
-// cores' borders is not larger than inside them), one tile is exact, and bad arguments give clear errors.
+// Tiled VAE decode/encode against the untiled result (pipeline/vae_tiling.h) on the tiny fixture and on a
+// deeper random config: PSNR >= 40 dB (the bar) and max abs difference, no seam (the error next to
+// the cores' borders is not larger than inside them; without a halo it is), one tile is exact, and bad
+// arguments give clear errors.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -38,6 +39,13 @@ Diff diff(const Tensor& a, const Tensor& b) {
   return {mse == 0 ? 999.0 : 10 * std::log10(4.0 / mse), mx};
 }
 
+// PSNR of a against b on b's own peak-to-peak range (for posterior means, which are not in [-1, 1]).
+double psnr_on_range(const Tensor& a, const Tensor& b) {
+  const std::vector<float> f = b.to_vector();
+  const auto [lo, hi] = std::minmax_element(f.begin(), f.end());
+  return diff(a, b).psnr + 20 * std::log10((*hi - *lo) / 2.0);
+}
+
 // A latent with structure at several scales and a per-channel offset, so tiles see different statistics.
 Tensor test_latent(int64_t L, int64_t h, int64_t w) {
   std::vector<float> v(size_t(L * h * w));
@@ -50,24 +58,25 @@ Tensor test_latent(int64_t L, int64_t h, int64_t w) {
   return Tensor::from_vector(v, {1, L, h, w});
 }
 
-// Mean |a - b| over pixels within `band` pixels of a core border (rows/columns at multiples of
-// core * s inside the image) and over all other pixels.
-std::pair<double, double> seam_and_rest(const Tensor& a, const Tensor& b, int64_t core_px, int64_t band) {
+// Mean |a - b| over pixels within `band` pixels of a core border (image rows in `rows`, columns in
+// `cols`) and over all other pixels.
+std::pair<double, double> seam_and_rest(const Tensor& a, const Tensor& b, const std::vector<int64_t>& rows,
+                                        const std::vector<int64_t>& cols, int64_t band) {
   const std::vector<float> x = a.to_vector(), y = b.to_vector();
-  const int64_t C = a.dim(1), H = a.dim(2), W = a.dim(3);
-  auto near_border = [&](int64_t p, int64_t n) {
-    for (int64_t c = core_px; c < n; c += core_px)
+  const int64_t BC = a.dim(0) * a.dim(1), H = a.dim(2), W = a.dim(3);
+  auto near = [&](int64_t p, const std::vector<int64_t>& borders) {
+    for (int64_t c : borders)
       if (p >= c - band && p < c + band) return true;
     return false;
   };
   double seam = 0, rest = 0;
   int64_t ns = 0, nr = 0;
-  for (int64_t c = 0; c < C; ++c)
+  for (int64_t c = 0; c < BC; ++c)
     for (int64_t r = 0; r < H; ++r)
       for (int64_t q = 0; q < W; ++q) {
         const size_t i = size_t((c * H + r) * W + q);
         const double e = std::fabs(double(x[i]) - double(y[i]));
-        const bool s = near_border(r, H) || near_border(q, W);
+        const bool s = near(r, rows) || near(q, cols);
         (s ? seam : rest) += e;
         ++(s ? ns : nr);
       }
@@ -76,70 +85,87 @@ std::pair<double, double> seam_and_rest(const Tensor& a, const Tensor& b, int64_
 
 }  // namespace
 
-// 40x48 latent in 16-pixel cores: a 3x3 grid of tiles, each with 8 latent pixels of context.
+// 40x48 latent in 16-pixel cores: a 3x3 grid of tiles.
 TEST(VaeTiling, DecodeMatchesUntiled) {
   const Tensor z = test_latent(vae().config().latent_channels, 40, 48);
   const Tensor full = vae().decode(z);
-  const Tensor tiled = vae_decode_tiled(vae(), z, {.tile = 16, .overlap = 8});
+  const Tensor tiled = vae_decode_tiled(vae(), z, {.tile = 16});
   ASSERT_EQ(tiled.shape(), full.shape());
   const Diff d = diff(tiled, full);
-  std::printf("tiled decode, 40x48 latent, tile 16 overlap 8, 2 stat passes: PSNR %.1f dB, max abs %.2e\n", d.psnr,
-              d.max_abs);
+  std::printf("tiled decode, 40x48 latent, tile 16: PSNR %.1f dB, max abs %.2e\n", d.psnr, d.max_abs);
   EXPECT_GE(d.psnr, 40.0);
-  EXPECT_LT(d.max_abs, 0.05);
+  EXPECT_LT(d.max_abs, 1e-3);
 
-  // Seams: near the core borders (cores are 16 latent px = 32 image px here) the error is no larger than
-  // elsewhere. The absolute floor keeps float rounding noise from deciding the ratio.
+  // Seams: near the core borders (cores are 13-16 latent px here) the error is no larger than elsewhere.
+  // The absolute floor keeps float rounding noise from deciding the ratio.
   const int64_t s = vae().config().spatial_scale();
-  const auto [seam, rest] = seam_and_rest(tiled, full, 16 * s, s);
+  const auto [seam, rest] = seam_and_rest(tiled, full, {13 * s, 26 * s}, {16 * s, 32 * s}, s);
   std::printf("mean abs error within %lld px of a core border %.2e, elsewhere %.2e\n", (long long)s, seam, rest);
   EXPECT_LT(seam, 2 * rest + 1e-6);
 }
 
-// Without enough context the convolutions near a border see zeros instead of the neighbour: that is a
-// seam, and the seam test sees it.
-TEST(VaeTiling, TooLittleContextShowsAtTheSeams) {
+// Without the halo the convolutions at a core's border see zeros instead of the neighbour: a seam, and
+// the seam test sees it.
+TEST(VaeTiling, NoHaloShowsAtTheSeams) {
   const Tensor z = test_latent(vae().config().latent_channels, 32, 32);
   const Tensor full = vae().decode(z);
-  const Tensor tiled = vae_decode_tiled(vae(), z, {.tile = 16, .overlap = 0});
+  const Tensor tiled = vae_decode_tiled(vae(), z, {.tile = 16, .halo = 0});
   const int64_t s = vae().config().spatial_scale();
-  const auto [seam, rest] = seam_and_rest(tiled, full, 16 * s, s);
-  std::printf("overlap 0: PSNR %.1f dB, seam %.2e vs elsewhere %.2e\n", diff(tiled, full).psnr, seam, rest);
+  const auto [seam, rest] = seam_and_rest(tiled, full, {16 * s}, {16 * s}, s);
+  std::printf("halo 0: PSNR %.1f dB, seam %.2e vs elsewhere %.2e\n", diff(tiled, full).psnr, seam, rest);
   EXPECT_GT(seam, 2 * rest + 1e-6);
-}
-
-// More statistics passes converge further; one is already close.
-TEST(VaeTiling, StatisticsPassesConverge) {
-  const Tensor z = test_latent(vae().config().latent_channels, 32, 40);
-  const Tensor full = vae().decode(z);
-  double prev = 0;
-  for (int passes : {1, 2, 3}) {
-    const Diff d = diff(vae_decode_tiled(vae(), z, {.tile = 16, .overlap = 8, .stat_passes = passes}), full);
-    std::printf("stat passes %d: PSNR %.1f dB, max abs %.2e\n", passes, d.psnr, d.max_abs);
-    EXPECT_GE(d.psnr, prev - 0.5) << passes << " passes";
-    prev = d.psnr;
-  }
 }
 
 TEST(VaeTiling, OneTileIsExact) {
   const Tensor z = test_latent(vae().config().latent_channels, 12, 10);
-  EXPECT_EQ(vae_decode_tiled(vae(), z, {.tile = 16, .overlap = 4}).to_vector(), vae().decode(z).to_vector());
+  EXPECT_EQ(vae_decode_tiled(vae(), z, {.tile = 16}).to_vector(), vae().decode(z).to_vector());
+}
+
+// Two batch rows with different content: each normalises with its own image's statistics.
+TEST(VaeTiling, BatchRowsKeepTheirOwnStatistics) {
+  const int64_t L = vae().config().latent_channels;
+  const Tensor a = test_latent(L, 20, 20), b = test_latent(L, 20, 20);
+  std::vector<float> v = a.to_vector(), w = b.to_vector();
+  for (float& x : w) x = 0.5f * x - 0.3f;
+  v.insert(v.end(), w.begin(), w.end());
+  const Tensor z = Tensor::from_vector(v, {2, L, 20, 20});
+  const Diff d = diff(vae_decode_tiled(vae(), z, {.tile = 10}), vae().decode(z));
+  std::printf("batch of 2, 20x20 latent, tile 10: PSNR %.1f dB, max abs %.2e\n", d.psnr, d.max_abs);
+  EXPECT_GE(d.psnr, 40.0);
+}
+
+// A deeper VAE (4 blocks: three resolution changes, channel changes with conv_shortcut, 25 GroupNorms in
+// the up path) with small random weights: tiles must line up at every resolution, decode and encode.
+TEST(VaeTiling, DeepConfigMatchesUntiled) {
+  VaeConfig c;
+  c.block_out_channels = {8, 16, 16, 16};
+  c.norm_num_groups = 4;
+  c.latent_channels = 4;
+  const Flux2Vae deep = Flux2Vae::random(c, kCPU, DType::F32, 5);
+  const Tensor z = test_latent(c.latent_channels, 12, 20);
+  const Tensor full = deep.decode(z);
+  const Diff d = diff(vae_decode_tiled(deep, z, {.tile = 6}), full);
+  std::printf("deep config decode, 12x20 latent, tile 6: PSNR %.1f dB, max abs %.2e\n", d.psnr, d.max_abs);
+  EXPECT_GE(d.psnr, 40.0);
+  const Tensor mean = deep.encode(full).first;
+  const Tensor tiled_mean = vae_encode_mean_tiled(deep, full, {.tile = 6});
+  const double pe = psnr_on_range(tiled_mean, mean);
+  std::printf("deep config encode, 96x160 image, tile 6: PSNR %.1f dB on its range, max abs %.2e\n", pe,
+              diff(tiled_mean, mean).max_abs);
+  EXPECT_GE(pe, 40.0);
 }
 
 // 80x96 image = 40x48 latent in 16-pixel cores (3x3 tiles).
 TEST(VaeTiling, EncodeMatchesUntiled) {
   const Tensor img = vae().decode(test_latent(vae().config().latent_channels, 40, 48));
   const Tensor full = vae().encode(img).first;
-  const Tensor tiled = vae_encode_mean_tiled(vae(), img, {.tile = 16, .overlap = 8});
+  const Tensor tiled = vae_encode_mean_tiled(vae(), img, {.tile = 16});
   ASSERT_EQ(tiled.shape(), full.shape());
-  // The posterior mean is not in [-1, 1]: PSNR against its own peak-to-peak range.
-  const std::vector<float> f = full.to_vector();
-  const auto [lo, hi] = std::minmax_element(f.begin(), f.end());
   const Diff d = diff(tiled, full);
-  const double p = d.psnr + 20 * std::log10((*hi - *lo) / 2.0);
-  std::printf("tiled encode, 80x96 image, tile 16 overlap 8: PSNR %.1f dB (range %.2f), max abs %.2e\n", p,
-              double(*hi - *lo), d.max_abs);
+  const double p = psnr_on_range(tiled, full);
+  std::printf("tiled encode, 80x96 image, tile 16: PSNR %.1f dB on its range, max abs %.2e\n", p, d.max_abs);
   EXPECT_GE(p, 40.0);
+  EXPECT_LT(d.max_abs, 1e-3);
 }
 
 TEST(VaeTiling, BadArguments) {
@@ -152,12 +178,13 @@ TEST(VaeTiling, BadArguments) {
       EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
     }
   };
-  expect_error({.tile = 0, .overlap = 0}, "tile 0 must be at least 1");
-  expect_error({.tile = 4, .overlap = -1}, "overlap -1 must be between 0 and the tile size 4");
-  expect_error({.tile = 4, .overlap = 5}, "overlap 5 must be between 0 and the tile size 4");
-  expect_error({.tile = 4, .overlap = 2, .stat_passes = 0}, "stat_passes 0 must be between 1 and 8");
-  EXPECT_THROW(vae_encode_mean_tiled(vae(), Tensor::zeros({1, 3, 9, 8}, DType::F32), {.tile = 2, .overlap = 1}), Error);
+  expect_error({.tile = 0}, "tile 0 must be at least 1 latent pixel");
+  expect_error({.tile = 4, .halo = -2}, "halo -2 must be an even number of pixels from 0 to 16");
+  expect_error({.tile = 4, .halo = 3}, "halo 3 must be an even number");
+  expect_error({.tile = 4, .halo = 18}, "halo 18 must be an even number");
+  EXPECT_THROW(vae_encode_mean_tiled(vae(), Tensor::zeros({1, 3, 9, 8}, DType::F32), {.tile = 2}), Error);
   EXPECT_THROW(vae_decode_tiled(vae(), Tensor::zeros({8, 8}, DType::F32), {}), Error);
+  EXPECT_THROW(vae_decode_tiled(vae(), Tensor::zeros({1, 3, 8, 8}, DType::F32), {.tile = 4}), Error);  // channels
 }
 
 // Automatic tiling: none when the untiled decode fits, a tile that fits when it does not.

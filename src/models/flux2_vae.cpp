@@ -68,14 +68,18 @@ Tensor downsample(const Tensor& x, const Vae::Conv& c) { return conv(ops::pad2d(
 // Upsample2D(use_conv): nearest-neighbour 2x, then a 3x3 conv.
 Tensor upsample(const Tensor& x, const Vae::Conv& c) { return conv(ops::upsample_nearest2x(x), c, 1, 1); }
 
-// Encoder.forward, in two parts: conv_in and the down blocks (at image resolution, tiled by vae_tiling) ...
-Tensor encoder_down(const Tensor& x, const Vae::Encoder& e, int groups, const Vae::GroupNormFn& gn) {
-  Tensor h = conv(x, e.conv_in, 1, 1);
+// Encoder.forward in two parts: conv_in and the down blocks (at image resolution, as steps the tiled
+// encode runs over all tiles one at a time) ...
+std::vector<Vae::Step> encoder_down_steps(const Vae::Encoder& e, int groups) {
+  std::vector<Vae::Step> steps;
+  steps.push_back([&e](const Tensor& x, const Vae::GroupNormFn&) { return conv(x, e.conv_in, 1, 1); });
   for (const auto& block : e.down_blocks) {
-    for (const auto& r : block.resnets) h = resnet_block(h, r, groups, gn);
-    if (block.downsampler.weight.defined()) h = downsample(h, block.downsampler);
+    for (const auto& r : block.resnets)
+      steps.push_back([&r, groups](const Tensor& h, const Vae::GroupNormFn& gn) { return resnet_block(h, r, groups, gn); });
+    if (block.downsampler.weight.defined())
+      steps.push_back([&block](const Tensor& h, const Vae::GroupNormFn&) { return downsample(h, block.downsampler); });
   }
-  return h;
+  return steps;
 }
 
 // ... then the mid block, conv_norm_out + SiLU and conv_out (2 * latent channels), at latent resolution.
@@ -85,21 +89,31 @@ Tensor encoder_mid(const Tensor& h, const Vae::Encoder& e, int groups) {
   return conv(x, e.conv_out, 1, 1);
 }
 
-// Decoder.forward, in two parts: conv_in and the mid block at latent resolution ...
+// Decoder.forward in two parts: conv_in and the mid block at latent resolution ...
 Tensor decoder_mid(const Tensor& z, const Vae::Decoder& d, int groups) {
   Tensor h = conv(z, d.conv_in, 1, 1);
   return mid_block(h, d.mid_block, groups);
 }
 
-// ... then the up blocks (channels in reversed order), conv_norm_out + SiLU, conv_out.
-Tensor decoder_up(const Tensor& x, const Vae::Decoder& d, int groups, const Vae::GroupNormFn& gn) {
-  Tensor h = x;
+// ... then the up blocks (channels in reversed order) and conv_norm_out + SiLU + conv_out, as steps.
+std::vector<Vae::Step> decoder_up_steps(const Vae::Decoder& d, int groups) {
+  std::vector<Vae::Step> steps;
   for (const auto& block : d.up_blocks) {
-    for (const auto& r : block.resnets) h = resnet_block(h, r, groups, gn);
-    if (block.upsampler.weight.defined()) h = upsample(h, block.upsampler);
+    for (const auto& r : block.resnets)
+      steps.push_back([&r, groups](const Tensor& h, const Vae::GroupNormFn& gn) { return resnet_block(h, r, groups, gn); });
+    if (block.upsampler.weight.defined())
+      steps.push_back([&block](const Tensor& h, const Vae::GroupNormFn&) { return upsample(h, block.upsampler); });
   }
-  h = group_norm(h, d.conv_norm_out, groups, /*silu=*/true, gn);
-  return conv(h, d.conv_out, 1, 1);
+  steps.push_back([&d, groups](const Tensor& h, const Vae::GroupNormFn& gn) {
+    return conv(group_norm(h, d.conv_norm_out, groups, /*silu=*/true, gn), d.conv_out, 1, 1);
+  });
+  return steps;
+}
+
+Tensor run_steps(const Tensor& x, const std::vector<Vae::Step>& steps) {
+  Tensor h = x;
+  for (const Vae::Step& step : steps) h = step(h, {});
+  return h;
 }
 
 // Loads weights by their diffusers names, moved to the compute device (a view of the mmap on the CPU).
@@ -210,7 +224,7 @@ Tensor Flux2Vae::to_act(const Tensor& x) const {
   return y.dtype() == act_ ? y : ops::cast(y, act_);
 }
 
-Tensor Flux2Vae::decode(const Tensor& z) const { return decode_up(decode_mid(z)); }
+Tensor Flux2Vae::decode(const Tensor& z) const { return run_steps(decode_mid(z), decode_up_steps()); }
 
 Tensor Flux2Vae::decode_mid(const Tensor& z) const {
   check_image_tensor(z, "decode", cfg_.latent_channels);
@@ -219,19 +233,18 @@ Tensor Flux2Vae::decode_mid(const Tensor& z) const {
   return decoder_mid(h, decoder_, cfg_.norm_num_groups);
 }
 
-Tensor Flux2Vae::decode_up(const Tensor& h, const GroupNormFn& group_norm) const {
-  check_image_tensor(h, "decode_up", cfg_.decoder_channels().back());
-  return decoder_up(to_act(h), decoder_, cfg_.norm_num_groups, group_norm);
-}
+std::vector<Flux2Vae::Step> Flux2Vae::decode_up_steps() const { return decoder_up_steps(decoder_, cfg_.norm_num_groups); }
 
-std::pair<Tensor, Tensor> Flux2Vae::encode(const Tensor& image) const { return encode_mid(encode_down(image)); }
-
-Tensor Flux2Vae::encode_down(const Tensor& image, const GroupNormFn& group_norm) const {
+std::pair<Tensor, Tensor> Flux2Vae::encode(const Tensor& image) const {
   check_image_tensor(image, "encode", cfg_.in_channels);
   const int s = cfg_.spatial_scale();
   ERNIE_CHECK(image.dim(2) % s == 0 && image.dim(3) % s == 0, "vae encode: image height and width must be "
               "multiples of ", I(s), ", got ", shape_str(image.shape()));
-  return encoder_down(to_act(image), encoder_, cfg_.norm_num_groups, group_norm);
+  return encode_mid(run_steps(to_act(image), encode_down_steps()));
+}
+
+std::vector<Flux2Vae::Step> Flux2Vae::encode_down_steps() const {
+  return encoder_down_steps(encoder_, cfg_.norm_num_groups);
 }
 
 std::pair<Tensor, Tensor> Flux2Vae::encode_mid(const Tensor& x) const {

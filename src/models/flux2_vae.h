@@ -34,15 +34,19 @@ class Flux2Vae {
   // -> the normalised x (SiLU fused when `silu`). Empty means ops::group_norm. The tiled VAE
   // (pipeline/vae_tiling.h) passes one that normalises every tile with whole-image statistics.
   using GroupNormFn = std::function<Tensor(const Tensor& x, int groups, const Norm& norm, float eps, bool silu)>;
-  // decode() in the two parts the tiled decode needs: decode_mid runs post_quant_conv, decoder.conv_in and
+  // One step of the decoder's up path or the encoder's down path (a resnet, an up/downsampler, conv_in or
+  // the output head) on an activation in act_dtype() on device(). Steps refer to this object's weights.
+  using Step = std::function<Tensor(const Tensor& x, const GroupNormFn& group_norm)>;
+  // decode() in the parts the tiled decode needs: decode_mid runs post_quant_conv, decoder.conv_in and
   // decoder.mid_block at latent resolution ([B, L, h, w] -> [B, C, h, w]; the attention sees the whole
-  // latent), decode_up the rest (decoder.up_blocks, conv_norm_out + SiLU, conv_out) on any crop of it.
+  // latent); decode_up_steps are the rest in order: each up block's resnets and upsampler, then
+  // conv_norm_out + SiLU + conv_out.
   Tensor decode_mid(const Tensor& z) const;
-  Tensor decode_up(const Tensor& h, const GroupNormFn& group_norm = {}) const;
-  // encode() in two parts: encode_down runs encoder.conv_in and the down blocks on the image (or a crop of
-  // it, sides multiples of s) -> [B, C, H/s, W/s]; encode_mid the rest (encoder.mid_block, conv_norm_out +
-  // SiLU, conv_out, quant_conv) on the whole of it and returns the posterior mean and logvar.
-  Tensor encode_down(const Tensor& image, const GroupNormFn& group_norm = {}) const;
+  std::vector<Step> decode_up_steps() const;
+  // encode() in two parts: encode_down_steps are encoder.conv_in and each down block's resnets and
+  // downsampler ([B, 3, H, W] -> [B, C, H/s, W/s]); encode_mid the rest (encoder.mid_block, conv_norm_out +
+  // SiLU, conv_out, quant_conv) on the whole of it, returning the posterior mean and logvar.
+  std::vector<Step> encode_down_steps() const;
   std::pair<Tensor, Tensor> encode_mid(const Tensor& h) const;
   // DiT latents [B, 4L, h/2, w/2] -> de-normalised (bn running stats, eps 1e-5 as the pipeline uses) and
   // unpatchified [B, L, h, w], ready for decode().

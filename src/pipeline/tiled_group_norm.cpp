@@ -62,50 +62,55 @@ std::pair<double, double> mean_std(const GroupMoments& m, size_t k, float eps) {
 
 }  // namespace
 
-void TiledGroupNorm::begin_tile(int64_t th, int64_t tw, int64_t cy0, int64_t cy1, int64_t cx0, int64_t cx1) {
-  ERNIE_CHECK(th > 0 && tw > 0 && 0 <= cy0 && cy0 < cy1 && cy1 <= th && 0 <= cx0 && cx0 < cx1 && cx1 <= tw,
-              "tiled GroupNorm: core [", I(cy0), ", ", I(cy1), ") x [", I(cx0), ", ", I(cx1),
-              ") does not lie in a ", I(th), "x", I(tw), " tile");
-  th_ = th, tw_ = tw, cy0_ = cy0, cy1_ = cy1, cx0_ = cx0, cx1_ = cx1;
-  calls_ = 0;
+void TiledGroupNorm::begin_pass(size_t k) {
+  ERNIE_CHECK(k == global_.size(), "tiled GroupNorm: pass ", I(int64_t(k)), " needs the moments of every earlier call, ",
+              "but ", I(int64_t(global_.size())), " are known");
+  k_ = k;
+  acc_ = {};
+  tiles_ = stopped_ = 0;
 }
 
-void TiledGroupNorm::end_tile() {
-  if (tiles_++ == 0) per_tile_ = calls_;
-  ERNIE_CHECK(calls_ == per_tile_, "tiled GroupNorm: a tile made ", I(int64_t(calls_)), " GroupNorm calls, the first ",
-              I(int64_t(per_tile_)));
-  ERNIE_CHECK(!global_ || calls_ == global_->size(), "tiled GroupNorm: ", I(int64_t(calls_)),
-              " calls per tile, but the previous pass recorded ", I(int64_t(global_->size())));
+void TiledGroupNorm::begin_tile(int64_t in_h, int64_t in_w, int64_t y0, int64_t y1, int64_t x0, int64_t x1) {
+  ERNIE_CHECK(0 <= y0 && y0 < y1 && y1 <= in_h && 0 <= x0 && x0 < x1 && x1 <= in_w, "tiled GroupNorm: core [", I(y0),
+              ", ", I(y1), ") x [", I(x0), ", ", I(x1), ") does not lie in a ", I(in_h), "x", I(in_w), " tile");
+  in_h_ = in_h, in_w_ = in_w, y0_ = y0, y1_ = y1, x0_ = x0, x1_ = x1;
+  calls_ = 0;
+  ++tiles_;
+}
+
+bool TiledGroupNorm::end_pass() {
+  ERNIE_CHECK(stopped_ == 0 || stopped_ == tiles_, "tiled GroupNorm: ", I(stopped_), " of ", I(tiles_),
+              " tiles reached GroupNorm call ", I(int64_t(k_)), ", the others did not");
+  if (stopped_ == 0) return false;
+  global_.push_back(std::move(acc_));
+  return true;
 }
 
 Tensor TiledGroupNorm::call(const Tensor& x, int groups, const Flux2Vae::Norm& n, float eps, bool silu) {
   const size_t call = calls_++;
-  ERNIE_CHECK(x.ndim() == 4 && x.dim(2) % th_ == 0 && x.dim(3) % tw_ == 0 && x.dim(2) / th_ == x.dim(3) / tw_,
-              "tiled GroupNorm: input ", shape_str(x.shape()), " is not the ", I(th_), "x", I(tw_),
+  ERNIE_CHECK(call <= k_, "tiled GroupNorm: call ", I(int64_t(call)), " after the recorded call ", I(int64_t(k_)));
+  ERNIE_CHECK(x.ndim() == 4 && x.dim(2) % in_h_ == 0 && x.dim(3) % in_w_ == 0 && x.dim(2) / in_h_ == x.dim(3) / in_w_,
+              "tiled GroupNorm: input ", shape_str(x.shape()), " is not the ", I(in_h_), "x", I(in_w_),
               " tile at a multiple of its resolution");
-  const int64_t B = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3), f = H / th_;
+  const int64_t B = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3), f = H / in_h_;
   ERNIE_CHECK(groups > 0 && C % groups == 0, "tiled GroupNorm: ", I(C), " channels in ", I(groups), " groups");
-  const bool use_global = global_ && call < global_->size();
-  ERNIE_CHECK(!global_ || use_global, "tiled GroupNorm: call ", I(int64_t(call)), " has no whole-image statistics");
-  if (!record_ && !use_global) return ops::group_norm(x, groups, n.weight, n.bias, eps, silu);
+  const ChannelSums s = channel_sums(x, y0_ * f, y1_ * f, x0_ * f, x1_ * f);
 
-  const ChannelSums s = channel_sums(x, cy0_ * f, cy1_ * f, cx0_ * f, cx1_ * f);
-  if (record_) {
-    const GroupMoments core = group_moments(s.core_s, s.core_q, B, C, groups, double((cy1_ - cy0_) * (cx1_ - cx0_) * f * f));
-    if (recorded_.size() <= call) recorded_.resize(call + 1);
-    GroupMoments& acc = recorded_[call];
-    if (acc.count.empty()) {
-      acc = core;
+  if (call == k_) {  // record the core's moments and stop the step
+    const GroupMoments core = group_moments(s.core_s, s.core_q, B, C, groups, double((y1_ - y0_) * (x1_ - x0_) * f * f));
+    if (acc_.count.empty()) {
+      acc_ = core;
     } else {
-      ERNIE_CHECK(acc.count.size() == core.count.size(), "tiled GroupNorm: call ", I(int64_t(call)),
+      ERNIE_CHECK(acc_.count.size() == core.count.size(), "tiled GroupNorm: call ", I(int64_t(call)),
                   " changed its batch or groups between tiles");
-      for (size_t k = 0; k < acc.count.size(); ++k)
-        acc.count[k] += core.count[k], acc.sum[k] += core.sum[k], acc.sumsq[k] += core.sumsq[k];
+      for (size_t i = 0; i < acc_.count.size(); ++i)
+        acc_.count[i] += core.count[i], acc_.sum[i] += core.sum[i], acc_.sumsq[i] += core.sumsq[i];
     }
+    ++stopped_;
+    throw Stop{};
   }
-  if (!use_global) return ops::group_norm(x, groups, n.weight, n.bias, eps, silu);
 
-  const GroupMoments& g = (*global_)[call];
+  const GroupMoments& g = global_[call];
   ERNIE_CHECK(g.count.size() == size_t(B * groups), "tiled GroupNorm: call ", I(int64_t(call)),
               " has statistics for ", I(int64_t(g.count.size())), " (batch row, group) pairs, not ", I(B * groups));
   const GroupMoments own = group_moments(s.all_s, s.all_q, B, C, groups, double(H * W));

@@ -16,13 +16,7 @@ namespace {
 
 std::string I(int64_t i) { return std::to_string(i); }
 
-// A tile in latent pixels: its extent [y0, y1) x [x0, x1) (core plus context, clipped to the image) and
-// its core [cy0, cy1) x [cx0, cx1), which it alone contributes to the result.
-struct Tile {
-  int64_t y0, y1, x0, x1, cy0, cy1, cx0, cx1;
-};
-
-// Core boundaries along an axis of length n: ceil(n / tile) cores of near-equal size.
+// Core boundaries along an axis of n latent pixels: ceil(n / tile) cores of near-equal size.
 std::vector<int64_t> core_cuts(int64_t n, int64_t tile) {
   const int64_t k = (n + tile - 1) / tile;
   std::vector<int64_t> c;
@@ -30,91 +24,112 @@ std::vector<int64_t> core_cuts(int64_t n, int64_t tile) {
   return c;
 }
 
-std::vector<Tile> plan_tiles(int64_t h, int64_t w, const VaeTiling& t) {
-  const std::vector<int64_t> ys = core_cuts(h, t.tile), xs = core_cuts(w, t.tile);
-  std::vector<Tile> tiles;
-  for (size_t i = 0; i + 1 < ys.size(); ++i)
-    for (size_t j = 0; j + 1 < xs.size(); ++j)
-      tiles.push_back({std::max<int64_t>(0, ys[i] - t.overlap), std::min<int64_t>(h, ys[i + 1] + t.overlap),
-                       std::max<int64_t>(0, xs[j] - t.overlap), std::min<int64_t>(w, xs[j + 1] + t.overlap), ys[i],
-                       ys[i + 1], xs[j], xs[j + 1]});
-  return tiles;
+// Rows [y0, y1) and columns [x0, x1) of the host tensor x [B, C, H, W] (any dtype), as a new host tensor.
+Tensor host_rect(const Tensor& x, int64_t y0, int64_t y1, int64_t x0, int64_t x1) {
+  const int64_t BC = x.dim(0) * x.dim(1), H = x.dim(2), W = x.dim(3), h = y1 - y0, w = x1 - x0;
+  const size_t e = dtype_size(x.dtype());
+  Tensor r = Tensor::empty({x.dim(0), x.dim(1), h, w}, x.dtype());
+  const char* src = static_cast<const char*>(x.raw());
+  char* dst = static_cast<char*>(r.raw());
+  for (int64_t i = 0; i < BC; ++i)
+    for (int64_t y = 0; y < h; ++y)
+      std::memcpy(dst + size_t((i * h + y) * w) * e, src + size_t((i * H + y0 + y) * W + x0) * e, size_t(w) * e);
+  return r;
 }
 
-using Part = std::function<Tensor(const Tensor&, const Flux2Vae::GroupNormFn&)>;
+// Copies the host tensor src [B, C, h, w] into the host tensor dst [B, C, H, W] at (y0, x0) (same dtype).
+void paste(const Tensor& dst, const Tensor& src, int64_t y0, int64_t x0) {
+  const int64_t BC = src.dim(0) * src.dim(1), h = src.dim(2), w = src.dim(3), H = dst.dim(2), W = dst.dim(3);
+  const size_t e = dtype_size(src.dtype());
+  const char* s = static_cast<const char*>(src.raw());
+  char* d = static_cast<char*>(dst.raw());
+  for (int64_t i = 0; i < BC; ++i)
+    for (int64_t y = 0; y < h; ++y)
+      std::memcpy(d + size_t((i * H + y0 + y) * W + x0) * e, s + size_t((i * h + y) * w) * e, size_t(w) * e);
+}
 
-// Runs `part` (decode_up or encode_down) over the tiles of x [B, C, h*in_s, w*in_s] with whole-image
-// GroupNorm statistics (stat_passes + 1 passes) and assembles the cores of the last pass's outputs
-// ([B, C', th*out_s, tw*out_s] per tile) into [B, C', h*out_s, w*out_s], F32 on the host.
-Tensor run_tiles(const Tensor& x, int64_t in_s, int64_t out_s, const VaeTiling& t, const Part& part) {
-  const int64_t B = x.dim(0), h = x.dim(2) / in_s, w = x.dim(3) / in_s, OH = h * out_s, OW = w * out_s;
-  const std::vector<Tile> tiles = plan_tiles(h, w, t);
-  TiledGroupNorm::Calls global;
-  Tensor out;
-  for (int pass = 0; pass <= t.stat_passes; ++pass) {
-    const bool last = pass == t.stat_passes;
-    TiledGroupNorm gn(pass > 0 ? &global : nullptr, !last);
-    for (const Tile& tl : tiles) {
-      const int64_t th = tl.y1 - tl.y0, tw = tl.x1 - tl.x0;
-      const Tensor in = ops::slice(ops::slice(x, 2, tl.y0 * in_s, th * in_s), 3, tl.x0 * in_s, tw * in_s);
-      gn.begin_tile(th, tw, tl.cy0 - tl.y0, tl.cy1 - tl.y0, tl.cx0 - tl.x0, tl.cx1 - tl.x0);
-      const Tensor y = part(in, gn.fn());
-      gn.end_tile();
-      ERNIE_CHECK(y.ndim() == 4 && y.dim(0) == B && y.dim(2) == th * out_s && y.dim(3) == tw * out_s,
-                  "tiled VAE: a ", I(th), "x", I(tw), " tile gave ", shape_str(y.shape()));
-      if (!last) continue;
-      const int64_t C = y.dim(1), ch = (tl.cy1 - tl.cy0) * out_s, cw = (tl.cx1 - tl.cx0) * out_s;
-      const Tensor core = ops::slice(ops::slice(y, 2, (tl.cy0 - tl.y0) * out_s, ch), 3, (tl.cx0 - tl.x0) * out_s, cw)
-                              .to(kCPU).to_f32();
-      if (!out.defined()) out = Tensor::zeros({B, C, OH, OW}, DType::F32);
-      ERNIE_CHECK(out.dim(1) == C, "tiled VAE: tiles gave ", I(out.dim(1)), " and ", I(C), " channels");
-      const float* src = core.f32();
-      float* dst = out.f32();
-      for (int64_t bc = 0; bc < B * C; ++bc)
-        for (int64_t r = 0; r < ch; ++r)
-          std::memcpy(dst + (bc * OH + tl.cy0 * out_s + r) * OW + tl.cx0 * out_s, src + (bc * ch + r) * cw,
-                      size_t(cw) * sizeof(float));
+// Runs `steps` over the tiles of x (host, [B, C, h*r, w*r] for an h×w latent grid cut at ys × xs) in
+// lockstep: every step over all tiles (one pass per GroupNorm it holds, plus one; tiled_group_norm.h)
+// before the next. A tile is its core plus `halo` pixels of the step's input on every side, which covers
+// the step's convolutions, so the cores come out as the untiled step would give them. Each step's output
+// cores are assembled on the host ([B, C', h*r', w*r'] in the VAE's activation dtype).
+Tensor run_tiled(const Flux2Vae& vae, Tensor x, const std::vector<Flux2Vae::Step>& steps,
+                 const std::vector<int64_t>& ys, const std::vector<int64_t>& xs, int64_t halo) {
+  const int64_t h = ys.back(), w = xs.back();
+  for (size_t si = 0; si < steps.size(); ++si) {
+    const int64_t H = x.dim(2), W = x.dim(3), r = H / h;
+    ERNIE_CHECK(H % h == 0 && W == w * r, "tiled VAE: step ", I(int64_t(si)), " input ", shape_str(x.shape()),
+                " is not the ", I(h), "x", I(w), " latent grid at an integer resolution");
+    TiledGroupNorm gn;
+    Tensor y;
+    for (size_t pass = 0;; ++pass) {
+      gn.begin_pass(pass);
+      for (size_t i = 0; i + 1 < ys.size(); ++i)
+        for (size_t j = 0; j + 1 < xs.size(); ++j) {
+          const int64_t cy0 = ys[i] * r, cy1 = ys[i + 1] * r, cx0 = xs[j] * r, cx1 = xs[j + 1] * r;
+          const int64_t ey0 = std::max<int64_t>(0, cy0 - halo), ey1 = std::min(H, cy1 + halo);
+          const int64_t ex0 = std::max<int64_t>(0, cx0 - halo), ex1 = std::min(W, cx1 + halo);
+          Tensor in = host_rect(x, ey0, ey1, ex0, ex1).to(vae.device());
+          if (in.dtype() != vae.act_dtype()) in = ops::cast(in, vae.act_dtype());
+          gn.begin_tile(ey1 - ey0, ex1 - ex0, cy0 - ey0, cy1 - ey0, cx0 - ex0, cx1 - ex0);
+          Tensor out;
+          try {
+            out = steps[si](in, gn.fn());
+          } catch (const TiledGroupNorm::Stop&) {
+            continue;  // this pass only gathered a GroupNorm's moments
+          }
+          // Output pixels per input pixel: oh / ih (2 upsampler, 1/2 downsampler, 1 otherwise).
+          const int64_t ih = ey1 - ey0, iw = ex1 - ex0, oh = out.dim(2), ow = out.dim(3);
+          auto at = [](int64_t p, int64_t num, int64_t den) {
+            ERNIE_CHECK(p * num % den == 0, "tiled VAE: a tile edge falls between output pixels (", I(p), " * ",
+                        I(num), " / ", I(den), "); use an even halo");
+            return p * num / den;
+          };
+          ERNIE_CHECK(out.ndim() == 4 && out.dim(0) == x.dim(0) && oh * iw == ow * ih, "tiled VAE: step ",
+                      I(int64_t(si)), " turned a ", I(ih), "x", I(iw), " tile into ", shape_str(out.shape()));
+          const int64_t oy = at(cy0 - ey0, oh, ih), ox = at(cx0 - ex0, ow, iw);
+          const int64_t ch = at(cy1 - cy0, oh, ih), cw = at(cx1 - cx0, ow, iw);
+          const Tensor core = ops::slice(ops::slice(out, 2, oy, ch), 3, ox, cw).to(kCPU);
+          if (!y.defined()) y = Tensor::empty({x.dim(0), out.dim(1), at(H, oh, ih), at(W, ow, iw)}, out.dtype());
+          paste(y, core, at(cy0, oh, ih), at(cx0, ow, iw));
+        }
+      if (!gn.end_pass()) break;
     }
-    if (!last) global = gn.recorded();
+    x = y;
   }
-  return out;
-}
-
-void check_input(const Tensor& x, const char* what) {
-  ERNIE_CHECK(x.defined() && x.ndim() == 4, "tiled VAE ", what, ": input ", x.defined() ? shape_str(x.shape()) : "undefined",
-              " is not [B, C, H, W]");
+  return x;
 }
 
 }  // namespace
 
 void check_vae_tiling(const VaeTiling& t) {
   ERNIE_CHECK(t.tile >= 1, "tiled VAE: tile ", I(t.tile), " must be at least 1 latent pixel");
-  ERNIE_CHECK(t.overlap >= 0 && t.overlap <= t.tile, "tiled VAE: overlap ", I(t.overlap),
-              " must be between 0 and the tile size ", I(t.tile));
-  ERNIE_CHECK(t.stat_passes >= 1 && t.stat_passes <= 8, "tiled VAE: stat_passes ", I(t.stat_passes),
-              " must be between 1 and 8");
+  ERNIE_CHECK(t.halo >= 0 && t.halo <= 16 && t.halo % 2 == 0, "tiled VAE: halo ", I(t.halo),
+              " must be an even number of pixels from 0 to 16");
 }
 
 Tensor vae_decode_tiled(const Flux2Vae& vae, const Tensor& z, const VaeTiling& t) {
   check_vae_tiling(t);
-  check_input(z, "decode");
+  ERNIE_CHECK(z.defined() && z.ndim() == 4, "tiled VAE decode: input ", z.defined() ? shape_str(z.shape()) : "undefined",
+              " is not [B, C, h, w]");
   if (z.dim(2) <= t.tile && z.dim(3) <= t.tile) return vae.decode(z).to(kCPU).to_f32();
-  const Tensor h = vae.decode_mid(z);
-  return run_tiles(h, 1, vae.config().spatial_scale(), t,
-                   [&](const Tensor& part, const Flux2Vae::GroupNormFn& gn) { return vae.decode_up(part, gn); });
+  const Tensor h = vae.decode_mid(z).to(kCPU);
+  return run_tiled(vae, h, vae.decode_up_steps(), core_cuts(z.dim(2), t.tile), core_cuts(z.dim(3), t.tile), t.halo)
+      .to_f32();
 }
 
 Tensor vae_encode_mean_tiled(const Flux2Vae& vae, const Tensor& image, const VaeTiling& t) {
   check_vae_tiling(t);
-  check_input(image, "encode");
+  ERNIE_CHECK(image.defined() && image.ndim() == 4, "tiled VAE encode: input ",
+              image.defined() ? shape_str(image.shape()) : "undefined", " is not [B, 3, H, W]");
   const int64_t s = vae.config().spatial_scale();
   ERNIE_CHECK(image.dim(2) % s == 0 && image.dim(3) % s == 0, "tiled VAE encode: image height and width must be "
               "multiples of ", I(s), ", got ", shape_str(image.shape()));
-  if (image.dim(2) <= t.tile * s && image.dim(3) <= t.tile * s) return vae.encode(image).first.to(kCPU).to_f32();
-  const Tensor h = run_tiles(image, s, 1, t, [&](const Tensor& part, const Flux2Vae::GroupNormFn& gn) {
-    return vae.encode_down(part, gn);
-  });
-  return vae.encode_mid(h).first.to(kCPU).to_f32();
+  const int64_t h = image.dim(2) / s, w = image.dim(3) / s;
+  if (h <= t.tile && w <= t.tile) return vae.encode(image).first.to(kCPU).to_f32();
+  const Tensor x = run_tiled(vae, image.to(kCPU), vae.encode_down_steps(), core_cuts(h, t.tile), core_cuts(w, t.tile),
+                             t.halo);
+  return vae.encode_mid(x).first.to(kCPU).to_f32();
 }
 
 size_t vae_decode_bytes(const VaeConfig& c, int64_t h, int64_t w, DType act) {
@@ -127,15 +142,14 @@ size_t vae_decode_bytes(const VaeConfig& c, int64_t h, int64_t w, DType act) {
 }
 
 size_t vae_decode_tiled_bytes(const VaeConfig& c, int64_t h, int64_t w, DType act, const VaeTiling& t) {
-  // The mid block's output stays resident ([C, h, w]) and the mid block itself runs at latent resolution
-  // (a resnet's maps and workspace as above); one tile's up path adds the F32 copy and square its
-  // GroupNorm statistics take.
-  const size_t mid_ch = size_t(c.decoder_channels().back()), lat = size_t(h) * size_t(w);
-  const size_t mid = lat * mid_ch * dtype_size(act) * (1 + 4 + 9);
-  const int64_t th = std::min<int64_t>(h, t.tile + 2 * t.overlap), tw = std::min<int64_t>(w, t.tile + 2 * t.overlap);
+  // The mid block runs untiled at latent resolution (a resnet's maps and workspace, as above); then one
+  // tile of one step at a time, the widest at full resolution, plus the F32 copy and square of a
+  // GroupNorm input that its statistics take. Step inputs and outputs wait on the host.
+  const size_t mid = size_t(h) * size_t(w) * size_t(c.decoder_channels().back()) * dtype_size(act) * (4 + 9);
+  const int64_t th = std::min<int64_t>(h, t.tile + 1), tw = std::min<int64_t>(w, t.tile + 1);  // + the halo
   const int64_t s = c.spatial_scale();
   const size_t tile_px = size_t(th * s) * size_t(tw * s), ch = size_t(c.decoder_channels().front());
-  return std::max(mid, lat * mid_ch * dtype_size(act) + vae_decode_bytes(c, th, tw, act) + tile_px * ch * 8);
+  return std::max(mid, vae_decode_bytes(c, th, tw, act) + tile_px * ch * 8);
 }
 
 std::optional<VaeTiling> auto_vae_tiling(const VaeConfig& c, int64_t h, int64_t w, DType act, size_t free_bytes) {

@@ -1,22 +1,22 @@
-// Tiled VAE decode and encode: peak memory follows the tile size instead of the image size, and the
-// result matches the untiled one (>= 40 dB PSNR on the tiny fixture; tests/test_vae_tiling.cpp).
+// Tiled VAE decode and encode: device memory follows the tile size instead of the image size, and the
+// result is the untiled one up to float rounding (tests/test_vae_tiling.cpp: >= 40 dB PSNR required,
+// far more measured).
 //
 // How (decode; encode is the mirror image):
 //   - decode_mid (post_quant_conv, conv_in, the mid block with its attention) runs untiled on the whole
 //     latent: it is at latent resolution, so small, and its attention stays global.
-//   - the up path runs per tile. The latent is cut into a grid of cores (near-equal, at most `tile`
-//     latent pixels a side); each tile is its core plus `overlap` latent pixels of context on every side
-//     (clipped at the image border), and only its core is kept, so there is no blending and no seam as
-//     long as the context covers the convolutions' reach (Flux2: ~12 latent pixels in the up path; the
-//     little that reaches further is what the default 8 leaves, well below the 40 dB bar).
-//   - every GroupNorm must see the whole image's statistics, which one tile cannot know. Pass 1 runs all
-//     tiles with per-tile statistics and records every GroupNorm's moments over the cores; each further
-//     pass normalises with the previous pass's whole-image moments and records again
-//     (pipeline/tiled_group_norm.h). The first GroupNorm is exact after one pass, the later ones converge
-//     as their inputs do; `stat_passes` statistics passes precede the output pass.
-// Cost: (stat_passes + 1) runs of the up path, each over (tile + 2 overlap)² / tile² of the pixels, plus
-// two small GEMMs per GroupNorm and tile: with the defaults and 64-pixel tiles ~4.7x the untiled up path.
-// One tile (latent no larger than `tile`) is the untiled decode, exactly.
+//   - the up path runs as its steps (Flux2Vae::decode_up_steps: each resnet, each upsampler, the output
+//     head) in lockstep: one step over all tiles, then the next. The latent is cut into a grid of cores
+//     (near-equal, at most `tile` latent pixels a side); at every step a tile is its core plus `halo`
+//     pixels of the step's input (2 covers a resnet's two 3x3 convolutions), and only its core is kept,
+//     so nothing needs blending and there is no seam. Step inputs and outputs wait on the host (two
+//     whole-image activations at the widest step: ~2 GiB in bf16 for a 2048² image).
+//   - GroupNorms use the whole image's statistics: a step with n GroupNorms takes n + 1 passes over its
+//     tiles, pass k gathering GroupNorm k's moments over the cores (pipeline/tiled_group_norm.h).
+// Cost against the untiled decode: a resnet's first convolution runs twice (pass 1 stops at its second
+// GroupNorm), so ~1.5x the up path's convolutions; the halo adds (tile + 2 halo)² / tile² per step; every
+// pass uploads its tiles' inputs and each step downloads its output cores; two small GEMMs per GroupNorm
+// and tile gather the moments. One tile (latent no larger than `tile`) is the untiled decode, exactly.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -27,22 +27,21 @@
 namespace ernie {
 
 struct VaeTiling {
-  int tile = 64;         // largest core side, in latent pixels (image pixels: tile * spatial_scale)
-  int overlap = 8;       // latent pixels of context each tile computes beyond its core on every side
-  int stat_passes = 2;   // passes that gather GroupNorm statistics before the output pass (1..8)
+  int tile = 64;  // largest core side, in latent pixels (image pixels: tile * spatial_scale)
+  int halo = 2;   // pixels of each step's input around a core (even; less than 2 leaves seams)
 };
-// Throws Error naming the bad field unless 1 <= tile, 0 <= overlap <= tile, 1 <= stat_passes <= 8.
+// Throws Error naming the bad field unless tile >= 1 and halo is even, 0..16.
 void check_vae_tiling(const VaeTiling& t);
 
 // z [B, L, h, w] -> image [B, 3, h*s, w*s], F32 on the host.
 Tensor vae_decode_tiled(const Flux2Vae& vae, const Tensor& z, const VaeTiling& t = {});
-// image [B, 3, H, W] -> posterior mean [B, L, H/s, W/s], F32 on the host (tile and overlap in latent pixels).
+// image [B, 3, H, W] -> posterior mean [B, L, H/s, W/s], F32 on the host (tile in latent pixels).
 Tensor vae_encode_mean_tiled(const Flux2Vae& vae, const Tensor& image, const VaeTiling& t = {});
 
 // Bytes the untiled decode of an h×w latent needs at its widest layer (activations only), for deciding
 // when to tile.
 size_t vae_decode_bytes(const VaeConfig& c, int64_t h, int64_t w, DType act);
-// Bytes the tiled decode of an h×w latent needs: the untiled mid block plus one tile's up path.
+// Device bytes the tiled decode of an h×w latent needs: the untiled mid block, or one tile of one step.
 size_t vae_decode_tiled_bytes(const VaeConfig& c, int64_t h, int64_t w, DType act, const VaeTiling& t);
 
 // The automatic choice for a decode of an h×w latent with `free_bytes` of device memory: nullopt when the

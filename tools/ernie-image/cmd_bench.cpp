@@ -140,8 +140,7 @@ void bench_tiled_decode(const Opts& o, const Flux2Vae& vae, const Tensor& z, nlo
   j["tiled_psnr_db"] = mse > 0 ? 10 * std::log10(4.0 / mse) : 999.0;
   j["tiled_max_abs"] = mx;
   j["vae_tile_px"] = t.tile * s;
-  j["vae_tile_overlap_px"] = t.overlap * s;
-  j["vae_tile_stat_passes"] = t.stat_passes;
+  j["vae_tile_halo"] = t.halo;
 }
 
 int run(const Opts& o) {
