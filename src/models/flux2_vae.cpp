@@ -110,6 +110,7 @@ std::vector<Vae::Step> decoder_up_steps(const Vae::Decoder& d, int groups) {
   return steps;
 }
 
+// The untiled forward of a list of steps: each on the whole activation, in order.
 Tensor run_steps(const Tensor& x, const std::vector<Vae::Step>& steps) {
   Tensor h = x;
   for (const Vae::Step& step : steps) h = step(h, {});
