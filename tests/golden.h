@@ -1,5 +1,5 @@
 // Golden data from the diffusers reference (tests/data/tiny-ernie-image) and the one comparison helper
-// every test uses: relative L2 error and cosine similarity per tensor.
+// every test uses: relative L2 error and cosine similarity per tensor; small shared test helpers.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -11,7 +11,9 @@
 
 #include <unistd.h>
 
+#include "core/error.h"
 #include "core/tensor.h"
+#include "io/model_folder.h"
 #include "io/safetensors.h"
 
 namespace ernie::test {
@@ -70,6 +72,25 @@ inline ::testing::AssertionResult tensors_close(const Tensor& actual, const Tens
 
 // CPU fp32 tolerance from DESIGN.md.
 constexpr double kCpuRelL2 = 1e-4;
+
+// The fatal problems ModelFolder::check() finds, one "component: message" line each ("" when none).
+inline std::string fatal_problems(const ModelFolder& m) {
+  std::string s;
+  for (const Problem& p : m.check())
+    if (p.fatal) s += p.component + ": " + p.message + "\n";
+  return s;
+}
+
+// The message of the ernie::Error that `f` throws, or "" when it throws none.
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
 
 // A scratch folder removed at the end of the test.
 struct TempDir {

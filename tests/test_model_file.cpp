@@ -12,15 +12,10 @@
 
 namespace fs = std::filesystem;
 using namespace ernie;
+using ernie::test::fatal_problems;
 using ernie::test::TempDir;
 
 namespace {
-std::string fatal_problems(const ModelFolder& m) {
-  std::string s;
-  for (const Problem& p : m.check())
-    if (p.fatal) s += p.component + ": " + p.message + "\n";
-  return s;
-}
 std::vector<const Component*> components(const ModelFolder& m) {
   std::vector<const Component*> v = {&m.transformer_c, &m.text_encoder_c, &m.vae_c};
   if (m.pe_c) v.push_back(&*m.pe_c);

@@ -12,6 +12,8 @@
 
 namespace fs = std::filesystem;
 using namespace ernie;
+using ernie::test::error_of;
+using ernie::test::fatal_problems;
 using ernie::test::TempDir;
 using json = nlohmann::json;
 
@@ -43,23 +45,6 @@ void rewrite_checkpoint(const std::string& file,
   }
   edit(ts);
   save_safetensors(file, ts);
-}
-
-std::string fatal_problems(const ModelFolder& m) {
-  std::string s;
-  for (const Problem& p : m.check())
-    if (p.fatal) s += p.component + ": " + p.message + "\n";
-  return s;
-}
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace

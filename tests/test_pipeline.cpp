@@ -4,11 +4,10 @@
 
 #include <cmath>
 #include <cstdio>
-#include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "golden.h"
+#include "golden_cases.h"
 #include "ops/ops.h"
 #include "pipeline/pipeline.h"
 
@@ -23,24 +22,6 @@ Pipeline& tiny_pipeline() {
     return Pipeline::load(o);
   }();
   return *p;
-}
-
-nlohmann::json golden_cases() {
-  std::ifstream f(test::golden_json());
-  return nlohmann::json::parse(f)["cases"];
-}
-
-GenerateRequest case_request(int n) {
-  nlohmann::json c = golden_cases()[size_t(n)];
-  GenerateRequest r;
-  r.prompt = c["prompt"].get<std::string>();
-  r.negative_prompt = c["negative_prompt"].get<std::string>();
-  r.height = c["height"].get<int>();
-  r.width = c["width"].get<int>();
-  r.steps = c["steps"].get<int>();
-  r.cfg = c["cfg"].get<float>();
-  r.init_latents = test::golden_tensor("case." + std::to_string(n) + ".latents_init").clone();
-  return r;
 }
 
 // Max |a - b| over uint8 pixels, with the golden float image quantized as numpy_to_pil does.
@@ -59,7 +40,7 @@ class GoldenCase : public ::testing::TestWithParam<int> {};
 
 TEST_P(GoldenCase, MatchesReference) {
   const int n = GetParam();
-  GenerateResult res = tiny_pipeline().generate(case_request(n));
+  GenerateResult res = tiny_pipeline().generate(test::golden_case(n));
   const std::string p = "case." + std::to_string(n) + ".";
   auto latents = test::tensors_close(res.latents, test::golden_tensor(p + "latents_final"), test::kCpuRelL2);
   auto image = test::tensors_close(res.image_f32, test::golden_tensor(p + "image"), test::kCpuRelL2);
@@ -78,7 +59,7 @@ INSTANTIATE_TEST_SUITE_P(Tiny, GoldenCase, ::testing::Values(0, 1, 2));
 // A batch of two with CFG: every image row must equal the single-image run (per-row text lengths, the
 // [uncond..., cond...] layout and the per-image decode).
 TEST(Pipeline, BatchRowsMatchSingleRuns) {
-  GenerateRequest r = case_request(0);
+  GenerateRequest r = test::golden_case(0);
   Tensor init = *r.init_latents;
   r.init_latents = ops::concat({init, init}, 0);
   r.num_images = 2;

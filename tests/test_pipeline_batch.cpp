@@ -3,11 +3,10 @@
 // seeds and image counts; golden case 0 stays within the reference tolerance inside a batch.
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "golden.h"
+#include "golden_cases.h"
 #include "pipeline/pipeline.h"
 
 using namespace ernie;
@@ -22,20 +21,6 @@ Pipeline& tiny() {
     return Pipeline::load(o);
   }();
   return *p;
-}
-
-GenerateRequest golden_case0() {
-  std::ifstream f(test::golden_json());
-  nlohmann::json c = nlohmann::json::parse(f)["cases"][0];
-  GenerateRequest r;
-  r.prompt = c["prompt"].get<std::string>();
-  r.negative_prompt = c["negative_prompt"].get<std::string>();
-  r.height = c["height"].get<int>();
-  r.width = c["width"].get<int>();
-  r.steps = c["steps"].get<int>();
-  r.cfg = c["cfg"].get<float>();
-  r.init_latents = test::golden_tensor("case.0.latents_init").clone();
-  return r;
 }
 
 int max_pixel_diff(const Image& a, const Image& b) {
@@ -57,7 +42,7 @@ void expect_same(const GenerateResult& batched, const GenerateResult& alone, con
 
 TEST(PipelineBatch, GoldenCaseInsideABatch) {
   EXPECT_GT(tiny().max_batch_images(), 1);
-  GenerateRequest a = golden_case0();
+  GenerateRequest a = test::golden_case(0);
   GenerateRequest b = a;  // same shape; a longer prompt (text padding), a negative prompt, other noise
   b.prompt = "一只黑白相间的中华田园犬, sitting on a wooden porch at dusk";
   b.negative_prompt = "blurry";

@@ -20,6 +20,7 @@ namespace ernie {
 namespace {
 
 using nlohmann::json;
+using test::error_of;
 using test::golden_ids;
 
 std::string slurp(const std::string& path) {
@@ -57,17 +58,6 @@ json make_json(const std::vector<std::pair<std::string, std::string>>& merges, j
           {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", m}, {"unk_token", nullptr}}}};
 }
 Tokenizer from(const json& j, const std::string& config = "") { return Tokenizer::from_json(j.dump(), config); }
-
-// The error message of `f`, or "" when it does not throw ernie::Error.
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 // ---- golden data from the reference -----------------------------------------------------------------------
 

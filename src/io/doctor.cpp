@@ -5,7 +5,9 @@
 
 #include "core/error.h"
 #include "core/system_info.h"
+#include "io/memory_plan.h"
 #include "io/model_folder.h"
+#include "io/tuning_cache.h"
 
 using json = nlohmann::json;
 
@@ -20,9 +22,6 @@ std::string human_bytes(double bytes) {
   else std::snprintf(b, sizeof b, "%.2f MiB", bytes / (1024.0 * 1024.0));
   return b;
 }
-
-// Working memory of one 1024x1024 step beyond the weights (activations, attention, VAE decode).
-constexpr double kActivationBytes = 4.0 * kGiB;
 }  // namespace
 
 DoctorReport run_doctor(const std::string& model_dir) {
@@ -44,6 +43,7 @@ DoctorReport run_doctor(const std::string& model_dir) {
   if (si.gpus.empty()) j["gpu_error"] = si.gpu_error;
   j["env"] = json::object();
   for (auto& [k, v] : si.env) j["env"][k] = v;
+  j["tuning_cache"] = tuning::report();
   j["problems"] = json::array();
   j["warnings"] = json::array();
 
@@ -54,9 +54,8 @@ DoctorReport run_doctor(const std::string& model_dir) {
       ModelFolder mf = ModelFolder::open(model_dir);
       m["variant"] = mf.turbo ? "ERNIE-Image-Turbo" : "ERNIE-Image";
       m["components"] = json::object();
-      double resident = 0, largest = 0;
       auto comp = [&](const Component& c) {
-        double bf16 = double(c.params()) * 2;
+        const double bf16 = double(c.params()) * 2;
         m["components"][c.name] = {{"params", c.params()},
                                    {"dtype", c.dominant_dtype()},
                                    {"bytes_on_disk", c.ckpt.bytes_on_disk()},
@@ -65,7 +64,7 @@ DoctorReport run_doctor(const std::string& model_dir) {
                                    {"bf16_gib", bf16 / kGiB}};
         return bf16;
       };
-      double dit = comp(mf.transformer_c), te = comp(mf.text_encoder_c), vae = comp(mf.vae_c);
+      for (const Component* c : {&mf.transformer_c, &mf.text_encoder_c, &mf.vae_c}) comp(*c);
       if (mf.pe_c) comp(*mf.pe_c);
       m["tokenizer"] = mf.tokenizer_dir;
       m["prompt_enhancer"] = mf.pe_c.has_value();
@@ -76,16 +75,22 @@ DoctorReport run_doctor(const std::string& model_dir) {
         if (p.fatal) j["problems"].push_back(msg);
         else j["warnings"].push_back(msg);
       }
-      resident = dit + te + vae;
-      largest = dit + vae;
-      // Memory: everything resident, or the text encoder freed after encoding.
+      // Device memory at 1024x1024 with guidance (2 rows), a 256-token prompt, bf16, per low-VRAM mode.
+      const MemoryEstimate est = estimate_memory({mf.dit, mf.text_encoder, mf.vae, std::nullopt}, GenerationShape{});
       json fit;
-      fit["resident_gib"] = (resident + kActivationBytes) / kGiB;
-      fit["text_encoder_offload_gib"] = (largest + kActivationBytes) / kGiB;
+      fit["at"] = "1024x1024, cfg > 1, 256 prompt tokens, bf16";
+      for (Offload o : {Offload::None, Offload::TextEncoder, Offload::Blocks})
+        fit[std::string(offload_name(o)) + "_gib"] = double(est.peak(o)) / kGiB;
+      fit["runtime_overhead_gib"] = double(kRuntimeOverheadBytes) / kGiB;
       for (const GpuInfo& g : si.gpus) {
-        std::string mode = g.free_bytes >= resident + kActivationBytes ? "fits resident at bf16"
-                           : g.free_bytes >= largest + kActivationBytes ? "fits with --offload text-encoder"
-                                                                          : "needs --offload blocks (or fp8)";
+        const size_t usable = g.free_bytes > kRuntimeOverheadBytes ? size_t(g.free_bytes) - kRuntimeOverheadBytes : 0;
+        std::string mode;
+        try {
+          Offload o = plan_offload(est, usable);
+          mode = o == Offload::None ? "fits resident (--offload none)" : std::string("needs --offload ") + offload_name(o);
+        } catch (const Error&) {
+          mode = "too small even with --offload blocks at this size";
+        }
         fit["gpu" + std::to_string(g.index)] = mode;
       }
       m["memory"] = fit;
@@ -120,6 +125,17 @@ std::string format_doctor(const json& j) {
   if (j["env"].empty()) o << "  device selection: no CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES set (all visible)\n";
   for (auto it = j["env"].begin(); it != j["env"].end(); ++it)
     o << "  " << it.key() << "=" << it.value().get<std::string>() << "\n";
+  if (j.contains("tuning_cache")) {
+    const json& t = j["tuning_cache"];
+    o << "tuning cache: " << (t["dir"] == "" ? std::string("no directory (set ERNIE_CACHE_DIR)") : t["dir"].get<std::string>())
+      << (t["enabled"].get<bool>() ? "" : " (ERNIE_TUNE=0: tuning off)") << "\n";
+    if (t["files"].empty()) o << "  empty: the first run of each shape measures its kernels\n";
+    for (const json& f : t["files"])
+      o << "  " << f["file"].get<std::string>() << ": "
+        << (f.contains("error") ? f["error"].get<std::string>()
+                                : std::to_string(f["entries"].get<size_t>()) + " entries for " + f["identity"].get<std::string>())
+        << "\n";
+  }
   if (j.contains("model")) {
     const json& m = j["model"];
     o << "model " << m["path"].get<std::string>();
@@ -136,9 +152,12 @@ std::string format_doctor(const json& j) {
       }
     if (m.contains("memory")) {
       const json& f = m["memory"];
-      char line[200];
-      std::snprintf(line, sizeof line, "  bf16 needs ~%.1f GiB resident, ~%.1f GiB with the text encoder offloaded\n",
-                    f["resident_gib"].get<double>(), f["text_encoder_offload_gib"].get<double>());
+      char line[400];
+      std::snprintf(line, sizeof line,
+                    "  device memory at %s: ~%.1f GiB resident, ~%.1f GiB --offload text-encoder, ~%.1f GiB "
+                    "--offload blocks (+%.1f GiB CUDA runtime)\n",
+                    f["at"].get<std::string>().c_str(), f["none_gib"].get<double>(), f["text-encoder_gib"].get<double>(),
+                    f["blocks_gib"].get<double>(), f["runtime_overhead_gib"].get<double>());
       o << line;
       for (auto it = f.begin(); it != f.end(); ++it)
         if (it.key().rfind("gpu", 0) == 0) o << "  " << it.key() << ": " << it.value().get<std::string>() << "\n";

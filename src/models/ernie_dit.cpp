@@ -21,7 +21,28 @@ Tensor ErnieDit::place(const Tensor& host) const {
   return t;
 }
 
-ErnieDit ErnieDit::build(const DitConfig& cfg, Device device, DType act, const WeightSource& source) {
+std::vector<Tensor*> ErnieDit::Block::tensors() {
+  return {&adaLN_sa_ln, &adaLN_mlp_ln, &to_q,     &to_k,    &to_v,      &to_qkv,
+          &to_out,      &norm_q,       &norm_k,   &gate_proj, &up_proj, &linear_fc2};
+}
+
+namespace {
+// Rows of same-typed 2-D tensors on one device stacked into one tensor (a byte copy, host or device).
+Tensor stack_rows(const std::vector<Tensor>& ts) {
+  int64_t rows = 0;
+  for (const Tensor& t : ts) rows += t.dim(0);
+  Tensor out = Tensor::empty({rows, ts[0].dim(1)}, ts[0].dtype(), ts[0].device());
+  size_t off = 0;
+  for (const Tensor& t : ts) {
+    device_memory_ops().copy(static_cast<char*>(out.raw()) + off, out.device(), t.raw(), t.device(), t.nbytes());
+    off += t.nbytes();
+  }
+  return out;
+}
+}  // namespace
+
+ErnieDit ErnieDit::build(const DitConfig& cfg, Device device, DType act, const WeightSource& source,
+                         bool stream_blocks) {
   ERNIE_CHECK(!device.is_cpu() || act == DType::F32, "ErnieDit: the CPU backend computes in F32, not ",
               dtype_name(act));
   ERNIE_CHECK(act == DType::F32 || act == DType::BF16, "ErnieDit: activations must be F32 or BF16, not ",
@@ -34,13 +55,22 @@ ErnieDit ErnieDit::build(const DitConfig& cfg, Device device, DType act, const W
   d.cfg_ = cfg;
   d.device_ = device;
   d.act_ = act;
-  auto w = [&](const std::string& name) {
+  ERNIE_CHECK(!stream_blocks || device.is_cuda(), "ErnieDit: streaming blocks needs a CUDA device, not ",
+              device.str());
+  auto checked = [&](const std::string& name) {
     Tensor t = source(name);
     ERNIE_CHECK(t.defined() && t.shape() == shapes.at(name), "transformer: tensor ", name, " has shape ",
                 shape_str(t.shape()), ", expected ", shape_str(shapes.at(name)));
     ERNIE_CHECK(dtype_is_float(t.dtype()), "transformer: tensor ", name, " has non-float dtype ",
                 dtype_name(t.dtype()));
-    return d.place(t);
+    return t;
+  };
+  auto w = [&](const std::string& name) { return d.place(checked(name)); };
+  // A streamed block weight: as place() would leave it on the device, but kept on the host when no cast
+  // is needed (the streamer copies it into pinned memory either way).
+  auto streamed = [&](const std::string& name) {
+    Tensor t = checked(name);
+    return act == DType::BF16 && t.dtype() != DType::BF16 ? d.place(t) : t;
   };
   const int64_t H = cfg.hidden_size;
   d.x_embedder_w = w("x_embedder.proj.weight").reshape({H, cfg.in_channels});  // 1x1 conv = linear
@@ -52,23 +82,44 @@ ErnieDit ErnieDit::build(const DitConfig& cfg, Device device, DType act, const W
   d.time_linear_2_b = w("time_embedding.linear_2.bias");
   d.adaLN_modulation_w = w("adaLN_modulation.1.weight");
   d.adaLN_modulation_b = w("adaLN_modulation.1.bias");
-  for (int l = 0; l < cfg.num_layers; ++l) {
+  auto block = [&](int l, const std::function<Tensor(const std::string&)>& bw) {
     const std::string p = "layers." + std::to_string(l) + ".";
     Block b;
-    b.adaLN_sa_ln = w(p + "adaLN_sa_ln.weight");
-    b.adaLN_mlp_ln = w(p + "adaLN_mlp_ln.weight");
-    b.to_q = w(p + "self_attention.to_q.weight");
-    b.to_k = w(p + "self_attention.to_k.weight");
-    b.to_v = w(p + "self_attention.to_v.weight");
-    b.to_out = w(p + "self_attention.to_out.0.weight");
+    b.adaLN_sa_ln = bw(p + "adaLN_sa_ln.weight");
+    b.adaLN_mlp_ln = bw(p + "adaLN_mlp_ln.weight");
+    b.to_q = bw(p + "self_attention.to_q.weight");
+    b.to_k = bw(p + "self_attention.to_k.weight");
+    b.to_v = bw(p + "self_attention.to_v.weight");
+    b.to_out = bw(p + "self_attention.to_out.0.weight");
     if (cfg.qk_layernorm) {
-      b.norm_q = w(p + "self_attention.norm_q.weight");
-      b.norm_k = w(p + "self_attention.norm_k.weight");
+      b.norm_q = bw(p + "self_attention.norm_q.weight");
+      b.norm_k = bw(p + "self_attention.norm_k.weight");
     }
-    b.gate_proj = w(p + "mlp.gate_proj.weight");
-    b.up_proj = w(p + "mlp.up_proj.weight");
-    b.linear_fc2 = w(p + "mlp.linear_fc2.weight");
-    d.layers_.push_back(std::move(b));
+    b.gate_proj = bw(p + "mlp.gate_proj.weight");
+    b.up_proj = bw(p + "mlp.up_proj.weight");
+    b.linear_fc2 = bw(p + "mlp.linear_fc2.weight");
+    if (device.is_cuda() && b.to_q.dtype() == b.to_k.dtype() && b.to_q.dtype() == b.to_v.dtype()) {
+      b.to_qkv = stack_rows({b.to_q, b.to_k, b.to_v});  // one GEMM instead of three
+      b.to_q = b.to_k = b.to_v = Tensor();
+    }
+    return b;
+  };
+  if (!stream_blocks) {
+    for (int l = 0; l < cfg.num_layers; ++l) d.layers_.push_back(block(l, w));
+  } else if (cfg.num_layers > 0) {
+    d.streamer_ = std::make_shared<BlockStreamer>(cfg.num_layers, device, [&](int l) {
+      Block b = block(l, streamed);
+      if (l == 0) d.slots_ = {b, b};  // the fields the slots have
+      std::vector<Tensor> ts;
+      for (Tensor* t : b.tensors())
+        if (t->defined()) ts.push_back(*t);
+      return ts;
+    });
+    for (int s = 0; s < 2; ++s) {
+      size_t i = 0;
+      for (Tensor* t : d.slots_[size_t(s)].tensors())
+        if (t->defined()) *t = d.streamer_->slot(s)[i++];
+    }
   }
   d.final_norm_w = w("final_norm.linear.weight");
   d.final_norm_b = w("final_norm.linear.bias");
@@ -77,10 +128,10 @@ ErnieDit ErnieDit::build(const DitConfig& cfg, Device device, DType act, const W
   return d;
 }
 
-ErnieDit ErnieDit::load(const ModelFolder& m, Device device, DType act) {
+ErnieDit ErnieDit::load(const ModelFolder& m, Device device, DType act, bool stream_blocks) {
   m.require_ok("transformer");
   const Component& comp = m.transformer_c;
-  return build(m.dit, device, act, [&](const std::string& name) { return comp.tensor(name); });
+  return build(m.dit, device, act, [&](const std::string& name) { return comp.tensor(name); }, stream_blocks);
 }
 
 size_t ErnieDit::weight_bytes() const {
@@ -89,11 +140,9 @@ size_t ErnieDit::weight_bytes() const {
                           &time_linear_2_w, &time_linear_2_b, &adaLN_modulation_w, &adaLN_modulation_b,
                           &final_norm_w, &final_norm_b, &final_linear_w, &final_linear_b})
     n += t->defined() ? t->nbytes() : 0;
-  for (const Block& b : layers_)
-    for (const Tensor* t : {&b.adaLN_sa_ln, &b.adaLN_mlp_ln, &b.to_q, &b.to_k, &b.to_v, &b.to_out, &b.norm_q,
-                            &b.norm_k, &b.gate_proj, &b.up_proj, &b.linear_fc2})
-      n += t->defined() ? t->nbytes() : 0;
-  return n;
+  for (Block b : layers_)
+    for (const Tensor* t : b.tensors()) n += t->defined() ? t->nbytes() : 0;
+  return n + (streamer_ ? streamer_->device_bytes() : 0);
 }
 
 // ---- modules ------------------------------------------------------------------------------------------------
@@ -168,18 +217,37 @@ ErnieDit::Rotary ErnieDit::pos_embed(const std::vector<int64_t>& text_lens, int6
   return {Tensor::from_vector(cos, {B, S, D}).to(device_), Tensor::from_vector(sin, {B, S, D}).to(device_)};
 }
 
+ErnieDit::Rotary ErnieDit::cached_pos_embed(const std::vector<int64_t>& text_lens, int64_t Hp, int64_t Wp,
+                                            int64_t Tmax) const {
+  std::vector<int64_t> key = text_lens;
+  key.insert(key.end(), {Hp, Wp, Tmax});
+  std::lock_guard<std::mutex> lk(rotary_cache_->mu);
+  if (rotary_cache_->key != key) {
+    rotary_cache_->tables = pos_embed(text_lens, Hp, Wp, Tmax);
+    rotary_cache_->key = std::move(key);
+  }
+  return rotary_cache_->tables;
+}
+
 // ErnieImageAttention with ErnieImageSingleStreamAttnProcessor: per-head RMSNorm on q and k, rotate-half
 // RoPE, joint attention over image + valid text keys, to_out.0.
 Tensor ErnieDit::self_attention(const Block& blk, const Tensor& x, const Rotary& rope,
                                 const std::vector<int64_t>& kv_len) const {
   const int64_t B = x.dim(0), S = x.dim(1), heads = cfg_.num_attention_heads, D = cfg_.head_dim();
-  Tensor query = ops::linear(x, blk.to_q).reshape({B, S, heads, D});
-  Tensor key = ops::linear(x, blk.to_k).reshape({B, S, heads, D});
-  Tensor value = ops::linear(x, blk.to_v).reshape({B, S, heads, D});
-  if (blk.norm_q.defined()) query = ops::rms_norm(query, blk.norm_q, cfg_.eps);
-  if (blk.norm_k.defined()) key = ops::rms_norm(key, blk.norm_k, cfg_.eps);
-  query = ops::rope(query, rope.cos, rope.sin);
-  key = ops::rope(key, rope.cos, rope.sin);
+  Tensor query, key, value;
+  if (blk.to_qkv.defined()) {  // one GEMM, then the split, the norms and RoPE in one pass
+    ops::Qkv a = ops::qkv_norm_rope(ops::linear(x, blk.to_qkv), heads, blk.norm_q, blk.norm_k, cfg_.eps, rope.cos,
+                                    rope.sin);
+    query = a.q, key = a.k, value = a.v;
+  } else {
+    query = ops::linear(x, blk.to_q).reshape({B, S, heads, D});
+    key = ops::linear(x, blk.to_k).reshape({B, S, heads, D});
+    value = ops::linear(x, blk.to_v).reshape({B, S, heads, D});
+    if (blk.norm_q.defined()) query = ops::rms_norm(query, blk.norm_q, cfg_.eps);
+    if (blk.norm_k.defined()) key = ops::rms_norm(key, blk.norm_k, cfg_.eps);
+    query = ops::rope(query, rope.cos, rope.sin);
+    key = ops::rope(key, rope.cos, rope.sin);
+  }
   ops::AttentionMask mask;
   mask.kv_len = kv_len;
   Tensor out = ops::attention(query, key, value, 1.0f / std::sqrt(float(D)), mask);
@@ -194,9 +262,9 @@ Tensor ErnieDit::mlp(const Block& blk, const Tensor& x) const {
 // ErnieImageSharedAdaLNBlock.
 Tensor ErnieDit::layer(const Block& blk, const Tensor& x, const Rotary& rope, const Modulation& mod,
                        const std::vector<int64_t>& kv_len) const {
-  Tensor h = ops::modulate(ops::rms_norm(x, blk.adaLN_sa_ln, cfg_.eps), mod.shift_msa, mod.scale_msa);
+  Tensor h = ops::rms_norm_modulate(x, blk.adaLN_sa_ln, cfg_.eps, mod.shift_msa, mod.scale_msa);
   Tensor y = ops::gated_residual(x, mod.gate_msa, self_attention(blk, h, rope, kv_len));
-  h = ops::modulate(ops::rms_norm(y, blk.adaLN_mlp_ln, cfg_.eps), mod.shift_mlp, mod.scale_mlp);
+  h = ops::rms_norm_modulate(y, blk.adaLN_mlp_ln, cfg_.eps, mod.shift_mlp, mod.scale_mlp);
   return ops::gated_residual(y, mod.gate_mlp, mlp(blk, h));
 }
 
@@ -247,10 +315,14 @@ Tensor ErnieDit::forward(const Tensor& hidden_states, const std::vector<float>& 
     if (text_proj.defined()) text = ops::linear(text, text_proj);
     x = ops::concat({img, text}, 1);
   }
-  const Rotary rotary_pos_emb = pos_embed(text_lens, Hp, Wp, Tmax);
+  const Rotary rotary_pos_emb = cached_pos_embed(text_lens, Hp, Wp, Tmax);
   const Tensor c = time_embedding(time_proj(timestep));
   const Modulation mod = adaLN_modulation(c);
-  for (const Block& blk : layers_) x = layer(blk, x, rotary_pos_emb, mod, kv_len);
+  for (int l = 0; l < cfg_.num_layers; ++l) {
+    const Block& blk = streamer_ ? slots_[size_t(streamer_->acquire(l))] : layers_[size_t(l)];
+    x = layer(blk, x, rotary_pos_emb, mod, kv_len);
+    if (streamer_) streamer_->release(l);
+  }
 
   x = final_norm(ops::slice(x, 1, 0, N_img), c);  // per-token from here: keep only image tokens
   Tensor patches = ops::linear(x, final_linear_w, final_linear_b);  // [B, N_img, out]

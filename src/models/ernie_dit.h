@@ -5,12 +5,16 @@
 // is the image tokens (row-major over H×W) followed by the Tmax text tokens; padded text keys are masked
 // out of attention (a valid key prefix of N_img + text_lens[b] per batch row).
 #pragma once
+#include <array>
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "io/model_folder.h"
+#include "models/block_streamer.h"
 
 namespace ernie {
 
@@ -19,14 +23,18 @@ class ErnieDit {
   // Weights from transformer/ (checked against the config first). On the CPU they stay the mmap'd views
   // (BF16 in the release, converted on the fly by the CPU ops); on CUDA they are uploaded and, with BF16
   // activations, cast to BF16 on the device.
-  static ErnieDit load(const ModelFolder& m, Device device, DType act);
+  // With `stream_blocks` (CUDA, --offload blocks) the transformer blocks stay in pinned host memory and
+  // are streamed to the GPU during each forward (BlockStreamer); the rest stays resident. Same kernels, so
+  // the same result as resident.
+  static ErnieDit load(const ModelFolder& m, Device device, DType act, bool stream_blocks = false);
   // The same model with deterministic random weights (linear weights and biases ~ U with std 0.02, norm
   // weights 1) built on the host as BF16 like the release, then placed as load() does. For speed tests:
   // speed does not depend on the values.
-  static ErnieDit random(const DitConfig& cfg, Device device, DType act, uint64_t seed);
+  static ErnieDit random(const DitConfig& cfg, Device device, DType act, uint64_t seed, bool stream_blocks = false);
 
   const DitConfig& config() const { return cfg_; }
-  size_t weight_bytes() const;  // bytes of all weights as placed on the device
+  size_t weight_bytes() const;  // bytes of all weights as placed on the device (streamed: the two slots)
+  BlockStreamer* block_streamer() const { return streamer_.get(); }  // null unless streaming blocks
 
   // hidden_states [B, C, H, W] (patchified latents), timestep [B] (sigma*1000 as the reference passes it),
   // text_bth [B, Tmax, text_in_dim] zero-padded, text_lens[B] <= Tmax. Inputs may live on the host in any
@@ -38,7 +46,9 @@ class ErnieDit {
   struct Block {
     Tensor adaLN_sa_ln, adaLN_mlp_ln;                    // RMSNorm weights [hidden]
     Tensor to_q, to_k, to_v, to_out, norm_q, norm_k;     // self_attention (no biases); norms [head_dim]
+    Tensor to_qkv;  // on CUDA [to_q; to_k; to_v] as one [3·hidden, hidden] GEMM (to_q/k/v then unset)
     Tensor gate_proj, up_proj, linear_fc2;               // mlp (no biases)
+    std::vector<Tensor*> tensors();                      // every field, in this order
   };
 
  private:
@@ -50,10 +60,18 @@ class ErnieDit {
   struct Rotary {
     Tensor cos, sin;
   };
+  // The last tables built, by (text_lens, Hp, Wp, Tmax): every step of a generation asks for the same
+  // ones, and building them on the host costs ~10 ms at 1024².
+  struct RotaryCache {
+    std::mutex mu;
+    std::vector<int64_t> key;
+    Rotary tables;
+  };
 
   // Fills every weight from `source` (tensor name as in the checkpoint -> host tensor of that name's shape).
   using WeightSource = std::function<Tensor(const std::string& name)>;
-  static ErnieDit build(const DitConfig& cfg, Device device, DType act, const WeightSource& source);
+  static ErnieDit build(const DitConfig& cfg, Device device, DType act, const WeightSource& source,
+                        bool stream_blocks);
   Tensor place(const Tensor& host) const;      // host weight -> device (cast to act on CUDA when BF16)
   Tensor to_act(const Tensor& input) const;    // user input -> device, activation dtype
 
@@ -62,6 +80,7 @@ class ErnieDit {
   Tensor time_embedding(const Tensor& sample) const;                          // c [B, hidden]
   Modulation adaLN_modulation(const Tensor& c) const;
   Rotary pos_embed(const std::vector<int64_t>& text_lens, int64_t Hp, int64_t Wp, int64_t Tmax) const;
+  Rotary cached_pos_embed(const std::vector<int64_t>& text_lens, int64_t Hp, int64_t Wp, int64_t Tmax) const;
   Tensor self_attention(const Block& blk, const Tensor& x, const Rotary& rope,
                         const std::vector<int64_t>& kv_len) const;
   Tensor mlp(const Block& blk, const Tensor& x) const;
@@ -74,7 +93,10 @@ class ErnieDit {
   DType act_ = DType::F32;
   Tensor x_embedder_w, x_embedder_b, text_proj, time_linear_1_w, time_linear_1_b, time_linear_2_w, time_linear_2_b;
   Tensor adaLN_modulation_w, adaLN_modulation_b, final_norm_w, final_norm_b, final_linear_w, final_linear_b;
-  std::vector<Block> layers_;
+  std::vector<Block> layers_;                   // resident blocks (empty when streamed)
+  std::shared_ptr<BlockStreamer> streamer_;     // streamed blocks: the host copies and two device slots
+  std::array<Block, 2> slots_;                  // views of the streamer's slots
+  std::shared_ptr<RotaryCache> rotary_cache_ = std::make_shared<RotaryCache>();
 };
 
 }  // namespace ernie

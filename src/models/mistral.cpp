@@ -102,32 +102,18 @@ Tensor cached_rows(const Tensor& cache, int64_t n) {
 
 // ---- loading --------------------------------------------------------------------------------------------------
 
-MistralModel MistralModel::load(const Component& comp, const MistralConfig& cfg, Device device, DType act,
-                                int n_layers, bool with_lm_head) {
-  ERNIE_CHECK(act == DType::F32 || act == DType::BF16, comp.name, ": activation dtype ", dtype_name(act),
+MistralModel MistralModel::build(const MistralConfig& cfg, Device device, DType act, int n_layers,
+                                 bool with_lm_head, const std::string& who, const TensorSource& source) {
+  ERNIE_CHECK(act == DType::F32 || act == DType::BF16, who, ": activation dtype ", dtype_name(act),
               " is not supported (F32 or BF16)");
-  ERNIE_CHECK(!device.is_cpu() || act == DType::F32, comp.name, ": the CPU backend computes in F32, not ",
+  ERNIE_CHECK(!device.is_cpu() || act == DType::F32, who, ": the CPU backend computes in F32, not ",
               dtype_name(act));
   const int n = n_layers < 0 ? cfg.num_hidden_layers : n_layers;
-  ERNIE_CHECK(n >= 0 && n <= cfg.num_hidden_layers, comp.name, ": cannot load ", std::to_string(n), " of ",
+  ERNIE_CHECK(n >= 0 && n <= cfg.num_hidden_layers, who, ": cannot load ", std::to_string(n), " of ",
               std::to_string(cfg.num_hidden_layers), " layers");
   std::map<std::string, Shape> want;
   for (const TensorSpec& s : mistral_tensor_specs(cfg, with_lm_head)) want[s.name] = s.shape;
-  const std::string where = comp.dir.empty() ? comp.name : comp.dir;
-  auto get = [&](const std::string& name) {
-    const Shape& shape = want.at(name);
-    const bool outside = name[0] == '@';  // '@': next to the language model ("lm_head.weight")
-    const std::string full = outside ? comp.root + name.substr(1) : comp.prefix + name;
-    ERNIE_CHECK(comp.ckpt.contains(full), comp.name, ": missing tensor '", full, "' ", shape_str(shape), " in ",
-                where);
-    // Component::tensor de-quantizes fp8/int8 weights of a converted file to F32.
-    Tensor t = outside ? comp.ckpt.tensor(full) : comp.tensor(name);
-    ERNIE_CHECK(t.shape() == shape, comp.name, ": tensor '", full, "' has shape ", shape_str(t.shape()),
-                " but the config (", where, ") implies ", shape_str(shape));
-    ERNIE_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::BF16 || t.dtype() == DType::F16, comp.name,
-                ": tensor '", full, "' has dtype ", dtype_name(t.dtype()), " (expected BF16, F16 or F32)");
-    return t.to(device);  // CPU: the mmap view itself
-  };
+  auto get = [&](const std::string& name) { return source(name, want.at(name)).to(device); };
 
   MistralModel m;
   m.cfg_ = cfg;
@@ -154,6 +140,25 @@ MistralModel MistralModel::load(const Component& comp, const MistralConfig& cfg,
     m.lm_head = cfg.tie_word_embeddings ? m.embed_tokens : get("@lm_head.weight");
   }
   return m;
+}
+
+MistralModel MistralModel::load(const Component& comp, const MistralConfig& cfg, Device device, DType act,
+                                int n_layers, bool with_lm_head) {
+  const std::string where = comp.dir.empty() ? comp.name : comp.dir;
+  auto source = [&](const std::string& name, const Shape& shape) {
+    const bool outside = name[0] == '@';  // '@': next to the language model ("lm_head.weight")
+    const std::string full = outside ? comp.root + name.substr(1) : comp.prefix + name;
+    ERNIE_CHECK(comp.ckpt.contains(full), comp.name, ": missing tensor '", full, "' ", shape_str(shape), " in ",
+                where);
+    // Component::tensor de-quantizes fp8/int8 weights of a converted file to F32.
+    Tensor t = outside ? comp.ckpt.tensor(full) : comp.tensor(name);
+    ERNIE_CHECK(t.shape() == shape, comp.name, ": tensor '", full, "' has shape ", shape_str(t.shape()),
+                " but the config (", where, ") implies ", shape_str(shape));
+    ERNIE_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::BF16 || t.dtype() == DType::F16, comp.name,
+                ": tensor '", full, "' has dtype ", dtype_name(t.dtype()), " (expected BF16, F16 or F32)");
+    return t;  // on the CPU, build() keeps the mmap view itself
+  };
+  return build(cfg, device, act, n_layers, with_lm_head, comp.name, source);
 }
 
 KVCache MistralModel::new_cache(int64_t capacity) const {

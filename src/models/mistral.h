@@ -2,6 +2,8 @@
 // raw residual stream after the second-to-last layer) and the prompt enhancer (all layers, final norm,
 // tied LM head, KV cache). Reads like transformers' MistralModel.
 #pragma once
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "io/configs.h"
@@ -59,6 +61,12 @@ class MistralModel {
   Tensor self_attn(const Layer& l, const Tensor& x, const Tensor& cos_q, const Tensor& sin_q, const Tensor& cos_k,
                    const Tensor& sin_k, int64_t pos0, Tensor* k_cache, Tensor* v_cache) const;
   Tensor mlp(const Layer& l, const Tensor& x) const;
+  // Layers [0, n_layers) (and the final norm and LM head) from `source`: tensor name (as in
+  // mistral_tensor_specs) and the shape the config implies -> host tensor, placed on `device` here.
+  // `who` names the model in errors.
+  using TensorSource = std::function<Tensor(const std::string& name, const Shape& shape)>;
+  static MistralModel build(const MistralConfig& cfg, Device device, DType act, int n_layers, bool with_lm_head,
+                            const std::string& who, const TensorSource& source);
 
   MistralConfig cfg_;
   Device device_;

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "io/configs.h"
+#include "io/model_tokenizer.h"
 #include "ops/ops.h"
 #include "text/pe_prompt.h"
 #include "text/py_str.h"
@@ -89,7 +90,7 @@ PromptEnhancer PromptEnhancer::load(const ModelFolder& m, Device device, DType a
   const std::string rel = m.pe_tokenizer_rel;
   const std::string where = m.root + "/" + rel;
   std::string config_text = m.has_file(rel + "/tokenizer_config.json") ? m.read_file(rel + "/tokenizer_config.json") : "";
-  pe.tok_ = Tokenizer::from_json(m.read_file(rel + "/tokenizer.json"), config_text, where + "/tokenizer.json");
+  pe.tok_ = load_model_tokenizer(m, rel);
   nlohmann::json cfg_plain;
   if (!config_text.empty()) {
     cfg_plain = nlohmann::json::parse(config_text, nullptr, false);

@@ -4,8 +4,54 @@
 #include "core/error.h"
 #include "ops/cpu/cpu_ops.h"
 #ifdef ERNIE_HAVE_CUDA
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <string>
+
 #include "ops/cuda/cuda_ops.h"
-#define ERNIE_OP(fn, dev, ...) return (dev).is_cpu() ? cpu::fn(__VA_ARGS__) : cuda::fn(__VA_ARGS__)
+
+namespace ernie::ops {
+namespace {
+// ERNIE_PROFILE_HOST=1: host time spent queuing each CUDA op (no synchronisation), printed at exit. Says
+// whether the host or the GPU limits a run (bench's denoise_enqueue_s against denoise_s).
+struct HostProfile {
+  std::mutex mu;
+  std::map<std::string, std::pair<double, long>> ops;
+  const bool on = std::getenv("ERNIE_PROFILE_HOST") != nullptr;
+  ~HostProfile() {
+    for (auto& [name, v] : ops)
+      std::fprintf(stderr, "host %-20s %10.3f ms %8ld calls %8.2f us/call\n", name.c_str(), v.first * 1e3, v.second,
+                   v.first / double(v.second) * 1e6);
+  }
+};
+HostProfile& host_profile() {
+  static HostProfile p;
+  return p;
+}
+struct HostTimer {
+  const char* name;
+  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+  ~HostTimer() {
+    HostProfile& p = host_profile();
+    std::lock_guard<std::mutex> lk(p.mu);
+    auto& v = p.ops[name];
+    v.first += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ++v.second;
+  }
+};
+}  // namespace
+}  // namespace ernie::ops
+
+#define ERNIE_OP(fn, dev, ...)                                              \
+  do {                                                                      \
+    if ((dev).is_cpu()) return cpu::fn(__VA_ARGS__);                        \
+    if (!host_profile().on) return cuda::fn(__VA_ARGS__);                   \
+    HostTimer t_{#fn};                                                      \
+    return cuda::fn(__VA_ARGS__);                                           \
+  } while (0)
 #else
 #define ERNIE_OP(fn, dev, ...)                                                     \
   do {                                                                             \
@@ -39,6 +85,45 @@ Tensor gated_residual(const Tensor& residual, const Tensor& gate, const Tensor& 
   ERNIE_OP(gated_residual, residual.device(), residual, gate, y);
 }
 Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin) { ERNIE_OP(rope, x.device(), x, cos, sin); }
+
+// The fused ops' reference: the composition itself (CPU, and CUDA shapes the fused kernels do not take).
+namespace {
+Qkv qkv_norm_rope_composed(const Tensor& qkv, int64_t heads, const Tensor& norm_q, const Tensor& norm_k, float eps,
+                           const Tensor& cos, const Tensor& sin) {
+  const int64_t B = qkv.dim(0), S = qkv.dim(1), HD = qkv.dim(2) / 3;
+  const Tensor parts = qkv.reshape({B * S, 3, HD});
+  auto part = [&](int i) { return slice(parts, 1, i, 1).reshape({B, S, heads, HD / heads}); };
+  Tensor q = part(0), k = part(1);
+  if (norm_q.defined()) q = rms_norm(q, norm_q, eps);
+  if (norm_k.defined()) k = rms_norm(k, norm_k, eps);
+  return {rope(q, cos, sin), rope(k, cos, sin), part(2)};
+}
+}  // namespace
+
+Tensor rms_norm_modulate(const Tensor& x, const Tensor& weight, float eps, const Tensor& shift, const Tensor& scale) {
+#ifdef ERNIE_HAVE_CUDA
+  if (x.device().is_cuda()) {
+    if (!host_profile().on) return cuda::rms_norm_modulate(x, weight, eps, shift, scale);
+    HostTimer t_{"rms_norm_modulate"};
+    return cuda::rms_norm_modulate(x, weight, eps, shift, scale);
+  }
+#endif
+  return modulate(rms_norm(x, weight, eps), shift, scale);
+}
+
+Qkv qkv_norm_rope(const Tensor& qkv, int64_t heads, const Tensor& norm_q, const Tensor& norm_k, float eps,
+                  const Tensor& cos, const Tensor& sin) {
+  ERNIE_CHECK(qkv.defined() && qkv.ndim() == 3 && heads > 0 && qkv.dim(2) % (3 * heads) == 0, "qkv_norm_rope: qkv ",
+              shape_str(qkv.shape()), " is not [B, S, 3 * heads * head_dim] for ", std::to_string(heads), " heads");
+#ifdef ERNIE_HAVE_CUDA
+  if (qkv.device().is_cuda() && cuda::qkv_norm_rope_supported(qkv, heads, norm_q, norm_k, cos, sin)) {
+    if (!host_profile().on) return cuda::qkv_norm_rope(qkv, heads, norm_q, norm_k, eps, cos, sin);
+    HostTimer t_{"qkv_norm_rope"};
+    return cuda::qkv_norm_rope(qkv, heads, norm_q, norm_k, eps, cos, sin);
+  }
+#endif
+  return qkv_norm_rope_composed(qkv, heads, norm_q, norm_k, eps, cos, sin);
+}
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale, const AttentionMask& mask) {
   ERNIE_OP(attention, q.device(), q, k, v, scale, mask);
 }
@@ -64,5 +149,64 @@ Tensor embedding(const Tensor& table, const std::vector<int64_t>& ids, Device de
   return cpu::embedding(table, ids);
 }
 Tensor cast(const Tensor& x, DType dtype) { ERNIE_OP(cast, x.device(), x, dtype); }
+
+void release_cached_memory(Device device) {
+#ifdef ERNIE_HAVE_CUDA
+  if (device.is_cuda()) cuda::empty_cache(device.index);
+#else
+  (void)device;
+#endif
+}
+
+void set_memory_limit(Device device, size_t bytes) {
+#ifdef ERNIE_HAVE_CUDA
+  if (device.is_cuda()) cuda::set_memory_limit(device.index, bytes);
+#else
+  (void)device, (void)bytes;
+#endif
+}
+
+#ifdef ERNIE_HAVE_CUDA
+namespace {
+int cuda_index(Device d, const char* op) {
+  ERNIE_CHECK(d.is_cuda(), op, ": weight streaming needs a CUDA device, not ", d.str());
+  return d.index;
+}
+}  // namespace
+
+Tensor pinned_empty(size_t bytes, Device device) {
+  const int dev = cuda_index(device, "pinned_empty");
+  void* p = cuda::pinned_alloc(bytes, dev);
+  std::shared_ptr<const void> owner(p, [](const void* q) { cuda::pinned_free(const_cast<void*>(q)); });
+  return Tensor::borrow(p, {int64_t(bytes)}, DType::U8, owner);
+}
+void upload_async(const Tensor& dst, const Tensor& src) {
+  const int dev = cuda_index(dst.device(), "upload_async");
+  ERNIE_CHECK(src.device().is_cpu(), "upload_async: the source is on ", src.device().str(), ", expected the host");
+  ERNIE_CHECK(dst.nbytes() == src.nbytes(), "upload_async: ", std::to_string(src.nbytes()), " bytes into ",
+              std::to_string(dst.nbytes()));
+  cuda::upload_async(dst.raw(), src.raw(), src.nbytes(), dev);
+}
+StreamEvent::StreamEvent(Device device) : device_(device) {
+  event_ = cuda::event_create(cuda_index(device, "StreamEvent"));
+}
+StreamEvent::~StreamEvent() { cuda::event_destroy(event_, device_.index); }
+void StreamEvent::record(Stream s) { cuda::event_record(event_, device_.index, s == Stream::Copy); }
+void StreamEvent::wait(Stream s) const { cuda::event_wait(event_, device_.index, s == Stream::Copy); }
+void StreamEvent::synchronize() const { cuda::event_synchronize(event_); }
+#else
+namespace {
+[[noreturn]] void no_streaming(const char* op) {
+  fail(op, ": weight streaming needs the CUDA backend (this build has none; on the CPU weights stay in host memory)");
+}
+}  // namespace
+Tensor pinned_empty(size_t, Device) { no_streaming("pinned_empty"); }
+void upload_async(const Tensor&, const Tensor&) { no_streaming("upload_async"); }
+StreamEvent::StreamEvent(Device device) : device_(device) { no_streaming("StreamEvent"); }
+StreamEvent::~StreamEvent() = default;
+void StreamEvent::record(Stream) { no_streaming("StreamEvent::record"); }
+void StreamEvent::wait(Stream) const { no_streaming("StreamEvent::wait"); }
+void StreamEvent::synchronize() const { no_streaming("StreamEvent::synchronize"); }
+#endif
 
 }  // namespace ernie::ops

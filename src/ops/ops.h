@@ -38,6 +38,18 @@ Tensor modulate(const Tensor& x, const Tensor& shift, const Tensor& scale);
 // residual[B, S, C] + gate[B, C] * y[B, S, C].
 Tensor gated_residual(const Tensor& residual, const Tensor& gate, const Tensor& y);
 
+// ---- fused (each equals the composition named; CUDA runs one kernel where it pays) ------------------------
+// modulate(rms_norm(x, weight, eps), shift, scale): the DiT's AdaLN input.
+Tensor rms_norm_modulate(const Tensor& x, const Tensor& weight, float eps, const Tensor& shift, const Tensor& scale);
+// Attention inputs from one fused projection qkv [B, S, 3·heads·D] (the q, k, v blocks in that order):
+// q and k get a per-head rms_norm (weight [D], none when undefined) then rope (cos/sin [B or 1, S, D] F32);
+// v is copied. Each result is [B, S, heads, D].
+struct Qkv {
+  Tensor q, k, v;
+};
+Qkv qkv_norm_rope(const Tensor& qkv, int64_t heads, const Tensor& norm_q, const Tensor& norm_k, float eps,
+                  const Tensor& cos, const Tensor& sin);
+
 // ---- positional ---------------------------------------------------------------------------------------------
 // Rotate-half RoPE on x[B, S, heads, D] with full-width tables cos/sin [B or 1, S, D] (F32):
 //   out[i] = x[i]·cos[i] + rot(x)[i]·sin[i],  rot(x) = concat(-x[D/2:], x[:D/2]).
@@ -75,5 +87,34 @@ Tensor embedding(const Tensor& table, const std::vector<int64_t>& ids, Device de
 // ---- conversions ------------------------------------------------------------------------------------------------
 // Cast a float tensor to `dtype` on its own device.
 Tensor cast(const Tensor& x, DType dtype);
+
+// ---- device memory and weight streaming ---------------------------------------------------------------------------
+// Gives the allocator's cached free blocks on `device` back to the driver (after freeing a model). CPU: no-op.
+void release_cached_memory(Device device);
+// Keeps the memory the allocator takes from the driver on `device` under `bytes` (--max-vram): past it the
+// cache is given back first, then allocation throws OutOfMemory. 0 = no limit. CPU: no-op.
+void set_memory_limit(Device device, size_t bytes);
+
+// Weight streaming (CUDA only; the CPU has nothing to stream, and these throw there). Every op runs on its
+// device's compute stream; uploads run on the device's copy stream; StreamEvents order the two.
+enum class Stream { Compute, Copy };
+// Page-locked host memory of `bytes` ([bytes] U8 on the host), so uploads from it overlap compute.
+Tensor pinned_empty(size_t bytes, Device device);
+// dst (on a CUDA device) <- src (on the host; pinned to be asynchronous), equal byte sizes, enqueued on the
+// device's copy stream; returns at once.
+void upload_async(const Tensor& dst, const Tensor& src);
+class StreamEvent {
+ public:
+  explicit StreamEvent(Device device);
+  ~StreamEvent();
+  StreamEvent(const StreamEvent&) = delete;
+  StreamEvent& operator=(const StreamEvent&) = delete;
+  void record(Stream s);     // marks the point stream `s` has reached
+  void wait(Stream s) const; // stream `s` waits for the last recorded point (never recorded: no wait)
+  void synchronize() const;  // the host waits for it
+ private:
+  Device device_;
+  void* event_ = nullptr;
+};
 
 }  // namespace ernie::ops

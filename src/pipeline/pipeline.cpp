@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "core/error.h"
+#include "io/model_tokenizer.h"
 #include "models/ernie_dit.h"
 #include "models/flux2_vae.h"
 #include "models/mistral.h"
@@ -50,6 +51,8 @@ constexpr int kMaxBatchImages = 16;
 
 class ErniePipeline final : public Pipeline {
  public:
+  // Resident (keep_text_encoder): every component is loaded now. Offloaded: only the tokenizer; the
+  // prompt enhancer and text encoder load when a request needs them, the denoiser after the first encoding.
   ErniePipeline(const PipelineOptions& opt, const ProgressFn& progress) : opt_(opt) {
 #ifndef ERNIE_HAVE_CUDA
     ERNIE_CHECK(opt.device.is_cpu(), "device ", opt.device.str(), ": this build has no CUDA backend");
@@ -58,9 +61,13 @@ class ErniePipeline final : public Pipeline {
                 ": the CPU backend computes in f32");
     ERNIE_CHECK(opt.dtype == DType::F32 || opt.dtype == DType::BF16, "dtype ", dtype_name(opt.dtype),
                 ": activations must be f32 or bf16");
+    ERNIE_CHECK(!opt.offload_blocks || opt.device.is_cuda(), "offload blocks: streaming DiT blocks needs a CUDA "
+                "device; on the CPU the weights already stay in host memory (use --offload text-encoder or none)");
     if (opt.device.is_cpu()) cpu::set_threads(opt.threads);
     ERNIE_CHECK(opt.vae_tile >= 0, "vae tile ", std::to_string(opt.vae_tile), " must not be negative");
-    const int total = opt.load_pe ? 5 : 4;
+    if (opt.memory_limit) ops::set_memory_limit(opt.device, opt.memory_limit);
+    const bool resident = opt.keep_text_encoder;
+    const int total = resident ? (opt.load_pe ? 5 : 4) : 1;
     auto t0 = Clock::now();
     auto report = [&](int step) {
       if (progress) progress({"load", step, total, seconds_since(t0)});
@@ -74,7 +81,8 @@ class ErniePipeline final : public Pipeline {
     }
     if (opt.load_pe) {
       ERNIE_CHECK(m_.pe_c.has_value(), opt.model_dir, ": no prompt enhancer (pe/ folder) in this model");
-      ERNIE_CHECK(!m_.pe_tokenizer_dir.empty(), opt.model_dir, ": the prompt enhancer has no tokenizer (pe_tokenizer/)");
+      ERNIE_CHECK(!m_.pe_tokenizer_rel.empty(), opt.model_dir,
+                  ": the prompt enhancer has no tokenizer (pe_tokenizer/tokenizer.json or pe/tokenizer.json)");
       m_.require_ok("pe");
     }
     limits_ = model_limits(m_);
@@ -82,22 +90,18 @@ class ErniePipeline final : public Pipeline {
     ERNIE_CHECK(opt.vae_tile % vs == 0, "vae tile ", std::to_string(opt.vae_tile), " must be a multiple of the VAE's ",
                 std::to_string(vs), " pixels per latent pixel");
     FlowMatchEulerScheduler check_scheduler(m_.scheduler);  // unsupported scheduler options fail at load
-    tokenizer_ = Tokenizer::load(m_.tokenizer_dir);
+    tokenizer_ = load_model_tokenizer(m_, "tokenizer");
     report(1);
-    load_text_encoder();
-    // The default negative prompt "" is the same for every request: encode it once per load.
-    empty_negative_ = encode_ids_locked(tokenize(""));
+    if (!resident) return;
+    load_text_encoder({});
     report(2);
     if (opt.load_denoiser) {
-      dit_ = ErnieDit::load(m_, opt.device, opt.dtype);
+      load_denoiser({});
       report(3);
-      vae_ = Flux2Vae::load(m_, opt.device, opt.dtype);
     }
-    if (!opt.keep_text_encoder) text_encoder_.reset();
     report(4);
     if (opt.load_pe) {
-      load_prompt_enhancer();
-      if (!opt.keep_text_encoder) pe_.reset();  // reloaded when a request asks for it
+      load_prompt_enhancer({});
       report(5);
     }
   }
@@ -120,7 +124,7 @@ class ErniePipeline final : public Pipeline {
   int max_batch_images() const override { return kMaxBatchImages; }
   std::vector<GenerateResult> generate_batch(const std::vector<GenerateRequest>& reqs, const ProgressFn& progress,
                                              const std::atomic<bool>* cancel) override {
-    ERNIE_CHECK(dit_ && vae_, "this pipeline was loaded for text encoding only");
+    ERNIE_CHECK(opt_.load_denoiser, "this pipeline was loaded for text encoding only");
     ERNIE_CHECK(!reqs.empty(), "generate_batch: no requests");
     std::vector<GenerateResult> res(reqs.size());
     int images = 0;
@@ -150,9 +154,11 @@ class ErniePipeline final : public Pipeline {
         x.revised_prompt = enhance_prompt_locked(r.prompt, r.width, r.height, r.seed, progress, cancel);
       }
     }
+    offload(pe_);
 
     // [Phase 2] text encoding
     const bool do_cfg = r0.cfg > 1.0f;
+    load_text_encoder(progress);
     auto t0 = Clock::now();
     int n_enc = 0;
     for (const GenerateResult& x : res) n_enc += do_cfg && !x.resolved.negative_prompt.empty() ? 2 : 1;
@@ -164,13 +170,14 @@ class ErniePipeline final : public Pipeline {
       Tensor cond = encode_ids_locked(tokenize(x.revised_prompt));
       in.cond.insert(in.cond.end(), size_t(r.num_images), cond);
       if (do_cfg) {
-        Tensor uncond = r.negative_prompt.empty() ? empty_negative_ : encode_ids_locked(tokenize(r.negative_prompt));
+        Tensor uncond = r.negative_prompt.empty() ? empty_negative() : encode_ids_locked(tokenize(r.negative_prompt));
         in.uncond.insert(in.uncond.end(), size_t(r.num_images), uncond);
       }
     }
-    if (!opt_.keep_text_encoder) text_encoder_.reset();
+    offload(text_encoder_);
     const double encode_s = seconds_since(t0);
     if (progress) progress({"encode", n_enc, n_enc, encode_s});
+    load_denoiser(progress);  // offloaded mode: after the first encoding, so the two never share the device
 
     // [Phase 3] denoising
     std::vector<Tensor> noise;
@@ -229,14 +236,17 @@ class ErniePipeline final : public Pipeline {
 
   Tensor encode_prompt(const std::string& prompt) override {
     std::lock_guard<std::mutex> lock(mu_);
+    load_text_encoder({});
     Tensor h = encode_ids_locked(tokenize(prompt));
-    if (!opt_.keep_text_encoder) text_encoder_.reset();
+    offload(text_encoder_);
     return h;
   }
 
   std::string enhance_prompt(const std::string& prompt, int width, int height) override {
     std::lock_guard<std::mutex> lock(mu_);
-    return enhance_prompt_locked(prompt, width, height, 0, {}, nullptr);
+    std::string text = enhance_prompt_locked(prompt, width, height, 0, {}, nullptr);
+    offload(pe_);
+    return text;
   }
 
   int scale_factor() const override { return limits_.scale_factor; }
@@ -253,6 +263,10 @@ class ErniePipeline final : public Pipeline {
   }
   bool turbo() const override { return limits_.turbo; }
   const std::string& model_dir() const override { return m_.root; }
+  LoadCounts load_counts() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return loads_;
+  }
 
  private:
   PipelineOptions opt_;
@@ -263,8 +277,9 @@ class ErniePipeline final : public Pipeline {
   std::optional<ErnieDit> dit_;
   std::optional<Flux2Vae> vae_;
   std::optional<PromptEnhancer> pe_;
-  Tensor empty_negative_;  // [1, hidden] F32 host: encode_prompt("")
-  std::mutex mu_;
+  Tensor empty_negative_;  // [T, hidden] F32 host: encode_prompt(""), encoded on first use
+  LoadCounts loads_;
+  mutable std::mutex mu_;
 
   // The tiling a decode of an h×w latent gets (PipelineOptions::vae_tiling); nullopt: untiled.
   std::optional<VaeTiling> vae_tiling_for([[maybe_unused]] int64_t h, [[maybe_unused]] int64_t w) const {
@@ -286,8 +301,42 @@ class ErniePipeline final : public Pipeline {
     return t ? vae_decode_tiled(*vae_, z, *t) : vae_->decode(z);
   }
 
-  void load_text_encoder() {
-    if (!text_encoder_) text_encoder_ = TextEncoder::load(m_, opt_.device, opt_.dtype);
+  // A component loaded when it is missing (offloaded mode: reported as a "load" phase of the request).
+  template <class LoadFn>
+  void load_component(bool missing, int& count, const ProgressFn& progress, LoadFn&& load) {
+    if (!missing) return;
+    auto t0 = Clock::now();
+    if (progress) progress({"load", 0, 1, 0});
+    load();
+    ++count;
+    if (progress) progress({"load", 1, 1, seconds_since(t0)});
+  }
+  void load_text_encoder(const ProgressFn& progress) {
+    load_component(!text_encoder_, loads_.text_encoder, progress,
+                   [&] { text_encoder_ = TextEncoder::load(m_, opt_.device, opt_.dtype); });
+  }
+  void load_prompt_enhancer(const ProgressFn& progress) {
+    ERNIE_CHECK(m_.pe_c.has_value(), opt_.model_dir, ": no prompt enhancer (pe/ folder) in this model");
+    load_component(!pe_, loads_.prompt_enhancer, progress,
+                   [&] { pe_ = PromptEnhancer::load(m_, opt_.device, opt_.dtype); });
+  }
+  void load_denoiser(const ProgressFn& progress) {
+    load_component(!dit_, loads_.denoiser, progress, [&] {
+      dit_ = ErnieDit::load(m_, opt_.device, opt_.dtype, opt_.offload_blocks);
+      vae_ = Flux2Vae::load(m_, opt_.device, opt_.dtype);
+    });
+  }
+  // Offloaded mode: frees a component's device weights (and the allocator's cache of them) after use.
+  template <class T>
+  void offload(std::optional<T>& component) {
+    if (opt_.keep_text_encoder || !component) return;
+    component.reset();
+    ops::release_cached_memory(opt_.device);
+  }
+
+  const Tensor& empty_negative() {
+    if (!empty_negative_.defined()) empty_negative_ = encode_ids_locked(tokenize(""));
+    return empty_negative_;
   }
 
   // encode_prompt: tokenizer(text, add_special_tokens=True, truncation=True) (cut at model_max_length, 2048
@@ -299,14 +348,9 @@ class ErniePipeline final : public Pipeline {
   }
 
   Tensor encode_ids_locked(const std::vector<int64_t>& ids) {
-    load_text_encoder();
+    load_text_encoder({});
     Tensor h = text_encoder_->encode(ids);
     return h.to(kCPU).to_f32();
-  }
-
-  void load_prompt_enhancer() {
-    ERNIE_CHECK(m_.pe_c.has_value(), opt_.model_dir, ": no prompt enhancer (pe/ folder) in this model");
-    if (!pe_) pe_ = PromptEnhancer::load(m_, opt_.device, opt_.dtype);
   }
 
   // _enhance_prompt_with_pe with the reference's sampling settings; the draw is seeded with the request's
@@ -314,7 +358,7 @@ class ErniePipeline final : public Pipeline {
   std::string enhance_prompt_locked(const std::string& prompt, int width, int height, uint64_t seed,
                                     const ProgressFn& progress, const std::atomic<bool>* cancel) {
     ERNIE_CHECK(opt_.load_pe, "prompt enhancer: the model was loaded without it (enable load_pe / --pe)");
-    load_prompt_enhancer();
+    load_prompt_enhancer(progress);
     auto t0 = Clock::now();
     EnhanceOptions eo;
     SamplingParams sp = pe_->default_sampling();
@@ -328,7 +372,6 @@ class ErniePipeline final : public Pipeline {
     EnhanceResult er = pe_->enhance(prompt, width, height, eo);
     const int n = int(er.generation.ids.size());
     if (progress) progress({"enhance", n, n, seconds_since(t0)});
-    if (!opt_.keep_text_encoder) pe_.reset();
     return er.text;
   }
 };

@@ -24,7 +24,14 @@ struct PipelineOptions {
   Device device = kCPU;
   DType dtype = DType::F32;      // activations: F32 on CPU; BF16 (default) or F32 on CUDA
   int threads = 0;               // CPU threads, 0 = all
-  bool keep_text_encoder = true; // false: free it after encoding (CLI); true: keep resident (server)
+  // true (server): everything is loaded at start and stays resident. false (CLI, --offload text-encoder):
+  // the prompt enhancer and the text encoder are loaded when a request needs them and freed right after,
+  // and the denoiser is loaded after the first encoding, so one generation never holds the text encoder
+  // and the DiT at once (later requests reload the text encoder next to the resident DiT).
+  bool keep_text_encoder = true;
+  bool offload_blocks = false;   // CUDA only (--offload blocks): DiT blocks stay in pinned host memory and
+                                 // are streamed to the GPU block by block during each step
+  size_t memory_limit = 0;       // CUDA: cap on the device memory the allocator takes (--max-vram); 0 = none
   bool load_pe = false;          // load the prompt enhancer (pe/) when present
   bool load_denoiser = true;     // false: tokenizer and text encoder only (encode_prompt); generate() throws
   bool round_timesteps = true;   // feed the DiT bf16-rounded timesteps in bf16, as the reference does
@@ -66,6 +73,11 @@ struct GenerateResult {
   bool vae_tiled = false;      // the decode ran tiled (PipelineOptions::vae_tiling)
 };
 
+// How many times each component was loaded onto the device (offloaded ones reload per request).
+struct LoadCounts {
+  int text_encoder = 0, prompt_enhancer = 0, denoiser = 0;
+};
+
 class Pipeline {
  public:
   static std::unique_ptr<Pipeline> load(const PipelineOptions& opt, const ProgressFn& progress = {});
@@ -83,6 +95,7 @@ class Pipeline {
   virtual std::vector<std::pair<int, int>> supported_sizes() const = 0;  // recommended (W, H)
   virtual bool turbo() const = 0;
   virtual const std::string& model_dir() const = 0;
+  virtual LoadCounts load_counts() const { return {}; }
 
   // Several resolved requests of one shape (same width, height, steps, cfg, use_pe) in one pass through
   // the denoiser; results in request order, each as generate() would return it; progress counts the

@@ -109,6 +109,35 @@ TEST(CudaOps, ModulateAndGatedResidual) {
   }
 }
 
+// The fused DiT ops against the composition of the CPU twins (the fused kernel for head_dim 128 and
+// 16-byte rows; head_dim 64 and a 12-wide row take the composed fallback).
+TEST(CudaOps, FusedNormModulateAndQkvRope) {
+  ERNIE_REQUIRE_GPU();
+  FOR_DTYPES {
+    for (int64_t vb : {int64_t(2), int64_t(1)}) for (int64_t c : {int64_t(4096), int64_t(12)}) {
+      Tensor x = as_dtype(rnd({2, 9, c}, 60, 2.f, 0.5f), dt), w = as_dtype(rnd({c}, 61), dt);
+      Tensor shift = as_dtype(rnd({vb, c}, 62), dt), scl = as_dtype(rnd({vb, c}, 63), dt);
+      EXPECT_TRUE(tensors_close(down(ops::rms_norm_modulate(up(x, dt), up(w, dt), 1e-6f, up(shift, dt), up(scl, dt))),
+                                cpu::modulate(cpu::rms_norm(x, w, 1e-6f), shift, scl), tol(dt), min_cos(dt)));
+    }
+    for (int64_t D : {int64_t(128), int64_t(64)}) for (int64_t tb : {int64_t(2), int64_t(1)}) for (bool norms : {true, false}) {
+      SCOPED_TRACE("D " + std::to_string(D) + " table rows " + std::to_string(tb) + (norms ? " norms" : ""));
+      const int64_t B = 2, S = 11, H = 3;
+      Tensor q = as_dtype(rnd({B, S, H, D}, 64, 2.f), dt), k = as_dtype(rnd({B, S, H, D}, 65, 2.f), dt),
+             v = as_dtype(rnd({B, S, H, D}, 66), dt);
+      Tensor nq = norms ? as_dtype(rnd({D}, 67), dt) : Tensor(), nk = norms ? as_dtype(rnd({D}, 68), dt) : Tensor();
+      Tensor cs = rnd({tb, S, D}, 69), sn = rnd({tb, S, D}, 70);
+      Tensor qkv = cpu::concat({q.reshape({B, S, H * D}), k.reshape({B, S, H * D}), v.reshape({B, S, H * D})}, 2);
+      ops::Qkv got = ops::qkv_norm_rope(up(qkv, dt), H, norms ? up(nq, dt) : Tensor(), norms ? up(nk, dt) : Tensor(),
+                                        1e-6f, cs.to(kGPU), sn.to(kGPU));
+      Tensor rq = norms ? cpu::rms_norm(q, nq, 1e-6f) : q, rk = norms ? cpu::rms_norm(k, nk, 1e-6f) : k;
+      EXPECT_TRUE(tensors_close(down(got.q), cpu::rope(rq, cs, sn), tol(dt), min_cos(dt)));
+      EXPECT_TRUE(tensors_close(down(got.k), cpu::rope(rk, cs, sn), tol(dt), min_cos(dt)));
+      EXPECT_TRUE(tensors_close(down(got.v), v, 0));
+    }
+  }
+}
+
 TEST(CudaOps, Rope) {
   ERNIE_REQUIRE_GPU();
   FOR_DTYPES {
@@ -149,6 +178,8 @@ TEST(CudaOps, AttentionFlashAndSimple) {
   ERNIE_REQUIRE_GPU();
   const std::vector<AttnCase> cases = {
       {2, 100, 100, 4, 4, 128, false, 0, {100, 37}},   // DiT-like: padding mask per batch row
+      {1, 300, 517, 8, 2, 128, false, 0, {}},           // several key tiles, a ragged last one, GQA
+      {3, 129, 260, 2, 2, 128, false, 0, {0, 260, 131}},  // an empty row, a full one, one key past a tile
       {1, 200, 200, 8, 2, 128, true, 0, {}},            // text encoder: causal, GQA
       {1, 1, 50, 4, 1, 128, true, 49, {50}},            // decoding one token against a cache
       {1, 3, 40, 4, 2, 64, true, 30, {}},               // causal at an offset
@@ -176,6 +207,10 @@ TEST(CudaOps, AttentionFlashAndSimple) {
   setenv("ERNIE_FLASH_BC", "32", 1);
   for (const AttnCase& c : cases) check_attention(c, DType::BF16, seed += 3);
   unsetenv("ERNIE_FLASH_BC");
+  // The mma.sync flash kernel where the Hopper wgmma kernel would run.
+  setenv("ERNIE_ATTENTION", "mma", 1);
+  for (const AttnCase& c : cases) check_attention(c, DType::BF16, seed += 3);
+  unsetenv("ERNIE_ATTENTION");
   // The simple kernel on the shapes the flash kernel normally takes.
   setenv("ERNIE_ATTENTION", "simple", 1);
   for (const AttnCase& c : cases) check_attention(c, DType::BF16, seed += 3);
@@ -185,6 +220,7 @@ TEST(CudaOps, AttentionFlashAndSimple) {
 TEST(CudaOps, AttentionLongSequence) {
   ERNIE_REQUIRE_GPU();
   check_attention({1, 1100, 1100, 2, 2, 128, false, 0, {1030}}, DType::BF16, 7);
+  check_attention({2, 4296, 4296, 4, 4, 128, false, 0, {4296, 4100}}, DType::BF16, 8);
 }
 
 TEST(CudaOps, Conv2dCudnnAndIm2col) {
@@ -195,10 +231,14 @@ TEST(CudaOps, Conv2dCudnnAndIm2col) {
   };
   const std::vector<Case> cases = {{{2, 8, 17, 19}, {12, 8, 3, 3}, 1, 1},
                                    {{1, 6, 16, 16}, {8, 6, 3, 3}, 2, 0},
-                                   {{2, 16, 9, 9}, {4, 16, 1, 1}, 1, 0}};
-  for (const char* mode : {"", "im2col"}) {
-    SCOPED_TRACE(std::string("ERNIE_CONV=") + mode);
+                                   {{2, 16, 9, 9}, {4, 16, 1, 1}, 1, 0},
+                                   {{1, 16, 20, 24}, {3, 16, 3, 3}, 1, 1},   // fewer than 8 outputs: padded filters
+                                   {{1, 8, 18, 18}, {16, 8, 3, 3}, 1, 1}};  // output-channel groups (below)
+  // "groups": a batch of one in output-channel groups, as large VAE convolutions run.
+  for (const char* mode : {"", "im2col", "groups"}) {
+    SCOPED_TRACE(std::string("mode ") + mode);
     setenv("ERNIE_CONV", mode, 1);
+    if (std::string(mode) == "groups") setenv("ERNIE_CONV_GROUP_BYTES", "1", 1);
     FOR_DTYPES {
       for (const Case& c : cases) {
         Tensor x = as_dtype(rnd(c.x, 30), dt), w = as_dtype(rnd(c.w, 31, 0.3f), dt), b = as_dtype(rnd({c.w[0]}, 32), dt);
@@ -206,6 +246,7 @@ TEST(CudaOps, Conv2dCudnnAndIm2col) {
                                   cpu::conv2d(x, w, b, c.stride, c.pad), tol(dt, 1e-5), min_cos(dt)));
       }
     }
+    unsetenv("ERNIE_CONV_GROUP_BYTES");
   }
   unsetenv("ERNIE_CONV");
 }

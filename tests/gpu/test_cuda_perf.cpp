@@ -36,18 +36,18 @@ TEST(CudaPerf, DISABLED_Gemm) {
 TEST(CudaPerf, DISABLED_Attention) {
   ERNIE_REQUIRE_GPU();
   cuda::set_poison_allocations(false);
-  for (int B : {1, 2}) for (const char* bc : {"64", "32"}) {
-    setenv("ERNIE_FLASH_BC", bc, 1);
+  for (int B : {1, 2}) for (const char* path : {"wgmma", "mma"}) {
+    setenv("ERNIE_ATTENTION", path, 1);
     const int S = 4296, H = 32, D = 128;
     Tensor q = gpu_rnd({B, S, H, D}, 3), k = gpu_rnd({B, S, H, D}, 4), v = gpu_rnd({B, S, H, D}, 5);
     ops::AttentionMask m;
     m.kv_len = std::vector<int64_t>(size_t(B), S - 50);
     Tensor o;
     const double s = time_s([&] { o = ops::attention(q, k, v, 0.088f, m); });
-    std::printf("attention bf16 B=%d S=%d H=%d D=%d (%s keys/tile): %.3f ms, %.0f TFLOP/s\n", B, S, H, D, bc, s * 1e3,
+    std::printf("attention bf16 B=%d S=%d H=%d D=%d (%s): %.3f ms, %.0f TFLOP/s\n", B, S, H, D, path, s * 1e3,
                 4.0 * B * H * double(S) * S * D / s / 1e12);
   }
-  unsetenv("ERNIE_FLASH_BC");
+  unsetenv("ERNIE_ATTENTION");
 }
 
 TEST(CudaPerf, DISABLED_Elementwise) {

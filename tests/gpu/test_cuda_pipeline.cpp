@@ -5,29 +5,11 @@
 // output by up to 16% — a difference of inputs, not of kernels).
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <nlohmann/json.hpp>
-
+#include "golden_cases.h"
 #include "gpu_util.h"
 #include "pipeline/pipeline.h"
 
 using namespace ernie;
-
-namespace {
-GenerateRequest golden_case(int n) {
-  std::ifstream f(test::golden_json());
-  nlohmann::json c = nlohmann::json::parse(f)["cases"][size_t(n)];
-  GenerateRequest r;
-  r.prompt = c["prompt"].get<std::string>();
-  r.negative_prompt = c["negative_prompt"].get<std::string>();
-  r.height = c["height"].get<int>();
-  r.width = c["width"].get<int>();
-  r.steps = c["steps"].get<int>();
-  r.cfg = c["cfg"].get<float>();
-  r.init_latents = test::golden_tensor("case." + std::to_string(n) + ".latents_init").clone();
-  return r;
-}
-}  // namespace
 
 class CudaGoldenCase : public ::testing::TestWithParam<std::tuple<int, DType>> {};
 
@@ -40,7 +22,7 @@ TEST_P(CudaGoldenCase, MatchesReference) {
   o.dtype = dt;
   o.round_timesteps = false;
   auto pipe = Pipeline::load(o);
-  GenerateResult res = pipe->generate(golden_case(n));
+  GenerateResult res = pipe->generate(test::golden_case(n));
   const std::string p = "case." + std::to_string(n) + ".";
   const double rel = dt == DType::F32 ? 1e-3 : 3e-2, cos = dt == DType::F32 ? -1 : 0.999;
   auto lat = test::tensors_close(res.latents, test::golden_tensor(p + "latents_final"), rel, cos);

@@ -64,10 +64,10 @@ def wait_status(srv, job, want, timeout=60):
     raise AssertionError(f"job {job} did not reach {want}: {j}")
 
 
-def wait_step(srv, job, step, timeout=60):
+def wait_step(srv, job, step, timeout=60, headers=AUTH):
     end = time.time() + timeout
     while time.time() < end:
-        s, j = srv.json("GET", f"/v1/jobs/{job}", headers=AUTH)
+        s, j = srv.json("GET", f"/v1/jobs/{job}", headers=headers)
         if j["phase"] == "denoise" and j["step"] >= step:
             return j
         if j["status"] not in ("queued", "running"):
@@ -315,17 +315,7 @@ def test_cancel(srv, size, long_steps, per_step):
     evs = srv.events(b, AUTH, timeout=10)
     check([e[1] for e in evs] == ["queued", "cancelled"], f"events of a cancelled waiting job: {evs}")
     srv.json("DELETE", f"/v1/jobs/{a}", headers=AUTH)
-    wait_idle(srv)
-
-
-def wait_idle(srv, timeout=60):
-    end = time.time() + timeout
-    while time.time() < end:
-        s, j = srv.json("GET", "/health")
-        if j["queued"] == 0 and j["running"] == 0:
-            return
-        time.sleep(0.02)
-    raise AssertionError("server did not go idle")
+    srv.wait_idle()
 
 
 def test_queue_full(srv, size, long_steps):
@@ -339,7 +329,7 @@ def test_queue_full(srv, size, long_steps):
     check(j["queue_position"] == 2, f"queue position {j.get('queue_position')}")
     for job in [running] + waiting:
         srv.json("DELETE", f"/v1/jobs/{job}", headers=AUTH)
-    wait_idle(srv)
+    srv.wait_idle()
     s, j = srv.json("POST", "/v1/jobs", {"prompt": "room again", "size": size, "steps": 1}, AUTH)
     check(s == 202, f"after the queue drained: {s}")
     wait_status(srv, j["id"], ("succeeded",))
@@ -360,26 +350,25 @@ def test_batching(srv, size, long_steps):
         s, j = srv.json("POST", "/v1/images/generations", body, AUTH)
         check(s == 200, f"alone {name}: {s}")
         alone[name] = pixels(base64.b64decode(j["data"][0]["b64_json"]))
-    _, _, m = srv.request("GET", "/metrics")
-    before = [l for l in m.decode().splitlines() if l.startswith("ernie_batches_total ")][0]
-    blocker = submit(srv, {"prompt": "blocker", "size": size, "steps": long_steps})
-    wait_status(srv, blocker, ("running",))
-    ja, jb = submit(srv, a), submit(srv, b)
-    srv.json("DELETE", f"/v1/jobs/{blocker}", headers=AUTH)
-    sa, sb = wait_status(srv, ja, ("succeeded",)), wait_status(srv, jb, ("succeeded",))
+
+    def queue_behind_blocker():
+        """a and b submitted while a long job runs, so that both wait; the blocker is then cancelled."""
+        blocker = submit(srv, {"prompt": "blocker", "size": size, "steps": long_steps})
+        wait_status(srv, blocker, ("running",))
+        ja, jb = submit(srv, a), submit(srv, b)
+        srv.json("DELETE", f"/v1/jobs/{blocker}", headers=AUTH)
+        return ja, jb, wait_status(srv, ja, ("succeeded",)), wait_status(srv, jb, ("succeeded",))
+
+    before = srv.metrics()["ernie_batches_total"]
+    ja, jb, sa, sb = queue_behind_blocker()
     check(sa["batch_size"] == 2 and sb["batch_size"] == 2, f"batch sizes {sa['batch_size']}, {sb['batch_size']}")
     for name, job in (("a", ja), ("b", jb)):
         st, _, png = srv.request("GET", f"/v1/jobs/{job}/images/0", headers=AUTH)
         check(st == 200 and pixels_close(pixels(png), alone[name]), f"batched {name} differs from its image alone")
-    _, _, m = srv.request("GET", "/metrics")
-    after = [l for l in m.decode().splitlines() if l.startswith("ernie_batches_total ")][0]
-    check(float(after.split()[1]) == float(before.split()[1]) + 1, f"{before} -> {after}")
+    after = srv.metrics()["ernie_batches_total"]
+    check(after == before + 1, f"ernie_batches_total {before} -> {after}")
     # Measured now: batched again only if that was no slower than one alone (on this CPU it usually is slower).
-    blocker = submit(srv, {"prompt": "blocker", "size": size, "steps": long_steps})
-    wait_status(srv, blocker, ("running",))
-    ja, jb = submit(srv, a), submit(srv, b)
-    srv.json("DELETE", f"/v1/jobs/{blocker}", headers=AUTH)
-    sa, sb = wait_status(srv, ja, ("succeeded",)), wait_status(srv, jb, ("succeeded",))
+    ja, jb, sa, sb = queue_behind_blocker()
     print(f"batching: second time the batch size was {sa['batch_size']} (chosen from the measured times)", flush=True)
     for job in (ja, jb):
         srv.request("DELETE", f"/v1/jobs/{job}", headers=AUTH)
@@ -395,7 +384,7 @@ def test_metrics(srv):
                  'ernie_http_requests_total{code="413"}', 'ernie_http_requests_total{code="429"}',
                  "ernie_process_resident_memory_bytes"):
         check(name in text, f"/metrics lacks {name}")
-    vals = {l.split(" ")[0]: float(l.split(" ")[1]) for l in text.splitlines() if l and not l.startswith("#")}
+    vals = srv.metrics()
     check(vals.get("ernie_images_generated_total", 0) >= 6, f"images generated {vals.get('ernie_images_generated_total')}")
     check(vals.get("ernie_step_seconds_count", 0) > 10, "step latency histogram is empty")
 
@@ -438,7 +427,7 @@ def test_shutdown(binary, model, size, long_steps, per_step):
         evs = []
         t = threading.Thread(target=lambda: evs.extend(srv.events(a)))
         t.start()
-        wait_step_noauth(srv, a, 1)
+        wait_step(srv, a, 1, headers={})
         t0 = time.time()
         rc = srv.terminate(60)
         took = time.time() - t0
@@ -450,16 +439,6 @@ def test_shutdown(binary, model, size, long_steps, per_step):
             check(evs[-1][2].get("error", {}).get("code") == "shutting_down", f"last event {evs[-1]}")
     finally:
         srv.kill()
-
-
-def wait_step_noauth(srv, job, step, timeout=60):
-    end = time.time() + timeout
-    while time.time() < end:
-        s, j = srv.json("GET", f"/v1/jobs/{job}")
-        if j["phase"] == "denoise" and j["step"] >= step:
-            return
-        time.sleep(0.005)
-    raise AssertionError("job did not start")
 
 
 def main():
@@ -485,9 +464,7 @@ def main():
         rc = srv.terminate(120)
         check(rc == 0, f"exit code {rc}, want 0")
     finally:
-        srv.kill()
-        if check.failures:
-            sys.stdout.write("server log (tail):\n" + "".join(srv.stderr_lines[-40:]))
+        srv.close(show_log=bool(check.failures))
     test_shutdown(binary, model, size, long_steps, per_step)
     print(f"took {time.time() - t0:.1f} s")
     check.done("server API test")

@@ -70,26 +70,6 @@ def run_one(srv, i, size, results):
         results[i] = ("exception", False, repr(e)[:200], time.time() - t0)
 
 
-def metrics(srv):
-    _, _, b = srv.request("GET", "/metrics")
-    out = {}
-    for l in b.decode().splitlines():
-        if l and not l.startswith("#"):
-            k, v = l.rsplit(" ", 1)
-            out[k] = float(v)
-    return out
-
-
-def wait_idle(srv, timeout=60):
-    end = time.time() + timeout
-    while time.time() < end:
-        s, j = srv.json("GET", "/health")
-        if j["queued"] == 0 and j["running"] == 0:
-            return
-        time.sleep(0.05)
-    raise AssertionError("server did not go idle")
-
-
 def main():
     binary, data = sys.argv[1], sys.argv[2]
     model = os.path.join(data, "tiny-ernie-image", "model")
@@ -112,10 +92,10 @@ def main():
         for t in threads:
             t.join(TIME_LIMIT_S)
         assert all(r and r[1] for r in warm), warm
-        wait_idle(srv)
+        srv.wait_idle(poll=0.05)
         time.sleep(1.5)
         idle_kib = srv.rss_kib()
-        m0 = metrics(srv)
+        m0 = srv.metrics()
 
         results = [None] * REQUESTS
         peak = [idle_kib]
@@ -150,10 +130,10 @@ def main():
         check(took < TIME_LIMIT_S, f"the load took {took:.1f} s, limit {TIME_LIMIT_S:.0f} s")
         check(srv.proc.poll() is None, "the server died under load")
 
-        wait_idle(srv)
+        srv.wait_idle(poll=0.05)
         time.sleep(2.0)  # the worker gives memory back once idle
         after_kib = srv.rss_kib()
-        m1 = metrics(srv)
+        m1 = srv.metrics()
         check(m1["ernie_images_generated_total"] - m0["ernie_images_generated_total"] == n_valid,
               f"images generated {m1['ernie_images_generated_total'] - m0['ernie_images_generated_total']}, want {n_valid}")
         check(m1["ernie_results_stored"] == 0 and m1["ernie_queue_length"] == 0,
@@ -181,9 +161,7 @@ def main():
         rc = srv.terminate(120)
         check(rc == 0, f"exit code {rc} after SIGTERM, want 0")
     finally:
-        srv.kill()
-        if check.failures:
-            sys.stdout.write("server log (tail):\n" + "".join(srv.stderr_lines[-40:]))
+        srv.close(show_log=bool(check.failures))
     check.done("server load test")
 
 

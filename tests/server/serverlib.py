@@ -6,6 +6,7 @@ import os
 import signal
 import struct
 import subprocess
+import sys
 import threading
 import time
 import zlib
@@ -88,6 +89,26 @@ class Server:
         c.close()
         return out
 
+    def metrics(self):
+        """GET /metrics as {name (with labels): value}."""
+        _, _, b = self.request("GET", "/metrics")
+        out = {}
+        for l in b.decode().splitlines():
+            if l and not l.startswith("#"):
+                k, v = l.rsplit(" ", 1)
+                out[k] = float(v)
+        return out
+
+    def wait_idle(self, timeout=60, poll=0.02):
+        """Waits until /health shows no queued and no running job."""
+        end = time.time() + timeout
+        while time.time() < end:
+            s, j = self.json("GET", "/health")
+            if j["queued"] == 0 and j["running"] == 0:
+                return
+            time.sleep(poll)
+        raise AssertionError("server did not go idle")
+
     def rss_kib(self):
         with open(f"/proc/{self.proc.pid}/status") as f:
             for l in f:
@@ -104,6 +125,12 @@ class Server:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+    def close(self, show_log=False):
+        """Kills the server if it still runs; with show_log, prints the tail of its log (after a failure)."""
+        self.kill()
+        if show_log:
+            sys.stdout.write("server log (tail):\n" + "".join(self.stderr_lines[-40:]))
 
 
 def png_info(data):

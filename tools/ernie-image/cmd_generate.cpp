@@ -1,7 +1,9 @@
 // ernie-image generate --model DIR -p PROMPT [-n NEGATIVE] [-W 1024 -H 1024] [--steps N] [--cfg S] [--seed N]
 //   [--batch N] [-o out.png] [--device cpu|cuda[:i]] [--dtype f32|bf16] [--threads N] [--init-latents F]
-//   [--save-latents F] [--quiet] [--progress bar|json] [--pe] [--vae-tiling] [--vae-tile PIXELS]
+//   [--save-latents F] [--quiet] [--progress bar|json] [--pe] [--offload none|text-encoder|blocks] [--max-vram GiB]
+//   [--vae-tiling] [--vae-tile PIXELS]
 // Everything a user can get wrong is checked before the weights are loaded.
+#include <algorithm>
 #include <cstdio>
 #include <random>
 
@@ -9,6 +11,7 @@
 #include "core/error.h"
 #include "generate_util.h"
 #include "io/model_folder.h"
+#include "io/model_tokenizer.h"
 #include "io/png.h"
 #include "io/safetensors.h"
 #include "pipeline/metadata.h"
@@ -22,7 +25,8 @@ namespace {
 
 struct Opts {
   std::string model, prompt, negative, out = "out.png", device = "cpu", dtype, init_latents, save_latents;
-  std::string progress = "bar";
+  std::string progress = "bar", offload = "text-encoder";
+  double max_vram = 0;
   int width = 0, height = 0, steps = 0, batch = 1, threads = 0, vae_tile = 0;
   float cfg = kCfgDefault;
   uint64_t seed = 0;
@@ -38,9 +42,12 @@ int run(const Opts& o, const CLI::App& c) {
   popt.device = Device::parse(o.device);
   popt.dtype = parse_dtype_option(o.dtype, popt.device);
   popt.threads = o.threads;
-  popt.keep_text_encoder = false;
   popt.load_pe = o.pe;
   ERNIE_CHECK(o.threads >= 0, "--threads ", std::to_string(o.threads), " must not be negative");
+  ERNIE_CHECK(!(c.count("--offload") && c.count("--max-vram")), "give --offload or --max-vram, not both "
+              "(--max-vram picks the offload mode)");
+  ERNIE_CHECK(!c.count("--max-vram") || o.max_vram > 0, "--max-vram must be a positive size in GiB");
+  parse_offload(o.offload);
   if (o.vae_tiling) popt.vae_tiling = VaeTilingMode::On;
   popt.vae_tile = o.vae_tile;
 
@@ -99,6 +106,19 @@ int run(const Opts& o, const CLI::App& c) {
 
   if (!o.save_latents.empty() && !r.init_latents) r.init_latents = initial_noise(latent_shape(r, limits), r.seed);
 
+  // Low-VRAM mode: as given, or the least offloading that fits --max-vram.
+  int prompt_tokens = 0;
+  if (popt.device.is_cuda()) {
+    Tokenizer tok = load_model_tokenizer(folder, "tokenizer");
+    prompt_tokens = int(std::max(tok.encode(r.prompt).size(), tok.encode(r.negative_prompt).size()));
+  }
+  const OffloadChoice oc =
+      choose_offload(folder, r, popt.device, popt.dtype, o.offload, o.max_vram, o.pe, prompt_tokens);
+  apply_offload(oc, popt);
+  if (!o.quiet && oc.limit_bytes)
+    std::fprintf(stderr, "--max-vram %s: --offload %s (estimated peak %s)\n", gib_str(oc.limit_bytes).c_str(),
+                 offload_name(oc.mode), gib_str(oc.estimate_bytes).c_str());
+
   ProgressPrinter printer(pmode);
   auto pipe = Pipeline::load(popt, printer.fn());
   GenerateResult res = pipe->generate(r, printer.fn());
@@ -147,6 +167,12 @@ Register reg(10, [](CLI::App& app) {
   c->add_flag("--quiet,-q", o->quiet, "print nothing but errors");
   c->add_option("--progress", o->progress, "bar (default) or json (one JSON object per line on stderr)");
   c->add_flag("--pe", o->pe, "rewrite the prompt with the model's prompt enhancer first");
+  c->add_option("--offload", o->offload,
+                "low-VRAM mode: none (all resident), text-encoder (default: the prompt enhancer and text encoder "
+                "are on the device only while used, the DiT loads after them), blocks (that, and the DiT blocks "
+                "stream from pinned host memory each step; CUDA only)");
+  c->add_option("--max-vram", o->max_vram, "GiB of device memory to stay under: picks the least offloading whose "
+                "estimated peak fits and caps the allocator there (CUDA only)");
   c->add_flag("--vae-tiling", o->vae_tiling, "decode the image in tiles (less memory; on CUDA it is automatic when "
               "the whole decode would not fit)");
   c->add_option("--vae-tile", o->vae_tile, "tile side in pixels when tiling, a multiple of the VAE's 8 (default: 512 "

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "commands.h"
+#include "io/model_folder.h"
 #include "core/error.h"
 #include "core/system_info.h"
 #include "generate_util.h"
@@ -57,7 +58,7 @@ int run(const Opts& o) {
   popt.dtype = parse_dtype_option(o.dtype, popt.device);
   popt.threads = o.threads;
   popt.keep_text_encoder = true;
-  popt.load_pe = !o.no_pe && std::filesystem::is_directory(std::filesystem::path(o.model) / "pe");
+  popt.load_pe = !o.no_pe && ModelFolder::open(o.model, true).pe_c.has_value();  // a folder or a converted file
   if (o.vae_tiling) popt.vae_tiling = VaeTilingMode::On;
   popt.vae_tile = o.vae_tile;
 

@@ -8,6 +8,7 @@
 
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cpu/cpu_util.h"
+#include "ops/shape_rules.h"
 
 namespace ernie::cpu {
 
@@ -19,17 +20,9 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
   detail::check_act(q, "attention", "q");
   detail::check_act(k, "attention", "k");
   detail::check_act(v, "attention", "v");
-  ERNIE_CHECK(q.ndim() == 4 && k.ndim() == 4 && k.shape() == v.shape(), "attention: q ", shape_str(q.shape()), ", k ",
-              shape_str(k.shape()), ", v ", shape_str(v.shape()), " must be [B, S, heads, head_dim] with k = v");
+  ops::rules::attention(q, k, v, mask);
   const int64_t B = q.dim(0), Sq = q.dim(1), Hq = q.dim(2), D = q.dim(3);
   const int64_t Sk = k.dim(1), Hkv = k.dim(2);
-  ERNIE_CHECK(k.dim(0) == B && k.dim(3) == D && Hkv > 0 && Hq % Hkv == 0, "attention: q ", shape_str(q.shape()),
-              " and k/v ", shape_str(k.shape()), " disagree on batch or head_dim, or q heads are not a multiple of kv heads");
-  ERNIE_CHECK(mask.kv_len.empty() || int64_t(mask.kv_len.size()) == B, "attention: kv_len has ",
-              std::to_string(mask.kv_len.size()), " entries for batch ", std::to_string(B));
-  for (int64_t L : mask.kv_len)
-    ERNIE_CHECK(L >= 0 && L <= Sk, "attention: kv_len ", std::to_string(L), " outside [0, ", std::to_string(Sk), "]");
-  ERNIE_CHECK(mask.q_offset >= 0, "attention: negative q_offset ", std::to_string(mask.q_offset));
 
   Tensor out = Tensor::empty(q.shape(), DType::F32);
   const float *qp = q.f32(), *kp = k.f32(), *vp = v.f32();

@@ -8,6 +8,7 @@
 
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cpu/cpu_util.h"
+#include "ops/shape_rules.h"
 
 namespace ernie::cpu {
 
@@ -18,15 +19,9 @@ constexpr int64_t kColumnFloats = int64_t(8) << 20;  // 32 MiB im2col buffer
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int stride, int pad) {
   detail::check_act(x, "conv2d", "x");
   detail::check_weight(w, "conv2d", "weight");
-  ERNIE_CHECK(x.ndim() == 4 && w.ndim() == 4 && x.dim(1) == w.dim(1), "conv2d: x ", shape_str(x.shape()),
-              " [B, I, H, W] and weight ", shape_str(w.shape()), " [O, I, kh, kw] do not match");
-  ERNIE_CHECK(stride >= 1 && pad >= 0, "conv2d: stride ", std::to_string(stride), " / pad ", std::to_string(pad),
-              " invalid");
+  const Shape out = ops::rules::conv2d(x, w, stride, pad);
   const int64_t B = x.dim(0), I = x.dim(1), H = x.dim(2), W = x.dim(3);
-  const int64_t O = w.dim(0), kh = w.dim(2), kw = w.dim(3);
-  ERNIE_CHECK(H + 2 * pad >= kh && W + 2 * pad >= kw, "conv2d: kernel ", shape_str(w.shape()),
-              " larger than padded input ", shape_str(x.shape()));
-  const int64_t Ho = (H + 2 * pad - kh) / stride + 1, Wo = (W + 2 * pad - kw) / stride + 1;
+  const int64_t O = w.dim(0), kh = w.dim(2), kw = w.dim(3), Ho = out[2], Wo = out[3];
   std::vector<float> b = detail::vec_f32(bias, O, "conv2d", "bias");
   Tensor wf = w.to_f32();
   const float* wp = wf.data<float>();
@@ -64,13 +59,9 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int stride, 
 
 Tensor pad2d(const Tensor& x, int left, int right, int top, int bottom) {
   detail::check_act(x, "pad2d", "x");
-  ERNIE_CHECK(x.ndim() >= 2, "pad2d: x ", shape_str(x.shape()), " needs at least [H, W]");
-  ERNIE_CHECK(left >= 0 && right >= 0 && top >= 0 && bottom >= 0, "pad2d: negative padding");
+  const Shape s = ops::rules::pad2d(x, left, right, top, bottom);
   const int64_t H = x.dim(-2), W = x.dim(-1), planes = (H * W != 0) ? x.numel() / (H * W) : 0;
-  const int64_t Hn = H + top + bottom, Wn = W + left + right;
-  Shape s = x.shape();
-  s[s.size() - 2] = Hn;
-  s.back() = Wn;
+  const int64_t Hn = s[s.size() - 2], Wn = s.back();
   Tensor y = Tensor::zeros(s, DType::F32);
   const float* xp = x.f32();
   float* yp = y.f32();
@@ -83,11 +74,8 @@ Tensor pad2d(const Tensor& x, int left, int right, int top, int bottom) {
 
 Tensor upsample_nearest2x(const Tensor& x) {
   detail::check_act(x, "upsample_nearest2x", "x");
-  ERNIE_CHECK(x.ndim() >= 2, "upsample_nearest2x: x ", shape_str(x.shape()), " needs at least [H, W]");
+  const Shape s = ops::rules::upsample_nearest2x(x);
   const int64_t H = x.dim(-2), W = x.dim(-1), planes = (H * W != 0) ? x.numel() / (H * W) : 0;
-  Shape s = x.shape();
-  s[s.size() - 2] = 2 * H;
-  s.back() = 2 * W;
   Tensor y = Tensor::empty(s, DType::F32);
   const float* xp = x.f32();
   float* yp = y.f32();

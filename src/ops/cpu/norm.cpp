@@ -8,6 +8,24 @@
 
 namespace ernie::cpu {
 
+namespace {
+
+// Mean and 1/sqrt(variance + eps) of a[0, len) (biased variance, double accumulation; mean 0 and variance
+// 0 when len is 0).
+struct Stats {
+  double mean, inv;
+};
+Stats mean_inv_std(const float* a, int64_t len, float eps) {
+  double s = 0;
+  for (int64_t i = 0; i < len; ++i) s += a[i];
+  const double mean = len ? s / double(len) : 0;
+  double v = 0;
+  for (int64_t i = 0; i < len; ++i) v += (a[i] - mean) * (a[i] - mean);
+  return {mean, 1.0 / std::sqrt((len ? v / double(len) : 0) + double(eps))};
+}
+
+}  // namespace
+
 Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps) {
   detail::check_act(x, "rms_norm", "x");
   ERNIE_CHECK(x.ndim() >= 1, "rms_norm: x is a scalar");
@@ -41,12 +59,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, flo
   for (int64_t r = 0; r < rows; ++r) {
     const float* a = xp + r * c;
     float* o = yp + r * c;
-    double s = 0;
-    for (int64_t i = 0; i < c; ++i) s += a[i];
-    const double mean = s / double(c);
-    double v = 0;
-    for (int64_t i = 0; i < c; ++i) v += (a[i] - mean) * (a[i] - mean);
-    const double inv = 1.0 / std::sqrt(v / double(c) + double(eps));
+    const auto [mean, inv] = mean_inv_std(a, c, eps);
     for (int64_t i = 0; i < c; ++i)
       o[i] = float((a[i] - mean) * inv) * (w.empty() ? 1.f : w[i]) + (b.empty() ? 0.f : b[i]);
   }
@@ -70,12 +83,7 @@ Tensor group_norm(const Tensor& x, int groups, const Tensor& weight, const Tenso
     const int64_t g = bg % groups;
     const float* a = xp + bg * len;
     float* o = yp + bg * len;
-    double s = 0;
-    for (int64_t i = 0; i < len; ++i) s += a[i];
-    const double mean = len ? s / double(len) : 0;
-    double v = 0;
-    for (int64_t i = 0; i < len; ++i) v += (a[i] - mean) * (a[i] - mean);
-    const double inv = 1.0 / std::sqrt((len ? v / double(len) : 0) + double(eps));
+    const auto [mean, inv] = mean_inv_std(a, len, eps);
     for (int64_t ch = 0; ch < cg; ++ch) {
       const int64_t cc = g * cg + ch;
       const float sc = w.empty() ? 1.f : w[cc], sh = b.empty() ? 0.f : b[cc];

@@ -2,6 +2,7 @@
 //   out[i] = x[i]·cos[i] + rot(x)[i]·sin[i],  rot(x) = concat(-x[D/2:], x[:D/2]).
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cpu/cpu_util.h"
+#include "ops/shape_rules.h"
 
 namespace ernie::cpu {
 
@@ -9,13 +10,8 @@ Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
   detail::check_act(x, "rope", "x");
   detail::check_act(cos, "rope", "cos");
   detail::check_act(sin, "rope", "sin");
-  ERNIE_CHECK(x.ndim() == 4, "rope: x ", shape_str(x.shape()), " must be [B, S, heads, head_dim]");
+  ops::rules::rope(x, cos, sin);
   const int64_t b = x.dim(0), s = x.dim(1), h = x.dim(2), d = x.dim(3);
-  ERNIE_CHECK(d % 2 == 0, "rope: head_dim ", std::to_string(d), " of x ", shape_str(x.shape()), " is odd");
-  ERNIE_CHECK(cos.shape() == sin.shape(), "rope: cos and sin shapes differ: ", detail::shapes(cos, sin));
-  ERNIE_CHECK(cos.ndim() == 3 && (cos.dim(0) == b || cos.dim(0) == 1) && cos.dim(1) == s && cos.dim(2) == d,
-              "rope: tables ", shape_str(cos.shape()), " must be [", std::to_string(b), " or 1, ", std::to_string(s),
-              ", ", std::to_string(d), "] for x ", shape_str(x.shape()));
   const int64_t tb = cos.dim(0) == 1 ? 0 : s * d, half = d / 2;
   Tensor y = Tensor::empty(x.shape(), DType::F32);
   const float *xp = x.f32(), *cp = cos.f32(), *sp = sin.f32();

@@ -1,5 +1,5 @@
-// attention: checks, then the flash kernel (bf16, head_dim 16/32/64/128) or the simple kernel (F32, or
-// any other head_dim <= 256). Batches beyond kMaxBatch run in slices (kv_len travels by value).
+// attention: checks, then the Hopper wgmma kernel (bf16, head_dim 128, not causal, sm_90), the mma.sync
+// flash kernel (bf16, head_dim 16/32/64/128) or the simple kernel (F32, or any other head_dim <= 256). Batches beyond kMaxBatch run in slices (kv_len travels by value).
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -7,11 +7,12 @@
 #include "ops/cuda/attention_internal.h"
 #include "ops/cuda/common.h"
 #include "ops/cuda/cuda_ops.h"
+#include "ops/shape_rules.h"
 
 namespace ernie::cuda {
 
 namespace {
-// ERNIE_ATTENTION=simple|gemm forces a path (tests, measurements).
+// ERNIE_ATTENTION=mma|simple|gemm forces a path (tests, measurements).
 bool forced(const char* path) {
   const char* e = std::getenv("ERNIE_ATTENTION");
   return e && std::strcmp(e, path) == 0;
@@ -24,18 +25,9 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
   detail::check_act(v, "attention", "v");
   detail::check_same_device(q, k, "attention", "k");
   detail::check_same_device(q, v, "attention", "v");
-  ERNIE_CHECK(q.ndim() == 4 && k.ndim() == 4 && k.shape() == v.shape(), "attention: q ", shape_str(q.shape()), ", k ",
-              shape_str(k.shape()), ", v ", shape_str(v.shape()), " must be [B, S, heads, head_dim] with k = v");
+  ops::rules::attention(q, k, v, mask);
   ERNIE_CHECK(q.dtype() == k.dtype() && q.dtype() == v.dtype(), "attention: q, k, v dtypes differ");
   const int64_t B = q.dim(0), Sq = q.dim(1), Hq = q.dim(2), D = q.dim(3), Sk = k.dim(1), Hkv = k.dim(2);
-  ERNIE_CHECK(k.dim(0) == B && k.dim(3) == D && Hkv > 0 && Hq % Hkv == 0, "attention: q ", shape_str(q.shape()),
-              " and k/v ", shape_str(k.shape()),
-              " disagree on batch or head_dim, or q heads are not a multiple of kv heads");
-  ERNIE_CHECK(mask.kv_len.empty() || int64_t(mask.kv_len.size()) == B, "attention: kv_len has ",
-              std::to_string(mask.kv_len.size()), " entries for batch ", std::to_string(B));
-  for (int64_t L : mask.kv_len)
-    ERNIE_CHECK(L >= 0 && L <= Sk, "attention: kv_len ", std::to_string(L), " outside [0, ", std::to_string(Sk), "]");
-  ERNIE_CHECK(mask.q_offset >= 0, "attention: negative q_offset ", std::to_string(mask.q_offset));
   ERNIE_CHECK(Sq < INT32_MAX && Sk < INT32_MAX && Hq < 65536, "attention: sizes too large");
   Tensor out = Tensor::empty(q.shape(), q.dtype(), q.device());
   if (out.numel() == 0) return out;
@@ -49,6 +41,7 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
     attn::gemm_path(q, k, v, out, scale, mask);
     return out;
   }
+  const bool wgmma = flash && !forced("mma") && attn::wgmma_supported(int(D), mask.causal, scale, detail::dev(q));
   const size_t q_batch = size_t(Sq * Hq * D) * dtype_size(q.dtype()), k_batch = size_t(Sk * Hkv * D) * dtype_size(q.dtype());
   for (int64_t b0 = 0; b0 < B; b0 += attn::kMaxBatch) {
     const int nb = int(std::min<int64_t>(attn::kMaxBatch, B - b0));
@@ -63,7 +56,8 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
     p.causal = mask.causal;
     p.q_offset = mask.q_offset;
     for (int i = 0; i < nb; ++i) p.kv_len[i] = int(mask.kv_len.empty() ? Sk : mask.kv_len[size_t(b0 + i)]);
-    if (flash) attn::flash_bf16(p, st);
+    if (wgmma) attn::flash_wgmma(p, st);
+    else if (flash) attn::flash_bf16(p, st);
     else attn::simple(p, bf16, st);
   }
   return out;

@@ -26,6 +26,9 @@ struct Params {
 // bf16, head_dim in {16, 32, 64, 128}, 16-byte aligned rows: FlashAttention-2 with mma.sync.
 bool flash_supported(int D);
 void flash_bf16(const Params& p, cudaStream_t st);
+// bf16, head_dim 128, not causal, positive scale, on a compute-capability 9.0 device: the Hopper kernel.
+bool wgmma_supported(int D, bool causal, float scale, int device);
+void flash_wgmma(const Params& p, cudaStream_t st);
 // Any head_dim <= 256, F32 or BF16 (`bf16`): one warp per query row, online softmax.
 void simple(const Params& p, bool bf16, cudaStream_t st);
 // Any head_dim, F32 or BF16: S = q·kᵀ (fp32) and P·v through cuBLASLt around a masked row softmax.

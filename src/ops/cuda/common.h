@@ -24,6 +24,9 @@ namespace ernie::cuda {
 // After each kernel launch.
 #define ERNIE_CUDA_LAUNCH(name) ERNIE_CUDA_CHECK(cudaPeekAtLastError())
 
+// The GPU model and library versions the tuning cache of `device` is kept under (io/tuning_cache.h).
+std::string tuning_identity(int device);
+
 // Makes `device` current and returns its one stream (all work of the backend runs on it, in order).
 cudaStream_t stream(int device);
 

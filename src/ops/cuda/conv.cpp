@@ -1,5 +1,6 @@
-// conv2d, NCHW: cuDNN's convolution (legacy API, algorithm from its heuristics, cached per shape) when
-// the build has cuDNN, else im2col + GEMM in bands of output pixels. ERNIE_CONV=im2col forces the
+// conv2d, NCHW: cuDNN's convolution (legacy API; the algorithm measured by cudnnFind on the first call of
+// a shape and remembered in the tuning cache, or the heuristic's with ERNIE_TUNE=0) when the build has
+// cuDNN, else im2col + GEMM in bands of output pixels. ERNIE_CONV=im2col forces the
 // portable path. BF16 runs on tensor cores with fp32 accumulation; F32 runs in plain fp32 (no TF32).
 #include <algorithm>
 #include <cstdlib>
@@ -15,10 +16,13 @@
 #include "ops/cuda/common.h"
 #include "ops/cuda/conv_kernels.h"
 #include "ops/cuda/cuda_ops.h"
+#include "io/tuning_cache.h"
 
 namespace ernie::cuda {
 
 namespace {
+
+using nlohmann::json;
 
 constexpr int64_t kColumnBytes = int64_t(256) << 20;
 
@@ -73,14 +77,21 @@ cudnnHandle_t cudnn_handle(int device) {
   return h;
 }
 
-const Plan& plan_for(const Key& key, cudnnHandle_t h) {
+// The operands of the call a plan is made for: cudnnFind times the algorithms on them.
+struct Operands {
+  const void* x;
+  const void* w;
+  void* y;
+  Device device;
+};
+
+const Plan& plan_for(const Key& key, cudnnHandle_t h, const Operands& ops) {
   static std::mutex mu;
   static std::map<Key, Plan> plans;
   std::lock_guard<std::mutex> lk(mu);
   auto it = plans.find(key);
   if (it != plans.end()) return it->second;
   const auto [device, dt, B, I, H, W, O, kh, kw, stride, pad] = key;
-  (void)device;
   const cudnnDataType_t type = dt == kF32 ? CUDNN_DATA_FLOAT : CUDNN_DATA_BFLOAT16;
   Plan p;
   ERNIE_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p.xd));
@@ -95,21 +106,48 @@ const Plan& plan_for(const Key& key, cudnnHandle_t h) {
   int n = 0, c = 0, oh = 0, ow = 0;
   ERNIE_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(p.cd, p.xd, p.wd, &n, &c, &oh, &ow));
   ERNIE_CUDNN_CHECK(cudnnSetTensor4dDescriptor(p.yd, CUDNN_TENSOR_NCHW, type, n, c, oh, ow));
-  cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-  int found = 0;
-  ERNIE_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, p.xd, p.wd, p.cd, p.yd, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
-                                                           &found, perf));
-  bool ok = false;
-  for (int i = 0; i < found && !ok; ++i) {
-    if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
-    if (dt == kF32 && perf[i].mathType != CUDNN_FMA_MATH && perf[i].mathType != CUDNN_DEFAULT_MATH) continue;
+  // Usable: F32 only without tensor-core math (so F32 stays plain fp32), within the workspace limit.
+  auto try_algo = [&](cudnnConvolutionFwdAlgo_t algo, cudnnMathType_t math, size_t limit) {
+    if (dt == kF32 && math != CUDNN_FMA_MATH && math != CUDNN_DEFAULT_MATH) return false;
+    if (cudnnSetConvolutionMathType(p.cd, math) != CUDNN_STATUS_SUCCESS) return false;
     size_t ws = 0;
-    if (cudnnGetConvolutionForwardWorkspaceSize(h, p.xd, p.wd, p.cd, p.yd, perf[i].algo, &ws) != CUDNN_STATUS_SUCCESS ||
-        ws > kMaxWorkspace)
-      continue;
-    p.algo = perf[i].algo;
+    if (cudnnGetConvolutionForwardWorkspaceSize(h, p.xd, p.wd, p.cd, p.yd, algo, &ws) != CUDNN_STATUS_SUCCESS ||
+        ws > limit)
+      return false;
+    p.algo = algo;
     p.workspace = ws;
-    ok = true;
+    return true;
+  };
+  tuning::Cache& cache = tuning::Cache::of(tuning_identity(int(device)));
+  std::string ks = "conv";
+  for (int64_t v : {int64_t(dt), B, I, H, W, O, kh, kw, int64_t(stride), int64_t(pad)}) ks += " " + std::to_string(v);
+  bool ok = false;
+  if (tuning::enabled()) {
+    if (auto e = cache.find(ks); e && e->is_object() && e->value("algo", json()).is_number_integer() &&
+                                 e->value("math", json()).is_number_integer())
+      ok = try_algo(cudnnConvolutionFwdAlgo_t((*e)["algo"].get<int>()), cudnnMathType_t((*e)["math"].get<int>()),
+                    kMaxWorkspace);
+    if (!ok && ops.x) {  // measure every algorithm on the call's operands
+      Tensor ws = Tensor::empty({int64_t(kMaxWorkspace)}, DType::U8, ops.device);
+      cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+      int found = 0;
+      ERNIE_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, p.xd, ops.x, p.wd, ops.w, p.cd, p.yd, ops.y,
+                                                               CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found, perf,
+                                                               ws.raw(), kMaxWorkspace));
+      for (int i = 0; i < found && !ok; ++i)  // sorted by time
+        if (perf[i].status == CUDNN_STATUS_SUCCESS && try_algo(perf[i].algo, perf[i].mathType, kMaxWorkspace)) {
+          cache.store(ks, {{"algo", int(perf[i].algo)}, {"math", int(perf[i].mathType)}, {"ms", perf[i].time}});
+          ok = true;
+        }
+    }
+  }
+  if (!ok) {  // the heuristic's order
+    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    int found = 0;
+    ERNIE_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, p.xd, p.wd, p.cd, p.yd,
+                                                             CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found, perf));
+    for (int i = 0; i < found && !ok; ++i)
+      ok = perf[i].status == CUDNN_STATUS_SUCCESS && try_algo(perf[i].algo, perf[i].mathType, kMaxWorkspace);
   }
   ERNIE_CHECK(ok, "conv2d: cuDNN has no algorithm for x [", std::to_string(B), ", ", std::to_string(I), ", ",
               std::to_string(H), ", ", std::to_string(W), "] weight [", std::to_string(O), ", ", std::to_string(I), ", ",
@@ -122,7 +160,7 @@ void conv_cudnn(const Tensor& x, const Tensor& w, const Tensor& bias, int stride
   cudnnHandle_t h = cudnn_handle(device);
   const Key key{device, x.dtype() == DType::F32 ? kF32 : kBF16, x.dim(0), x.dim(1), x.dim(2), x.dim(3), w.dim(0),
                 w.dim(2), w.dim(3), stride, pad};
-  const Plan& p = plan_for(key, h);
+  const Plan& p = plan_for(key, h, Operands{x.raw(), w.raw(), y.raw(), x.device()});
   Tensor ws;
   if (p.workspace) ws = Tensor::empty({int64_t(p.workspace)}, DType::U8, x.device());
   const float alpha = 1.f, beta = 0.f;
@@ -131,6 +169,13 @@ void conv_cudnn(const Tensor& x, const Tensor& w, const Tensor& bias, int stride
   if (bias.defined()) add_channel_bias(y, bias, stream(device));
 }
 #endif
+
+// Input + output bytes above which a batch of one is computed in output-channel groups (see conv2d);
+// ERNIE_CONV_GROUP_BYTES overrides it (tests).
+size_t group_limit() {
+  const char* e = std::getenv("ERNIE_CONV_GROUP_BYTES");
+  return e ? size_t(std::strtoull(e, nullptr, 10)) : size_t(640) << 20;
+}
 
 bool force_im2col() {
   const char* e = std::getenv("ERNIE_CONV");
@@ -161,8 +206,34 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int stride, 
   if (y.numel() == 0) return y;
   const Tensor wc = w.dtype() == x.dtype() ? w : cast(w, x.dtype());
 #ifdef ERNIE_HAVE_CUDNN
+  // cuDNN has no tensor-core kernel for a handful of output channels (the VAE's conv_out has 3; its best
+  // fp32 fallback takes ~10 ms at 1024²): zero filters pad O to 8, and the first O channels are kept.
+  if (!force_im2col() && x.dtype() == DType::BF16 && O < 8) {
+    const Tensor wp = concat({wc, Tensor::zeros({8 - O, w.dim(1), kh, kw}, wc.dtype(), wc.device())}, 0);
+    Tensor bp;
+    if (bias.defined()) {
+      const Tensor bc = cast(bias.reshape({O}), x.dtype());
+      bp = concat({bc, Tensor::zeros({8 - O}, bc.dtype(), bc.device())}, 0);
+    }
+    return slice(conv2d(x, wp, bp, stride, pad), 1, 0, O);
+  }
   if (!force_im2col()) {
-    conv_cudnn(x, wc, bias, stride, pad, y);
+    // cuDNN's tensor-core kernels stage NHWC copies of input and output in the workspace; when those pass
+    // the 1 GiB limit (256 channels at 1024² in the VAE) only a slow fp32 kernel remains (41 ms). A batch
+    // of one computes its output channels in groups then, each group a contiguous block of y.
+    int64_t groups = 1;
+    while (B == 1 && x.nbytes() + y.nbytes() / size_t(groups) > group_limit() && O % (2 * groups) == 0 && groups < 8)
+      groups *= 2;
+    if (groups == 1) {
+      conv_cudnn(x, wc, bias, stride, pad, y);
+      return y;
+    }
+    const int64_t og = O / groups;
+    const Tensor yflat = y.reshape({O, Ho * Wo}), bflat = bias.defined() ? bias.reshape({O}) : Tensor();
+    for (int64_t g = 0; g < groups; ++g) {
+      Tensor yg = yflat.narrow(g * og, og).reshape({1, og, Ho, Wo});
+      conv_cudnn(x, wc.narrow(g * og, og), bias.defined() ? bflat.narrow(g * og, og) : Tensor(), stride, pad, yg);
+    }
     return y;
   }
 #endif

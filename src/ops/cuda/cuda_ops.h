@@ -20,6 +20,12 @@ Tensor swiglu(const Tensor& gate, const Tensor& up);
 Tensor geglu(const Tensor& gate, const Tensor& up);
 Tensor modulate(const Tensor& x, const Tensor& shift, const Tensor& scale);
 Tensor gated_residual(const Tensor& residual, const Tensor& gate, const Tensor& y);
+Tensor rms_norm_modulate(const Tensor& x, const Tensor& weight, float eps, const Tensor& shift, const Tensor& scale);
+// The fused kernel takes head_dim 128, F32/BF16, aligned rows; other shapes use the composition.
+bool qkv_norm_rope_supported(const Tensor& qkv, int64_t heads, const Tensor& norm_q, const Tensor& norm_k,
+                             const Tensor& cos, const Tensor& sin);
+ops::Qkv qkv_norm_rope(const Tensor& qkv, int64_t heads, const Tensor& norm_q, const Tensor& norm_k, float eps,
+                       const Tensor& cos, const Tensor& sin);
 Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin);
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale, const ops::AttentionMask& mask);
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int stride, int pad);
@@ -39,9 +45,21 @@ struct MemoryStats {
 MemoryStats memory_stats(int device);
 void reset_peak_memory(int device);
 void empty_cache(int device);  // returns cached free blocks to the driver
-size_t available_bytes(int device);  // what allocations can still get: the driver's free memory + cached free blocks
+void set_memory_limit(int device, size_t bytes);  // cap on reserved bytes (0: none); see ops::set_memory_limit
+// What allocations can still get: the driver's free memory + cached free blocks, within the memory limit.
+size_t available_bytes(int device);
 void synchronize(int device);  // waits for the device's stream
 void set_poison_allocations(bool on);  // tests: new device memory is filled with NaN bytes
 int device_count();            // 0 when no driver or no device
 std::string device_name(int device);
+
+// ---- weight streaming (streaming.cpp): a copy stream per device next to the compute stream ------------
+void* pinned_alloc(size_t bytes, int device);  // page-locked host memory; throws OutOfMemory
+void pinned_free(void* p);                      // never throws
+void upload_async(void* dst, const void* src, size_t bytes, int device);  // on the copy stream
+void* event_create(int device);
+void event_destroy(void* event, int device);    // never throws
+void event_record(void* event, int device, bool copy_stream);
+void event_wait(void* event, int device, bool copy_stream);
+void event_synchronize(void* event);
 }  // namespace ernie::cuda

@@ -48,6 +48,7 @@ struct DeviceState {
   std::map<size_t, std::vector<void*>> free_blocks;  // size class -> cached blocks
   std::map<void*, size_t> live;                      // block -> size class
   MemoryStats stats;
+  size_t limit = 0;  // cap on reserved bytes (--max-vram); 0 = none
 };
 
 DeviceState& state(int device) {
@@ -91,6 +92,14 @@ void* dev_alloc(size_t bytes, int device) {
       cls = it->first;
       break;
     }
+  if (!p && s.limit && s.stats.reserved_bytes + cls > s.limit) {  // over --max-vram: give the cache back first
+    ERNIE_CUDA_CHECK(cudaStreamSynchronize(s.stream));
+    release_cache(s);
+    if (s.stats.reserved_bytes + cls > s.limit)
+      throw OutOfMemory("over the memory limit on cuda:" + std::to_string(device) + " (--max-vram " + gib(s.limit) +
+                        "): asked for " + gib(bytes) + " with " + gib(s.stats.in_use_bytes) +
+                        " in tensors; try a smaller image size or batch, or a larger --max-vram");
+  }
   if (!p) {
     cudaError_t e = cudaMalloc(&p, cls);
     if (e == cudaErrorMemoryAllocation) {  // give the cache back and try once more
@@ -189,6 +198,12 @@ void empty_cache(int device) {
   release_cache(s);
 }
 
+void set_memory_limit(int device, size_t bytes) {
+  DeviceState& s = state(device);
+  std::lock_guard<std::mutex> lk(s.mu);
+  s.limit = bytes;
+}
+
 size_t available_bytes(int device) {
   DeviceState& s = state(device);
   std::lock_guard<std::mutex> lk(s.mu);
@@ -196,7 +211,10 @@ size_t available_bytes(int device) {
   ERNIE_CUDA_CHECK(cudaSetDevice(device));
   size_t free_b = 0, total_b = 0;
   ERNIE_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-  return free_b + (s.stats.reserved_bytes - s.stats.in_use_bytes);
+  const size_t cached = s.stats.reserved_bytes - s.stats.in_use_bytes;
+  size_t avail = free_b + cached;
+  if (s.limit) avail = std::min(avail, s.limit > s.stats.in_use_bytes ? s.limit - s.stats.in_use_bytes : size_t(0));
+  return avail;
 }
 
 void set_poison_allocations(bool on) { g_poison = on; }

@@ -1,16 +1,21 @@
 // linear: y[M, N] = x[M, K] · w[N, K]ᵀ (+ bias[N]) through cuBLASLt. BF16 in/out with fp32 accumulation
 // and a bias epilogue; F32 mode computes in plain fp32 (TF32 off) to match the CPU closely. Row-major y
-// is column-major yᵀ = w · xᵀ, so A = w (transposed), B = x. Descriptors, layouts and the heuristic's
-// algorithm are cached per shape.
+// is column-major yᵀ = w · xᵀ, so A = w (transposed), B = x. Descriptors, layouts and the algorithm are
+// cached per shape; the algorithm is the fastest of the heuristic's first candidates, timed on the first
+// call's operands and remembered across processes in the tuning cache (io/tuning_cache.h).
 #include <cublasLt.h>
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <mutex>
+#include <string>
 #include <tuple>
 
 #include "ops/cuda/common.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/gemm.h"
+#include "io/tuning_cache.h"
 
 namespace ernie::cuda {
 
@@ -57,14 +62,55 @@ struct Plan {
   cublasLtMatmulAlgo_t algo{};
 };
 
-const Plan& plan_for(const Key& key, cublasLtHandle_t lt) {
+// The operands of the call a plan is made for: candidates are timed on them.
+struct Operands {
+  const void *w, *x, *bias;
+  void* y;
+  void* workspace;
+  cudaStream_t stream;
+};
+
+cublasStatus_t run(cublasLtHandle_t lt, const Plan& p, const cublasLtMatmulAlgo_t& algo, const Operands& o) {
+  const float alpha = 1.f, beta = 0.f;
+  return cublasLtMatmul(lt, p.op, &alpha, o.w, p.a, o.x, p.b, &beta, o.y, p.c, o.y, p.c, &algo, o.workspace,
+                        kWorkspace, o.stream);
+}
+
+// Mean seconds of 3 runs after a warm-up; infinity when the algorithm fails on these operands.
+float time_algo(cublasLtHandle_t lt, const Plan& p, const cublasLtMatmulAlgo_t& algo, const Operands& o) {
+  if (run(lt, p, algo, o) != CUBLAS_STATUS_SUCCESS) return INFINITY;
+  cudaEvent_t t0, t1;
+  ERNIE_CUDA_CHECK(cudaEventCreate(&t0));
+  ERNIE_CUDA_CHECK(cudaEventCreate(&t1));
+  ERNIE_CUDA_CHECK(cudaEventRecord(t0, o.stream));
+  bool ok = true;
+  for (int i = 0; i < 3 && ok; ++i) ok = run(lt, p, algo, o) == CUBLAS_STATUS_SUCCESS;
+  ERNIE_CUDA_CHECK(cudaEventRecord(t1, o.stream));
+  ERNIE_CUDA_CHECK(cudaEventSynchronize(t1));
+  float ms = 0.f;
+  ERNIE_CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
+  cudaEventDestroy(t0);
+  cudaEventDestroy(t1);
+  return ok ? ms / 3e3f : INFINITY;
+}
+
+std::string key_string(const Key& k) {
+  const auto [device, M, N, K, dt, has_bias, al_a, al_b, al_c, al_bias, out_dt] = k;
+  (void)device;
+  std::string s = "gemm";
+  for (int64_t v : {M, N, K, int64_t(dt), int64_t(has_bias), int64_t(al_a), int64_t(al_b), int64_t(al_c),
+                    int64_t(al_bias), int64_t(out_dt)})
+    s += " " + std::to_string(v);
+  return s;
+}
+
+const Plan& plan_for(const Key& key, cublasLtHandle_t lt, const Operands& ops) {
   static std::mutex mu;
   static std::map<Key, Plan> plans;
   std::lock_guard<std::mutex> lk(mu);
   auto it = plans.find(key);
   if (it != plans.end()) return it->second;
   const auto [device, M, N, K, dt, has_bias, al_a, al_b, al_c, al_bias, out_dt] = key;
-  (void)device;
   const cudaDataType_t type = dt == kF32 ? CUDA_R_32F : CUDA_R_16BF;
   const cudaDataType_t out_type = out_dt == kF32 ? CUDA_R_32F : CUDA_R_16BF;
   Plan p;
@@ -76,10 +122,30 @@ const Plan& plan_for(const Key& key, cublasLtHandle_t lt) {
     const cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
     ERNIE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep));
     ERNIE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &out_type, sizeof out_type));
+    ERNIE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ops.bias, sizeof ops.bias));
   }
   ERNIE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, type, uint64_t(K), uint64_t(N), K));  // w: K x N, ld K
   ERNIE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, type, uint64_t(K), uint64_t(M), K));  // x: K x M, ld K
   ERNIE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, out_type, uint64_t(N), uint64_t(M), N));  // y: N x M, ld N
+
+  // A remembered choice, if cuBLASLt still accepts it for this problem.
+  tuning::Cache& cache = tuning::Cache::of(tuning_identity(device));
+  const std::string ks = key_string(key);
+  if (tuning::enabled())
+    if (auto e = cache.find(ks); e && e->is_object() && e->contains("algo") && (*e)["algo"].is_array() &&
+                                 (*e)["algo"].size() == 8 &&
+                                 std::all_of((*e)["algo"].begin(), (*e)["algo"].end(),
+                                             [](const nlohmann::json& v) { return v.is_number_unsigned(); })) {
+      cublasLtMatmulAlgo_t algo{};
+      for (size_t i = 0; i < 8; ++i) algo.data[i] = (*e)["algo"][i].get<uint64_t>();
+      cublasLtMatmulHeuristicResult_t check{};
+      if (cublasLtMatmulAlgoCheck(lt, p.op, p.a, p.b, p.c, p.c, &algo, &check) == CUBLAS_STATUS_SUCCESS &&
+          check.workspaceSize <= kWorkspace) {
+        p.algo = algo;
+        return plans.emplace(key, p).first->second;
+      }
+    }
+
   cublasLtMatmulPreference_t pref;
   ERNIE_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t ws = kWorkspace;
@@ -89,15 +155,27 @@ const Plan& plan_for(const Key& key, cublasLtHandle_t lt) {
   ERNIE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab, sizeof ab));
   ERNIE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac, sizeof ac));
   ERNIE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac, sizeof ac));
-  cublasLtMatmulHeuristicResult_t res{};
+  constexpr int kCandidates = 8;
+  cublasLtMatmulHeuristicResult_t res[kCandidates]{};
   int found = 0;
-  const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(lt, p.op, p.a, p.b, p.c, p.c, pref, 1, &res, &found);
+  const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(lt, p.op, p.a, p.b, p.c, p.c, pref,
+                                                           tuning::enabled() ? kCandidates : 1, res, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   if (hs != CUBLAS_STATUS_SUCCESS || found == 0)
     fail("linear: cuBLASLt found no algorithm for M=", std::to_string(M), " N=", std::to_string(N), " K=",
          std::to_string(K), " ", dt == kF32 ? "F32" : "BF16", " (alignments ", std::to_string(al_a), "/",
          std::to_string(al_b), "/", std::to_string(al_c), "/", std::to_string(al_bias), ")");
-  p.algo = res.algo;
+  int best = 0;
+  float best_s = INFINITY;
+  if (found > 1)
+    for (int i = 0; i < found; ++i)
+      if (const float t = time_algo(lt, p, res[i].algo, ops); t < best_s) best = i, best_s = t;
+  p.algo = res[best].algo;
+  if (tuning::enabled()) {
+    nlohmann::json algo = nlohmann::json::array();
+    for (uint64_t v : p.algo.data) algo.push_back(v);
+    cache.store(ks, {{"algo", algo}, {"candidates", found}, {"us", std::isfinite(best_s) ? best_s * 1e6 : -1.0}});
+  }
   return plans.emplace(key, p).first->second;
 }
 
@@ -141,14 +219,11 @@ void gemm_nt(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, int64
   const int out_dt = y.dtype() == DType::F32 ? kF32 : kBF16;
   const Key key{device, M, N, K, dt, b.defined(), alignment(w.raw()), alignment(x.raw()), alignment(y.raw()),
                 b.defined() ? alignment(b.raw()) : 0, out_dt};
-  const Plan& p = plan_for(key, h.lt);
-  if (b.defined()) {
-    const void* bp = b.raw();
-    ERNIE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp));
-  }
-  const float alpha = 1.f, beta = 0.f;
-  ERNIE_CUBLAS_CHECK(cublasLtMatmul(h.lt, p.op, &alpha, w.raw(), p.a, x.raw(), p.b, &beta, y.raw(), p.c, y.raw(), p.c,
-                                    &p.algo, h.workspace.raw(), kWorkspace, st));
+  const Operands ops{w.raw(), x.raw(), b.defined() ? b.raw() : nullptr, y.raw(), h.workspace.raw(), st};
+  const Plan& p = plan_for(key, h.lt, ops);
+  if (b.defined())
+    ERNIE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ops.bias, sizeof ops.bias));
+  ERNIE_CUBLAS_CHECK(run(h.lt, p, p.algo, ops));
 }
 
 Tensor matmul_nt(const Tensor& a, const Tensor& b, DType out) {

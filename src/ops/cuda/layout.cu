@@ -5,6 +5,7 @@
 
 #include "ops/cuda/common.h"
 #include "ops/cuda/cuda_ops.h"
+#include "ops/shape_rules.h"
 
 namespace ernie::cuda {
 
@@ -75,36 +76,14 @@ void check_cuda(const Tensor& x, const char* op, const char* what) {
   ERNIE_CHECK(x.device().is_cuda(), op, ": ", what, " is on ", x.device().str(), ", expected a CUDA device");
 }
 
-int norm_dim(int dim, int ndim, const char* op, const Shape& s) {
-  ERNIE_CHECK(dim >= -ndim && dim < ndim, op, ": dim ", std::to_string(dim), " out of range for ", shape_str(s));
-  return dim < 0 ? dim + ndim : dim;
-}
-
 }  // namespace
 
 Tensor permute(const Tensor& x, const std::vector<int>& dims) {
   check_cuda(x, "permute", "x");
-  const int nd = x.ndim();
-  ERNIE_CHECK(int(dims.size()) == nd && nd <= 6, "permute: ", std::to_string(dims.size()), " dims for x ",
-              shape_str(x.shape()), " (at most 6)");
-  std::array<bool, 6> seen{};
-  for (int d : dims) {
-    ERNIE_CHECK(d >= 0 && d < nd && !seen[size_t(d)], "permute: dims are not a permutation of 0..",
-                std::to_string(nd - 1));
-    seen[size_t(d)] = true;
-  }
-  std::array<int64_t, 6> in_stride{};
-  int64_t s = 1;
-  for (int i = nd - 1; i >= 0; --i) in_stride[size_t(i)] = s, s *= x.dim(i);
-  Dims6 d{{1, 1, 1, 1, 1, 1}, {0, 0, 0, 0, 0, 0}};
-  Shape out_shape(static_cast<size_t>(nd));
-  for (int i = 0; i < nd; ++i) {
-    const int k = 6 - nd + i;
-    out_shape[size_t(i)] = x.dim(dims[size_t(i)]);
-    d.out[k] = out_shape[size_t(i)];
-    d.stride[k] = in_stride[size_t(dims[size_t(i)])];
-  }
-  Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
+  const ops::rules::Permute6 p = ops::rules::permute6(x, dims);
+  Dims6 d;
+  for (int k = 0; k < 6; ++k) d.out[k] = p.out[size_t(k)], d.stride[k] = p.stride[size_t(k)];
+  Tensor y = Tensor::empty(p.out_shape, x.dtype(), x.device());
   const int64_t n = y.numel();
   if (n == 0) return y;
   cudaStream_t st = stream(detail::dev(x));
@@ -117,33 +96,19 @@ Tensor permute(const Tensor& x, const std::vector<int>& dims) {
 }
 
 Tensor concat(const std::vector<Tensor>& xs, int dim) {
-  ERNIE_CHECK(!xs.empty(), "concat: no tensors");
   for (const Tensor& t : xs) check_cuda(t, "concat", "input");
+  const ops::rules::RowCopy r = ops::rules::concat(xs, dim);
   const Tensor& x0 = xs[0];
-  const int d = norm_dim(dim, x0.ndim(), "concat", x0.shape());
-  Shape s = x0.shape();
-  s[size_t(d)] = 0;
-  for (const Tensor& t : xs) {
-    bool ok = t.ndim() == x0.ndim() && t.dtype() == x0.dtype() && t.device() == x0.device();
-    for (int i = 0; ok && i < x0.ndim(); ++i) ok = i == d || t.dim(i) == x0.dim(i);
-    ERNIE_CHECK(ok, "concat: ", shape_str(t.shape()), " ", dtype_name(t.dtype()), " on ", t.device().str(),
-                " does not match ", shape_str(x0.shape()), " ", dtype_name(x0.dtype()), " outside dim ",
-                std::to_string(d));
-    s[size_t(d)] += t.dim(d);
-  }
-  Tensor y = Tensor::empty(s, x0.dtype(), x0.device());
+  Tensor y = Tensor::empty(r.out_shape, x0.dtype(), x0.device());
   if (y.numel() == 0) return y;
-  int64_t outer = 1, inner = int64_t(dtype_size(x0.dtype()));
-  for (int i = 0; i < d; ++i) outer *= s[size_t(i)];
-  for (int i = d + 1; i < x0.ndim(); ++i) inner *= s[size_t(i)];
-  const int64_t out_row = s[size_t(d)] * inner;
+  const int64_t out_row = r.out_shape[size_t(r.dim)] * r.inner;
   cudaStream_t st = stream(detail::dev(x0));
   int64_t off = 0;
   for (const Tensor& t : xs) {
-    const int64_t row = t.dim(d) * inner;
+    const int64_t row = t.dim(r.dim) * r.inner;
     if (row > 0)
       ERNIE_CUDA_CHECK(cudaMemcpy2DAsync(static_cast<char*>(y.raw()) + off, size_t(out_row), t.raw(), size_t(row),
-                                         size_t(row), size_t(outer), cudaMemcpyDeviceToDevice, st));
+                                         size_t(row), size_t(r.outer), cudaMemcpyDeviceToDevice, st));
     off += row;
   }
   return y;
@@ -151,30 +116,20 @@ Tensor concat(const std::vector<Tensor>& xs, int dim) {
 
 Tensor slice(const Tensor& x, int dim, int64_t start, int64_t len) {
   check_cuda(x, "slice", "x");
-  const int d = norm_dim(dim, x.ndim(), "slice", x.shape());
-  ERNIE_CHECK(start >= 0 && len >= 0 && start + len <= x.dim(d), "slice: [", std::to_string(start), ", ",
-              std::to_string(start + len), ") outside dim ", std::to_string(d), " of ", shape_str(x.shape()));
-  Shape s = x.shape();
-  s[size_t(d)] = len;
-  Tensor y = Tensor::empty(s, x.dtype(), x.device());
+  const ops::rules::RowCopy r = ops::rules::slice(x, dim, start, len);
+  Tensor y = Tensor::empty(r.out_shape, x.dtype(), x.device());
   if (y.numel() == 0) return y;
-  int64_t outer = 1, inner = int64_t(dtype_size(x.dtype()));
-  for (int i = 0; i < d; ++i) outer *= s[size_t(i)];
-  for (int i = d + 1; i < x.ndim(); ++i) inner *= s[size_t(i)];
+  const int64_t inner = r.inner;
   ERNIE_CUDA_CHECK(cudaMemcpy2DAsync(y.raw(), size_t(len * inner), static_cast<const char*>(x.raw()) + start * inner,
-                                     size_t(x.dim(d) * inner), size_t(len * inner), size_t(outer),
+                                     size_t(x.dim(r.dim) * inner), size_t(len * inner), size_t(r.outer),
                                      cudaMemcpyDeviceToDevice, stream(detail::dev(x))));
   return y;
 }
 
 Tensor pad2d(const Tensor& x, int left, int right, int top, int bottom) {
   detail::check_act(x, "pad2d", "x");
-  ERNIE_CHECK(x.ndim() >= 2, "pad2d: x ", shape_str(x.shape()), " needs at least [H, W]");
-  ERNIE_CHECK(left >= 0 && right >= 0 && top >= 0 && bottom >= 0, "pad2d: negative padding");
+  const Shape s = ops::rules::pad2d(x, left, right, top, bottom);
   const int64_t H = x.dim(-2), W = x.dim(-1);
-  Shape s = x.shape();
-  s[s.size() - 2] = H + top + bottom;
-  s.back() = W + left + right;
   Tensor y = Tensor::empty(s, x.dtype(), x.device());
   const int64_t n = y.numel();
   if (n == 0) return y;
@@ -190,11 +145,8 @@ Tensor pad2d(const Tensor& x, int left, int right, int top, int bottom) {
 
 Tensor upsample_nearest2x(const Tensor& x) {
   detail::check_act(x, "upsample_nearest2x", "x");
-  ERNIE_CHECK(x.ndim() >= 2, "upsample_nearest2x: x ", shape_str(x.shape()), " needs at least [H, W]");
+  const Shape s = ops::rules::upsample_nearest2x(x);
   const int64_t H = x.dim(-2), W = x.dim(-1);
-  Shape s = x.shape();
-  s[s.size() - 2] = 2 * H;
-  s.back() = 2 * W;
   Tensor y = Tensor::empty(s, x.dtype(), x.device());
   const int64_t n = y.numel();
   if (n == 0) return y;

@@ -3,6 +3,7 @@
 // One thread per (row, pair): it reads x[j] and x[j + D/2] and writes both outputs.
 #include "ops/cuda/common.h"
 #include "ops/cuda/cuda_ops.h"
+#include "ops/shape_rules.h"
 
 namespace ernie::cuda {
 
@@ -57,13 +58,8 @@ Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
   detail::check_same_device(x, cos, "rope", "cos");
   detail::check_same_device(x, sin, "rope", "sin");
   ERNIE_CHECK(cos.dtype() == DType::F32 && sin.dtype() == DType::F32, "rope: cos/sin tables must be F32");
-  ERNIE_CHECK(x.ndim() == 4, "rope: x ", shape_str(x.shape()), " must be [B, S, heads, head_dim]");
+  ops::rules::rope(x, cos, sin);
   const int64_t b = x.dim(0), s = x.dim(1), h = x.dim(2), d = x.dim(3);
-  ERNIE_CHECK(d % 2 == 0, "rope: head_dim ", std::to_string(d), " of x ", shape_str(x.shape()), " is odd");
-  ERNIE_CHECK(cos.shape() == sin.shape(), "rope: cos and sin shapes differ: ", detail::shapes(cos, sin));
-  ERNIE_CHECK(cos.ndim() == 3 && (cos.dim(0) == b || cos.dim(0) == 1) && cos.dim(1) == s && cos.dim(2) == d,
-              "rope: tables ", shape_str(cos.shape()), " must be [", std::to_string(b), " or 1, ", std::to_string(s),
-              ", ", std::to_string(d), "] for x ", shape_str(x.shape()));
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   const int64_t n_pairs = x.numel() / 2;
   if (n_pairs == 0) return y;

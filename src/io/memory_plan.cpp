@@ -1,0 +1,107 @@
+#include "io/memory_plan.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "core/error.h"
+#include "io/model_folder.h"
+
+namespace ernie {
+
+const char* offload_name(Offload o) {
+  switch (o) {
+    case Offload::None: return "none";
+    case Offload::TextEncoder: return "text-encoder";
+    case Offload::Blocks: return "blocks";
+  }
+  return "?";
+}
+
+Offload parse_offload(const std::string& s) {
+  for (Offload o : {Offload::None, Offload::TextEncoder, Offload::Blocks})
+    if (s == offload_name(o)) return o;
+  fail("--offload: unknown mode '", s, "' (use none, text-encoder or blocks)");
+}
+
+std::string gib_str(size_t bytes) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f GiB", double(bytes) / double(size_t(1) << 30));
+  return b;
+}
+
+namespace {
+
+// Weights as placed on the device: BF16 activations cast every weight to BF16; F32 keeps 4 bytes (the
+// safe side for F32-stored or de-quantized weights).
+size_t weight_bytes(const std::vector<TensorSpec>& specs, DType act, const std::string& prefix = "") {
+  size_t n = 0;
+  for (const TensorSpec& s : specs)
+    if (s.required && s.name.rfind(prefix, 0) == 0) n += size_t(shape_numel(s.shape));
+  return n * (act == DType::BF16 ? 2 : 4);
+}
+
+// The allocator rounds to four size classes per power of two: up to 25 % more.
+size_t rounded(double bytes) { return size_t(bytes * 1.25); }
+
+// One transformer layer's live activations per token: the residual stream and its normed copy, q/k/v and
+// the attention output, the two FFN projections and their product, in the activation dtype.
+double layer_act_per_token(int64_t hidden, int64_t ffn, DType act) {
+  return double(8 * hidden + 4 * ffn) * double(dtype_size(act));
+}
+
+MistralConfig encoder_layers(MistralConfig c) {
+  c.num_hidden_layers -= 1;  // hidden_states[-2]: the last layer is not loaded
+  return c;
+}
+
+}  // namespace
+
+MemoryEstimate estimate_memory(const ModelShapes& m, const GenerationShape& g) {
+  MemoryEstimate e;
+  const DType act = g.act;
+  const double ab = double(dtype_size(act));
+  e.text_encoder = weight_bytes(mistral_tensor_specs(encoder_layers(m.text_encoder), false), act);
+  const MistralConfig& te = m.text_encoder;
+  e.text_act = rounded(double(g.text_tokens) * layer_act_per_token(te.hidden_size, te.intermediate_size, act));
+  if (m.pe) {
+    const MistralConfig& pe = *m.pe;
+    e.prompt_enhancer = weight_bytes(mistral_tensor_specs(pe, true), act);
+    // KV cache for a prompt plus up to 2048 new tokens, and the prefill's F32 logits row block.
+    const double tokens = 2048 + 1024;
+    const double kv = 2.0 * pe.num_hidden_layers * pe.num_key_value_heads * pe.head_dim * tokens * ab;
+    e.pe_act = rounded(kv + 1024.0 * layer_act_per_token(pe.hidden_size, pe.intermediate_size, act) +
+                       double(pe.vocab_size) * 4.0 * 2);
+  }
+  const std::vector<TensorSpec> dit = dit_tensor_specs(m.dit);
+  e.dit = weight_bytes(dit, act);
+  e.dit_blocks = weight_bytes(dit, act, "layers.");
+  e.dit_block = m.dit.num_layers > 0 ? e.dit_blocks / size_t(m.dit.num_layers) : 0;
+  const int64_t s = m.vae.scale_factor(), tokens = int64_t(g.height / s) * (g.width / s) + g.text_tokens;
+  // Per row and token: a layer's activations, plus the full-width RoPE tables (cos, sin: F32).
+  e.dit_act = rounded(double(g.rows) * double(tokens) *
+                      (layer_act_per_token(m.dit.hidden_size, m.dit.ffn_hidden_size, act) + 8.0 * m.dit.head_dim()));
+  e.vae = weight_bytes(vae_tensor_specs(m.vae), act);
+  // The widest decoder layer at full resolution: input, two intermediate maps, output and a 3x3
+  // convolution's im2col workspace (9x input), one image at a time; a tile side of 512 pixels when tiled.
+  const double px = g.vae_tiling ? double(std::min(g.height, 512)) * std::min(g.width, 512)
+                                 : double(g.height) * g.width;
+  e.vae_act = rounded(px * m.vae.decoder_channels().front() * ab * (4 + 9));
+  return e;
+}
+
+size_t MemoryEstimate::peak(Offload mode) const {
+  const size_t work = std::max(dit_act, vae_act);
+  if (mode == Offload::None) return text_encoder + prompt_enhancer + dit + vae + std::max({text_act, pe_act, work});
+  const size_t denoiser = mode == Offload::Blocks ? dit - dit_blocks + 2 * dit_block : dit;
+  return std::max({text_encoder + text_act, prompt_enhancer + pe_act, denoiser + vae + work});
+}
+
+Offload plan_offload(const MemoryEstimate& e, size_t budget_bytes) {
+  for (Offload o : {Offload::None, Offload::TextEncoder, Offload::Blocks})
+    if (e.peak(o) <= budget_bytes) return o;
+  fail("--max-vram ", gib_str(budget_bytes), ": too little for this model and size even with --offload blocks (needs ",
+       gib_str(e.peak(Offload::Blocks)), "; text-encoder ", gib_str(e.peak(Offload::TextEncoder)), ", none ",
+       gib_str(e.peak(Offload::None)), "); try a smaller image, batch or guidance 1");
+}
+
+}  // namespace ernie

@@ -1,0 +1,52 @@
+// Device memory of a generation under each low-VRAM mode, from the model's configs, and the least
+// offloading that fits a budget (--max-vram, doctor). Estimates count what the engine allocates (weights
+// as placed, the largest activations of each phase, with the allocator's size-class rounding); the CUDA
+// context and library workspaces come on top (kRuntimeOverheadBytes, for comparisons with free memory).
+#pragma once
+#include <cstddef>
+#include <optional>
+#include <string>
+
+#include "core/dtype.h"
+#include "io/configs.h"
+
+namespace ernie {
+
+// none: everything resident. text-encoder: the prompt enhancer and the text encoder are on the device only
+// while used, the denoiser loads after them. blocks: that, and the DiT blocks stream from pinned host memory.
+enum class Offload { None, TextEncoder, Blocks };
+const char* offload_name(Offload o);    // "none", "text-encoder", "blocks"
+Offload parse_offload(const std::string& s);  // throws naming --offload and the choices
+
+inline constexpr size_t kRuntimeOverheadBytes = size_t(3) << 29;  // CUDA context + cuBLASLt/cuDNN, ~1.5 GiB
+
+struct ModelShapes {
+  DitConfig dit;
+  MistralConfig text_encoder;
+  VaeConfig vae;
+  std::optional<MistralConfig> pe;  // set when the prompt enhancer is used
+};
+
+struct GenerationShape {
+  int width = 1024, height = 1024;
+  int rows = 2;             // DiT batch rows: images x (2 with cfg > 1)
+  int text_tokens = 256;    // longest prompt in tokens
+  DType act = DType::BF16;
+  bool vae_tiling = false;  // decode in tiles (pipeline/vae_tiling.h defaults)
+};
+
+struct MemoryEstimate {
+  size_t text_encoder = 0, prompt_enhancer = 0, dit = 0, vae = 0;  // weights
+  size_t dit_blocks = 0, dit_block = 0;  // the DiT's transformer blocks: all of them, one
+  size_t text_act = 0, pe_act = 0, dit_act = 0, vae_act = 0;                        // working memory
+  size_t peak(Offload mode) const;  // the largest the device holds at once under `mode`
+};
+MemoryEstimate estimate_memory(const ModelShapes& m, const GenerationShape& g);
+
+// The least offloading whose peak fits `budget_bytes` (none, then text-encoder, then blocks). Throws an
+// Error giving every mode's need when even blocks does not fit.
+Offload plan_offload(const MemoryEstimate& e, size_t budget_bytes);
+
+std::string gib_str(size_t bytes);  // "7.42 GiB"
+
+}  // namespace ernie

@@ -1,0 +1,137 @@
+#include "ops/shape_rules.h"
+
+#include <string>
+
+#include "core/error.h"
+
+namespace ernie::ops::rules {
+
+namespace {
+
+std::string str(int64_t v) { return std::to_string(v); }
+
+// outer rows before dim d of s, and bytes per index of d.
+void split_rows(RowCopy& r, size_t elem_bytes) {
+  r.outer = 1;
+  r.inner = int64_t(elem_bytes);
+  for (int i = 0; i < r.dim; ++i) r.outer *= r.out_shape[size_t(i)];
+  for (size_t i = size_t(r.dim) + 1; i < r.out_shape.size(); ++i) r.inner *= r.out_shape[i];
+}
+
+}  // namespace
+
+int norm_dim(int dim, int ndim, const char* op, const Shape& s) {
+  ERNIE_CHECK(dim >= -ndim && dim < ndim, op, ": dim ", std::to_string(dim), " out of range for ", shape_str(s));
+  return dim < 0 ? dim + ndim : dim;
+}
+
+Permute6 permute6(const Tensor& x, const std::vector<int>& dims) {
+  const int nd = x.ndim();
+  ERNIE_CHECK(int(dims.size()) == nd && nd <= 6, "permute: ", std::to_string(dims.size()), " dims for x ",
+              shape_str(x.shape()), " (at most 6)");
+  std::array<bool, 6> seen{};
+  for (int d : dims) {
+    ERNIE_CHECK(d >= 0 && d < nd && !seen[size_t(d)], "permute: dims are not a permutation of 0..",
+                std::to_string(nd - 1));
+    seen[size_t(d)] = true;
+  }
+  std::array<int64_t, 6> in_stride{};
+  int64_t s = 1;
+  for (int i = nd - 1; i >= 0; --i) in_stride[size_t(i)] = s, s *= x.dim(i);
+  Permute6 p;
+  p.out_shape.resize(size_t(nd));
+  for (int i = 0; i < nd; ++i) {
+    const size_t k = size_t(6 - nd + i);
+    p.out_shape[size_t(i)] = x.dim(dims[size_t(i)]);
+    p.out[k] = p.out_shape[size_t(i)];
+    p.stride[k] = in_stride[size_t(dims[size_t(i)])];
+  }
+  return p;
+}
+
+RowCopy concat(const std::vector<Tensor>& xs, int dim) {
+  ERNIE_CHECK(!xs.empty(), "concat: no tensors");
+  const Tensor& x0 = xs[0];
+  RowCopy r;
+  r.dim = norm_dim(dim, x0.ndim(), "concat", x0.shape());
+  const int d = r.dim;
+  r.out_shape = x0.shape();
+  r.out_shape[size_t(d)] = 0;
+  for (const Tensor& t : xs) {
+    bool ok = t.ndim() == x0.ndim() && t.dtype() == x0.dtype() && t.device() == x0.device();
+    for (int i = 0; ok && i < x0.ndim(); ++i) ok = i == d || t.dim(i) == x0.dim(i);
+    ERNIE_CHECK(ok, "concat: ", shape_str(t.shape()), " ", dtype_name(t.dtype()), " on ", t.device().str(),
+                " does not match ", shape_str(x0.shape()), " ", dtype_name(x0.dtype()), " on ", x0.device().str(),
+                " outside dim ", std::to_string(d));
+    r.out_shape[size_t(d)] += t.dim(d);
+  }
+  split_rows(r, dtype_size(x0.dtype()));
+  return r;
+}
+
+RowCopy slice(const Tensor& x, int dim, int64_t start, int64_t len) {
+  RowCopy r;
+  r.dim = norm_dim(dim, x.ndim(), "slice", x.shape());
+  const int d = r.dim;
+  ERNIE_CHECK(start >= 0 && len >= 0 && start + len <= x.dim(d), "slice: [", str(start), ", ", str(start + len),
+              ") outside dim ", std::to_string(d), " of ", shape_str(x.shape()));
+  r.out_shape = x.shape();
+  r.out_shape[size_t(d)] = len;
+  split_rows(r, dtype_size(x.dtype()));
+  return r;
+}
+
+Shape pad2d(const Tensor& x, int left, int right, int top, int bottom) {
+  ERNIE_CHECK(x.ndim() >= 2, "pad2d: x ", shape_str(x.shape()), " needs at least [H, W]");
+  ERNIE_CHECK(left >= 0 && right >= 0 && top >= 0 && bottom >= 0, "pad2d: negative padding");
+  Shape s = x.shape();
+  s[s.size() - 2] = x.dim(-2) + top + bottom;
+  s.back() = x.dim(-1) + left + right;
+  return s;
+}
+
+Shape upsample_nearest2x(const Tensor& x) {
+  ERNIE_CHECK(x.ndim() >= 2, "upsample_nearest2x: x ", shape_str(x.shape()), " needs at least [H, W]");
+  Shape s = x.shape();
+  s[s.size() - 2] = 2 * x.dim(-2);
+  s.back() = 2 * x.dim(-1);
+  return s;
+}
+
+Shape conv2d(const Tensor& x, const Tensor& w, int stride, int pad) {
+  ERNIE_CHECK(x.ndim() == 4 && w.ndim() == 4 && x.dim(1) == w.dim(1), "conv2d: x ", shape_str(x.shape()),
+              " [B, I, H, W] and weight ", shape_str(w.shape()), " [O, I, kh, kw] do not match");
+  ERNIE_CHECK(stride >= 1 && pad >= 0, "conv2d: stride ", std::to_string(stride), " / pad ", std::to_string(pad),
+              " invalid");
+  const int64_t H = x.dim(2), W = x.dim(3), kh = w.dim(2), kw = w.dim(3);
+  ERNIE_CHECK(H + 2 * pad >= kh && W + 2 * pad >= kw, "conv2d: kernel ", shape_str(w.shape()),
+              " larger than padded input ", shape_str(x.shape()));
+  return {x.dim(0), w.dim(0), (H + 2 * pad - kh) / stride + 1, (W + 2 * pad - kw) / stride + 1};
+}
+
+void rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
+  ERNIE_CHECK(x.ndim() == 4, "rope: x ", shape_str(x.shape()), " must be [B, S, heads, head_dim]");
+  const int64_t b = x.dim(0), s = x.dim(1), d = x.dim(3);
+  ERNIE_CHECK(d % 2 == 0, "rope: head_dim ", str(d), " of x ", shape_str(x.shape()), " is odd");
+  ERNIE_CHECK(cos.shape() == sin.shape(), "rope: cos and sin shapes differ: ", shape_str(cos.shape()), " and ",
+              shape_str(sin.shape()));
+  ERNIE_CHECK(cos.ndim() == 3 && (cos.dim(0) == b || cos.dim(0) == 1) && cos.dim(1) == s && cos.dim(2) == d,
+              "rope: tables ", shape_str(cos.shape()), " must be [", str(b), " or 1, ", str(s), ", ", str(d),
+              "] for x ", shape_str(x.shape()));
+}
+
+void attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask) {
+  ERNIE_CHECK(q.ndim() == 4 && k.ndim() == 4 && k.shape() == v.shape(), "attention: q ", shape_str(q.shape()), ", k ",
+              shape_str(k.shape()), ", v ", shape_str(v.shape()), " must be [B, S, heads, head_dim] with k = v");
+  const int64_t B = q.dim(0), Hq = q.dim(2), D = q.dim(3), Sk = k.dim(1), Hkv = k.dim(2);
+  ERNIE_CHECK(k.dim(0) == B && k.dim(3) == D && Hkv > 0 && Hq % Hkv == 0, "attention: q ", shape_str(q.shape()),
+              " and k/v ", shape_str(k.shape()),
+              " disagree on batch or head_dim, or q heads are not a multiple of kv heads");
+  ERNIE_CHECK(mask.kv_len.empty() || int64_t(mask.kv_len.size()) == B, "attention: kv_len has ",
+              std::to_string(mask.kv_len.size()), " entries for batch ", str(B));
+  for (int64_t L : mask.kv_len)
+    ERNIE_CHECK(L >= 0 && L <= Sk, "attention: kv_len ", str(L), " outside [0, ", str(Sk), "]");
+  ERNIE_CHECK(mask.q_offset >= 0, "attention: negative q_offset ", str(mask.q_offset));
+}
+
+}  // namespace ernie::ops::rules

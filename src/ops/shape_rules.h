@@ -1,0 +1,53 @@
+// Argument rules and output shapes of the ops, shared by the backends (cpu/, cuda/): each backend checks
+// devices and dtypes itself, then these, so that both accept the same inputs and reject the others with
+// the same messages.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+#include "ops/ops.h"
+
+namespace ernie::ops::rules {
+
+// dim in [-ndim, ndim) -> [0, ndim); throws naming `op` and the shape.
+int norm_dim(int dim, int ndim, const char* op, const Shape& s);
+
+// permute(x, dims) as a 6-d gather: the output shape, and the output sizes padded to 6 dims with leading
+// 1s with the input stride (elements) of each of them. Throws unless dims permute 0..ndim-1 (ndim <= 6).
+struct Permute6 {
+  Shape out_shape;
+  std::array<int64_t, 6> out{1, 1, 1, 1, 1, 1}, stride{};
+};
+Permute6 permute6(const Tensor& x, const std::vector<int>& dims);
+
+// concat / slice along a dim as strided row copies: the normalised dim, the output shape, `outer` rows
+// (the product of the sizes before dim) and `inner` bytes per index of dim.
+struct RowCopy {
+  int dim = 0;
+  Shape out_shape;
+  int64_t outer = 1, inner = 1;
+};
+// xs non-empty, all of one rank, dtype and device, and equal sizes outside dim.
+RowCopy concat(const std::vector<Tensor>& xs, int dim);
+// [start, start + len) inside dim.
+RowCopy slice(const Tensor& x, int dim, int64_t start, int64_t len);
+
+// x [..., H, W] -> [..., H + top + bottom, W + left + right]; padding non-negative.
+Shape pad2d(const Tensor& x, int left, int right, int top, int bottom);
+// x [..., H, W] -> [..., 2H, 2W].
+Shape upsample_nearest2x(const Tensor& x);
+
+// x [B, I, H, W], weight [O, I, kh, kw], stride >= 1, pad >= 0, kernel within the padded input;
+// returns [B, O, Ho, Wo].
+Shape conv2d(const Tensor& x, const Tensor& w, int stride, int pad);
+
+// x [B, S, heads, head_dim] with head_dim even; cos and sin [B or 1, S, head_dim] alike.
+void rope(const Tensor& x, const Tensor& cos, const Tensor& sin);
+
+// q [B, Sq, Hq, D], k = v [B, Sk, Hkv, D] with Hq a multiple of Hkv; mask.kv_len empty or B entries in
+// [0, Sk]; mask.q_offset >= 0.
+void attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask);
+
+}  // namespace ernie::ops::rules

@@ -1,0 +1,27 @@
+// The diffusers golden end-to-end cases (golden.json `cases`) as generation requests, from the given
+// initial latents; the expected latents and image are golden tensors "case.<n>.latents_final" / ".image".
+#pragma once
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "golden.h"
+#include "pipeline/pipeline.h"
+
+namespace ernie::test {
+
+inline GenerateRequest golden_case(int n) {
+  std::ifstream f(golden_json());
+  nlohmann::json c = nlohmann::json::parse(f)["cases"][size_t(n)];
+  GenerateRequest r;
+  r.prompt = c["prompt"].get<std::string>();
+  r.negative_prompt = c["negative_prompt"].get<std::string>();
+  r.height = c["height"].get<int>();
+  r.width = c["width"].get<int>();
+  r.steps = c["steps"].get<int>();
+  r.cfg = c["cfg"].get<float>();
+  r.init_latents = golden_tensor("case." + std::to_string(n) + ".latents_init").clone();
+  return r;
+}
+
+}  // namespace ernie::test

@@ -1,0 +1,187 @@
+// Low-VRAM loading on the CPU: each component is loaded exactly once per use (offloaded) or once in all
+// (resident), an offloaded run gives the resident run's result, --offload blocks is a clear error on the
+// CPU, and a converted single-file model gives the folder's prompt enhancer, tokenizers and images.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli.h"
+#include "core/error.h"
+#include "golden.h"
+#include "io/memory_plan.h"
+#include "io/model_file.h"
+#include "io/png.h"
+#include "pipeline/pipeline.h"
+
+using namespace ernie;
+using test::run_cli;
+using test::TempDir;
+
+namespace {
+
+GenerateRequest pe_request() {
+  GenerateRequest r;
+  r.prompt = "a cat";
+  r.width = r.height = 16;
+  r.steps = 1;
+  r.cfg = 2;  // the empty negative prompt is encoded too
+  r.use_pe = true;
+  r.seed = 13;  // the tiny enhancer stops after 13 tokens with this seed: a fast test
+  return r;
+}
+
+std::unique_ptr<Pipeline> load(const std::string& model, bool keep, bool pe) {
+  PipelineOptions o;
+  o.model_dir = model;
+  o.keep_text_encoder = keep;
+  o.load_pe = pe;
+  return Pipeline::load(o);
+}
+
+std::string counts(const Pipeline& p) {
+  LoadCounts c = p.load_counts();
+  return "te " + std::to_string(c.text_encoder) + ", pe " + std::to_string(c.prompt_enhancer) + ", dit " +
+         std::to_string(c.denoiser);
+}
+
+const std::string& converted_tiny() {
+  static TempDir d;
+  static std::string f = [] {
+    std::string path = d.str() + "/tiny.safetensors";
+    convert_model(ModelFolder::open(test::tiny_model()), path, {});
+    return path;
+  }();
+  return f;
+}
+
+}  // namespace
+
+// Offloaded (the CLI): the prompt enhancer, the text encoder and the denoiser each load once for the first
+// request; the next request reloads the two offloaded ones only. Resident: everything once, at load.
+TEST(Offload, EachComponentLoadsOncePerUse) {
+  auto off = load(test::tiny_model(), false, true);
+  EXPECT_EQ(counts(*off), "te 0, pe 0, dit 0");
+  GenerateResult a = off->generate(pe_request());
+  EXPECT_EQ(counts(*off), "te 1, pe 1, dit 1");
+  GenerateResult b = off->generate(pe_request());
+  EXPECT_EQ(counts(*off), "te 2, pe 2, dit 1");
+  EXPECT_EQ(a.revised_prompt, b.revised_prompt);
+  EXPECT_EQ(a.images[0].rgb, b.images[0].rgb);
+  GenerateRequest plain = pe_request();
+  plain.use_pe = false;
+  off->generate(plain);
+  EXPECT_EQ(counts(*off), "te 3, pe 2, dit 1");
+
+  auto res = load(test::tiny_model(), true, true);
+  EXPECT_EQ(counts(*res), "te 1, pe 1, dit 1");
+  GenerateResult c = res->generate(pe_request());
+  res->generate(pe_request());
+  EXPECT_EQ(counts(*res), "te 1, pe 1, dit 1");
+  EXPECT_EQ(a.revised_prompt, c.revised_prompt);
+  EXPECT_EQ(a.image_f32.to_vector(), c.image_f32.to_vector());  // offloading changes nothing in the result
+}
+
+TEST(Offload, EncodeAndEnhanceAloneLoadOnce) {
+  auto off = load(test::tiny_model(), false, true);
+  Tensor h1 = off->encode_prompt("a cat");
+  EXPECT_FALSE(off->enhance_prompt("a cat", 16, 16).empty());
+  EXPECT_EQ(counts(*off), "te 1, pe 1, dit 0");
+  Tensor h2 = off->encode_prompt("a cat");
+  EXPECT_EQ(counts(*off), "te 2, pe 1, dit 0");
+  EXPECT_EQ(h1.to_vector(), h2.to_vector());
+}
+
+TEST(Offload, BlocksOnTheCpuIsAClearError) {
+  PipelineOptions o;
+  o.model_dir = test::tiny_model();
+  o.offload_blocks = true;
+  try {
+    Pipeline::load(o);
+    FAIL() << "offload_blocks on the CPU loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("needs a CUDA device"), std::string::npos) << e.what();
+  }
+  auto r = run_cli("generate --model '" + test::tiny_model() + "' -p x -W 16 -H 16 --steps 1 --offload blocks -o /tmp/x.png");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("needs a CUDA device"), std::string::npos) << r.out;
+  auto bad = run_cli("generate --model '" + test::tiny_model() + "' -p x --offload vae");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.out.find("--offload"), std::string::npos) << bad.out;
+}
+
+// `ernie-image convert` output: the prompt enhancer's tokenizer and chat template come from the file, and
+// enhance + generate give the folder's revised prompt and image exactly (CPU, f32).
+TEST(Offload, ConvertedFileEnhancesAndGeneratesAsTheFolder) {
+  auto folder = load(test::tiny_model(), true, true);
+  auto file = load(converted_tiny(), true, true);
+  GenerateResult a = folder->generate(pe_request()), b = file->generate(pe_request());
+  EXPECT_EQ(a.revised_prompt, b.revised_prompt);
+  EXPECT_NE(a.revised_prompt, "a cat");
+  EXPECT_EQ(a.image_f32.to_vector(), b.image_f32.to_vector());
+  EXPECT_EQ(a.images[0].rgb, b.images[0].rgb);
+}
+
+TEST(Offload, ConvertedFileThroughTheCli) {
+  const std::string args = " -p 'a cat' --temperature 0 --max-new-tokens 24 -W 16 -H 16 --quiet";
+  auto ef = run_cli("enhance --model '" + converted_tiny() + "'" + args);
+  auto ed = run_cli("enhance --model '" + test::tiny_model() + "'" + args);
+  ASSERT_EQ(ef.status, 0) << ef.out;
+  ASSERT_EQ(ed.status, 0) << ed.out;
+  EXPECT_EQ(ef.out, ed.out);
+  TempDir d;
+  const std::string gen = " --pe -p 'a cat' -W 16 -H 16 --steps 1 --seed 13 --quiet --threads 1 -o '" + d.str();
+  auto gf = run_cli("generate --model '" + converted_tiny() + "'" + gen + "/f.png'");
+  auto gd = run_cli("generate --model '" + test::tiny_model() + "'" + gen + "/d.png'");
+  ASSERT_EQ(gf.status, 0) << gf.out;
+  ASSERT_EQ(gd.status, 0) << gd.out;
+  PngImage f = read_png(d.str() + "/f.png"), g = read_png(d.str() + "/d.png");
+  EXPECT_EQ(f.rgb, g.rgb);
+  EXPECT_EQ(nlohmann::json::parse(f.text["ernie-image"])["revised_prompt"],
+            nlohmann::json::parse(g.text["ernie-image"])["revised_prompt"]);
+}
+
+// The released sizes at 1024x1024 with guidance, bf16: ~15 GiB of DiT and ~6 GiB of text encoder weights.
+TEST(Offload, MemoryPlanPicksTheLeastOffloadingThatFits) {
+  const ModelShapes released{DitConfig{}, MistralConfig{}, VaeConfig{}, std::nullopt};
+  const MemoryEstimate e = estimate_memory(released, GenerationShape{});
+  const double gib = double(size_t(1) << 30);
+  EXPECT_NEAR(double(e.dit) / gib, 15.0, 0.5);
+  EXPECT_NEAR(double(e.text_encoder) / gib, 6.2, 0.4);
+  EXPECT_NEAR(double(e.dit_blocks) / gib, 14.6, 0.5);
+  EXPECT_GT(e.peak(Offload::None), e.peak(Offload::TextEncoder));
+  EXPECT_GT(e.peak(Offload::TextEncoder), e.peak(Offload::Blocks));
+  EXPECT_EQ(plan_offload(e, size_t(40) << 30), Offload::None);
+  EXPECT_EQ(plan_offload(e, size_t(24) << 30), Offload::TextEncoder);
+  EXPECT_EQ(plan_offload(e, size_t(8) << 30), Offload::Blocks);
+  try {
+    plan_offload(e, size_t(4) << 30);
+    FAIL() << "4 GiB was enough";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("even with --offload blocks"), std::string::npos) << err.what();
+  }
+  // The prompt enhancer adds its weights resident, and nothing offloaded (it is freed before the DiT loads).
+  ModelShapes with_pe = released;
+  with_pe.pe = MistralConfig{};
+  const MemoryEstimate p = estimate_memory(with_pe, GenerationShape{});
+  EXPECT_GT(p.peak(Offload::None), e.peak(Offload::None) + (size_t(5) << 30));
+  EXPECT_EQ(p.peak(Offload::TextEncoder), e.peak(Offload::TextEncoder));
+  // Tiling the VAE decode shrinks its working memory; a larger image grows the DiT's.
+  GenerationShape tiled;
+  tiled.vae_tiling = true;
+  EXPECT_LT(estimate_memory(released, tiled).vae_act, e.vae_act);
+  GenerationShape big;
+  big.width = big.height = 2048;
+  EXPECT_GT(estimate_memory(released, big).dit_act, 3 * e.dit_act);
+  EXPECT_EQ(parse_offload("blocks"), Offload::Blocks);
+  EXPECT_THROW(parse_offload("vae"), Error);
+}
+
+TEST(Offload, MaxVramIsForCuda) {
+  auto r = run_cli("generate --model '" + test::tiny_model() + "' -p x -W 16 -H 16 --steps 1 --max-vram 8 -o /tmp/x.png");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("--max-vram: applies to a CUDA device"), std::string::npos) << r.out;
+  auto both = run_cli("generate --model '" + test::tiny_model() + "' -p x --offload none --max-vram 8");
+  EXPECT_NE(both.status, 0);
+  EXPECT_NE(both.out.find("not both"), std::string::npos) << both.out;
+}
