@@ -202,8 +202,31 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"bad_utf8", "generate --model '{M}' -p \"$(printf 'a \\377')\" -W 16 -H 16 --progress json -o '{D}/x.png'",
                 "prompt is not valid UTF-8"},
         BadCase{"bad_dtype", kGen + "-W 16 -H 16 --dtype f64 -o '{D}/x.png'", "unknown type 'f64'"},
-        BadCase{"bad_device", kGen + "-W 16 -H 16 --device tpu -o '{D}/x.png'", "tpu"}),
+        BadCase{"bad_device", kGen + "-W 16 -H 16 --device tpu -o '{D}/x.png'", "tpu"},
+        BadCase{"bad_vae_tile", kGen + "-W 16 -H 16 --vae-tiling --vae-tile 3 -o '{D}/x.png'",
+                "--vae-tile 3 must be a positive multiple of the VAE's 2"},
+        BadCase{"zero_vae_tile", kGen + "-W 16 -H 16 --vae-tile 0 -o '{D}/x.png'", "--vae-tile 0 must be a positive"}),
     [](const auto& info) { return info.param.name; });
+
+// --vae-tiling: a 32x32 image (16x16 latent) in 16-pixel tiles (2x2) gives the untiled image's pixels
+// (the tiled decode matches to float rounding: tests/test_vae_tiling.cpp), and the metadata says so.
+TEST(CliGenerate, VaeTilingGivesTheSameImage) {
+  TempDir d;
+  const std::string base = "generate --model '" + test::tiny_model() + "' -p 'a cat' -W 32 -H 32 --steps 1 --seed 4 "
+                           "--threads 1 ";
+  auto r = run_cli(base + "-o '" + d.str() + "/a.png'");
+  ASSERT_EQ(r.status, 0) << r.out;
+  r = run_cli(base + "--vae-tiling --vae-tile 16 -o '" + d.str() + "/b.png'");
+  ASSERT_EQ(r.status, 0) << r.out;
+  PngImage a = read_png(d.str() + "/a.png"), b = read_png(d.str() + "/b.png");
+  ASSERT_EQ(a.rgb.size(), b.rgb.size());
+  int worst = 0;
+  for (size_t i = 0; i < a.rgb.size(); ++i) worst = std::max(worst, std::abs(int(a.rgb[i]) - int(b.rgb[i])));
+  EXPECT_LE(worst, 1);
+  EXPECT_FALSE(nlohmann::json::parse(a.text["ernie-image"]).contains("vae_tiled"));
+  EXPECT_EQ(nlohmann::json::parse(b.text["ernie-image"])["vae_tiled"], true);
+  EXPECT_NE(b.text["parameters"].find("VAE tiling: true"), std::string::npos) << b.text["parameters"];
+}
 
 // The unwritable-output case needs a read-only folder (root ignores permissions: skip then).
 TEST(CliGenerate, UnwritableFolderFailsBeforeCompute) {

@@ -173,6 +173,17 @@ TEST(Offload, MemoryPlanPicksTheLeastOffloadingThatFits) {
   GenerationShape big;
   big.width = big.height = 2048;
   EXPECT_GT(estimate_memory(released, big).dit_act, 3 * e.dit_act);
+  // With tiling allowed, 24 GiB keeps everything resident and tiles the decode instead.
+  const MemoryPlan t24 = plan_memory(released, GenerationShape{}, size_t(24) << 30, true);
+  EXPECT_EQ(t24.offload, Offload::None);
+  EXPECT_TRUE(t24.vae_tiling);
+  EXPECT_LE(t24.peak, size_t(24) << 30);
+  const MemoryPlan u24 = plan_memory(released, GenerationShape{}, size_t(24) << 30, false);
+  EXPECT_EQ(u24.offload, Offload::TextEncoder);
+  EXPECT_FALSE(u24.vae_tiling);
+  EXPECT_EQ(plan_memory(released, GenerationShape{}, size_t(40) << 30, true).vae_tiling, false);
+  EXPECT_EQ(plan_memory(released, GenerationShape{}, size_t(8) << 30, true).offload, Offload::Blocks);
+  EXPECT_THROW(plan_memory(released, GenerationShape{}, size_t(4) << 30, true), Error);
   EXPECT_EQ(parse_offload("blocks"), Offload::Blocks);
   EXPECT_THROW(parse_offload("vae"), Error);
 }

@@ -24,12 +24,17 @@ std::string I(int64_t i) { return std::to_string(i); }
 
 Tensor conv(const Tensor& x, const Vae::Conv& c, int stride, int pad) { return ops::conv2d(x, c.weight, c.bias, stride, pad); }
 
+// nn.GroupNorm (eps 1e-6), SiLU fused when `silu`; through `gn` when the caller gave one (tiled VAE).
+Tensor group_norm(const Tensor& x, const Vae::Norm& n, int groups, bool silu, const Vae::GroupNormFn& gn) {
+  return gn ? gn(x, groups, n, kNormEps, silu) : ops::group_norm(x, groups, n.weight, n.bias, kNormEps, silu);
+}
+
 // ResnetBlock2D (temb None, time_embedding_norm "default"):
 //   h = conv1(silu(norm1(x))); h = conv2(silu(norm2(h))); out = shortcut(x) + h.
-Tensor resnet_block(const Tensor& x, const Vae::ResnetBlock2D& r, int groups) {
-  Tensor h = ops::group_norm(x, groups, r.norm1.weight, r.norm1.bias, kNormEps, /*silu=*/true);
+Tensor resnet_block(const Tensor& x, const Vae::ResnetBlock2D& r, int groups, const Vae::GroupNormFn& gn = {}) {
+  Tensor h = group_norm(x, r.norm1, groups, /*silu=*/true, gn);
   h = conv(h, r.conv1, 1, 1);
-  h = ops::group_norm(h, groups, r.norm2.weight, r.norm2.bias, kNormEps, /*silu=*/true);
+  h = group_norm(h, r.norm2, groups, /*silu=*/true, gn);
   h = conv(h, r.conv2, 1, 1);
   const Tensor shortcut = r.conv_shortcut.weight.defined() ? conv(x, r.conv_shortcut, 1, 0) : x;
   return ops::add(shortcut, h);
@@ -63,28 +68,53 @@ Tensor downsample(const Tensor& x, const Vae::Conv& c) { return conv(ops::pad2d(
 // Upsample2D(use_conv): nearest-neighbour 2x, then a 3x3 conv.
 Tensor upsample(const Tensor& x, const Vae::Conv& c) { return conv(ops::upsample_nearest2x(x), c, 1, 1); }
 
-// Encoder.forward: conv_in, down blocks, mid block, conv_norm_out + SiLU, conv_out (2 * latent channels).
-Tensor encoder_forward(const Tensor& x, const Vae::Encoder& e, int groups) {
-  Tensor h = conv(x, e.conv_in, 1, 1);
+// Encoder.forward in two parts: conv_in and the down blocks (at image resolution, as steps the tiled
+// encode runs over all tiles one at a time) ...
+std::vector<Vae::Step> encoder_down_steps(const Vae::Encoder& e, int groups) {
+  std::vector<Vae::Step> steps;
+  steps.push_back([&e](const Tensor& x, const Vae::GroupNormFn&) { return conv(x, e.conv_in, 1, 1); });
   for (const auto& block : e.down_blocks) {
-    for (const auto& r : block.resnets) h = resnet_block(h, r, groups);
-    if (block.downsampler.weight.defined()) h = downsample(h, block.downsampler);
+    for (const auto& r : block.resnets)
+      steps.push_back([&r, groups](const Tensor& h, const Vae::GroupNormFn& gn) { return resnet_block(h, r, groups, gn); });
+    if (block.downsampler.weight.defined())
+      steps.push_back([&block](const Tensor& h, const Vae::GroupNormFn&) { return downsample(h, block.downsampler); });
   }
-  h = mid_block(h, e.mid_block, groups);
-  h = ops::group_norm(h, groups, e.conv_norm_out.weight, e.conv_norm_out.bias, kNormEps, /*silu=*/true);
-  return conv(h, e.conv_out, 1, 1);
+  return steps;
 }
 
-// Decoder.forward: conv_in, mid block, up blocks (channels in reversed order), conv_norm_out + SiLU, conv_out.
-Tensor decoder_forward(const Tensor& z, const Vae::Decoder& d, int groups) {
+// ... then the mid block, conv_norm_out + SiLU and conv_out (2 * latent channels), at latent resolution.
+Tensor encoder_mid(const Tensor& h, const Vae::Encoder& e, int groups) {
+  Tensor x = mid_block(h, e.mid_block, groups);
+  x = ops::group_norm(x, groups, e.conv_norm_out.weight, e.conv_norm_out.bias, kNormEps, /*silu=*/true);
+  return conv(x, e.conv_out, 1, 1);
+}
+
+// Decoder.forward in two parts: conv_in and the mid block at latent resolution ...
+Tensor decoder_mid(const Tensor& z, const Vae::Decoder& d, int groups) {
   Tensor h = conv(z, d.conv_in, 1, 1);
-  h = mid_block(h, d.mid_block, groups);
+  return mid_block(h, d.mid_block, groups);
+}
+
+// ... then the up blocks (channels in reversed order) and conv_norm_out + SiLU + conv_out, as steps.
+std::vector<Vae::Step> decoder_up_steps(const Vae::Decoder& d, int groups) {
+  std::vector<Vae::Step> steps;
   for (const auto& block : d.up_blocks) {
-    for (const auto& r : block.resnets) h = resnet_block(h, r, groups);
-    if (block.upsampler.weight.defined()) h = upsample(h, block.upsampler);
+    for (const auto& r : block.resnets)
+      steps.push_back([&r, groups](const Tensor& h, const Vae::GroupNormFn& gn) { return resnet_block(h, r, groups, gn); });
+    if (block.upsampler.weight.defined())
+      steps.push_back([&block](const Tensor& h, const Vae::GroupNormFn&) { return upsample(h, block.upsampler); });
   }
-  h = ops::group_norm(h, groups, d.conv_norm_out.weight, d.conv_norm_out.bias, kNormEps, /*silu=*/true);
-  return conv(h, d.conv_out, 1, 1);
+  steps.push_back([&d, groups](const Tensor& h, const Vae::GroupNormFn& gn) {
+    return conv(group_norm(h, d.conv_norm_out, groups, /*silu=*/true, gn), d.conv_out, 1, 1);
+  });
+  return steps;
+}
+
+// The untiled forward of a list of steps: each on the whole activation, in order.
+Tensor run_steps(const Tensor& x, const std::vector<Vae::Step>& steps) {
+  Tensor h = x;
+  for (const Vae::Step& step : steps) h = step(h, {});
+  return h;
 }
 
 // Loads weights by their diffusers names, moved to the compute device (a view of the mmap on the CPU).
@@ -195,19 +225,32 @@ Tensor Flux2Vae::to_act(const Tensor& x) const {
   return y.dtype() == act_ ? y : ops::cast(y, act_);
 }
 
-Tensor Flux2Vae::decode(const Tensor& z) const {
+Tensor Flux2Vae::decode(const Tensor& z) const { return run_steps(decode_mid(z), decode_up_steps()); }
+
+Tensor Flux2Vae::decode_mid(const Tensor& z) const {
   check_image_tensor(z, "decode", cfg_.latent_channels);
   Tensor h = to_act(z);
   if (post_quant_conv_.weight.defined()) h = conv(h, post_quant_conv_, 1, 0);
-  return decoder_forward(h, decoder_, cfg_.norm_num_groups);
+  return decoder_mid(h, decoder_, cfg_.norm_num_groups);
 }
+
+std::vector<Flux2Vae::Step> Flux2Vae::decode_up_steps() const { return decoder_up_steps(decoder_, cfg_.norm_num_groups); }
 
 std::pair<Tensor, Tensor> Flux2Vae::encode(const Tensor& image) const {
   check_image_tensor(image, "encode", cfg_.in_channels);
   const int s = cfg_.spatial_scale();
   ERNIE_CHECK(image.dim(2) % s == 0 && image.dim(3) % s == 0, "vae encode: image height and width must be "
               "multiples of ", I(s), ", got ", shape_str(image.shape()));
-  Tensor h = encoder_forward(to_act(image), encoder_, cfg_.norm_num_groups);
+  return encode_mid(run_steps(to_act(image), encode_down_steps()));
+}
+
+std::vector<Flux2Vae::Step> Flux2Vae::encode_down_steps() const {
+  return encoder_down_steps(encoder_, cfg_.norm_num_groups);
+}
+
+std::pair<Tensor, Tensor> Flux2Vae::encode_mid(const Tensor& x) const {
+  check_image_tensor(x, "encode_mid", cfg_.block_out_channels.back());
+  Tensor h = encoder_mid(to_act(x), encoder_, cfg_.norm_num_groups);
   if (quant_conv_.weight.defined()) h = conv(h, quant_conv_, 1, 0);
   // DiagonalGaussianDistribution: chunk into mean and logvar along channels; logvar clamped to [-30, 20].
   const int64_t L = cfg_.latent_channels;

@@ -28,6 +28,26 @@ class Flux2Vae {
   Tensor decode(const Tensor& z) const;
   // image [B, 3, H, W] in [-1, 1] -> posterior mean and logvar [B, latent_channels, H/s, W/s].
   std::pair<Tensor, Tensor> encode(const Tensor& image) const;
+
+  struct Norm;
+  // A GroupNorm as the decoder's up path and the encoder's down path call it: (x, groups, norm, eps, silu)
+  // -> the normalised x (SiLU fused when `silu`). Empty means ops::group_norm. The tiled VAE
+  // (pipeline/vae_tiling.h) passes one that normalises every tile with whole-image statistics.
+  using GroupNormFn = std::function<Tensor(const Tensor& x, int groups, const Norm& norm, float eps, bool silu)>;
+  // One step of the decoder's up path or the encoder's down path (a resnet, an up/downsampler, conv_in or
+  // the output head) on an activation in act_dtype() on device(). Steps refer to this object's weights.
+  using Step = std::function<Tensor(const Tensor& x, const GroupNormFn& group_norm)>;
+  // decode() in the parts the tiled decode needs: decode_mid runs post_quant_conv, decoder.conv_in and
+  // decoder.mid_block at latent resolution ([B, L, h, w] -> [B, C, h, w]; the attention sees the whole
+  // latent); decode_up_steps are the rest in order: each up block's resnets and upsampler, then
+  // conv_norm_out + SiLU + conv_out.
+  Tensor decode_mid(const Tensor& z) const;
+  std::vector<Step> decode_up_steps() const;
+  // encode() in two parts: encode_down_steps are encoder.conv_in and each down block's resnets and
+  // downsampler ([B, 3, H, W] -> [B, C, H/s, W/s]); encode_mid the rest (encoder.mid_block, conv_norm_out +
+  // SiLU, conv_out, quant_conv) on the whole of it, returning the posterior mean and logvar.
+  std::vector<Step> encode_down_steps() const;
+  std::pair<Tensor, Tensor> encode_mid(const Tensor& h) const;
   // DiT latents [B, 4L, h/2, w/2] -> de-normalised (bn running stats, eps 1e-5 as the pipeline uses) and
   // unpatchified [B, L, h, w], ready for decode().
   Tensor denormalize_and_unpatchify(const Tensor& latents) const;

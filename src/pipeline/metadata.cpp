@@ -31,6 +31,7 @@ std::string a1111_parameters(const ImageMeta& m) {
   s += ", Size: " + std::to_string(r.width) + "x" + std::to_string(r.height);
   if (!m.model.empty()) s += ", Model: " + m.model;
   if (r.use_pe) s += ", Prompt enhancer: true";
+  if (m.vae_tiled) s += ", VAE tiling: true";
   if (m.batch_size > 1) s += ", Batch size: " + std::to_string(m.batch_size) + ", Batch pos: " + std::to_string(m.batch_index);
   s += ", Version: " + engine_version();
   return s;
@@ -53,6 +54,7 @@ nlohmann::json meta_json(const ImageMeta& m) {
                       {"model", m.model},
                       {"engine", engine_version()}};
   if (m.seed) j["seed"] = *m.seed;
+  if (m.vae_tiled) j["vae_tiled"] = true;
   return j;
 }
 

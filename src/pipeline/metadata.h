@@ -19,6 +19,7 @@ struct ImageMeta {
   std::string model;                 // display name of the model
   std::optional<uint64_t> seed;      // this image's seed; none when the noise came from a file without one
   int batch_index = 0, batch_size = 1;
+  bool vae_tiled = false;            // the VAE decoded in tiles (GenerateResult::vae_tiled)
 };
 
 std::string engine_version();  // "ernie-image 0.1.0"

@@ -15,10 +15,14 @@
 #include "models/prompt_enhancer.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/ops.h"
+#ifdef ERNIE_HAVE_CUDA
+#include "ops/cuda/cuda_ops.h"
+#endif
 #include "pipeline/request.h"
 #include "pipeline/noise.h"
 #include "pipeline/sampler.h"
 #include "pipeline/scheduler.h"
+#include "pipeline/vae_tiling.h"
 #include "text/tokenizer.h"
 
 namespace ernie {
@@ -60,6 +64,7 @@ class ErniePipeline final : public Pipeline {
     ERNIE_CHECK(!opt.offload_blocks || opt.device.is_cuda(), "offload blocks: streaming DiT blocks needs a CUDA "
                 "device; on the CPU the weights already stay in host memory (use --offload text-encoder or none)");
     if (opt.device.is_cpu()) cpu::set_threads(opt.threads);
+    ERNIE_CHECK(opt.vae_tile >= 0, "vae tile ", std::to_string(opt.vae_tile), " must not be negative");
     if (opt.memory_limit) ops::set_memory_limit(opt.device, opt.memory_limit);
     const bool resident = opt.keep_text_encoder;
     const int total = resident ? (opt.load_pe ? 5 : 4) : 1;
@@ -81,6 +86,9 @@ class ErniePipeline final : public Pipeline {
       m_.require_ok("pe");
     }
     limits_ = model_limits(m_);
+    const int vs = m_.vae.spatial_scale();
+    ERNIE_CHECK(opt.vae_tile % vs == 0, "vae tile ", std::to_string(opt.vae_tile), " must be a multiple of the VAE's ",
+                std::to_string(vs), " pixels per latent pixel");
     FlowMatchEulerScheduler check_scheduler(m_.scheduler);  // unsupported scheduler options fail at load
     tokenizer_ = load_model_tokenizer(m_, "tokenizer");
     report(1);
@@ -206,7 +214,9 @@ class ErniePipeline final : public Pipeline {
       for (int b = 0; b < r.num_images; ++b, ++row) {
         check_cancel();
         Tensor z = vae_->denormalize_and_unpatchify(latents.narrow(row, 1));
-        Tensor decoded = vae_->decode(z);
+        bool tiled = false;
+        Tensor decoded = decode_latent(z, tiled);
+        x.vae_tiled = x.vae_tiled || tiled;
         ERNIE_CHECK(decoded.dim(1) == 3 && decoded.dim(2) == r.height && decoded.dim(3) == r.width,
                     "vae decode returned ", shape_str(decoded.shape()));
         Image img{r.width, r.height, {}};
@@ -270,6 +280,26 @@ class ErniePipeline final : public Pipeline {
   Tensor empty_negative_;  // [T, hidden] F32 host: encode_prompt(""), encoded on first use
   LoadCounts loads_;
   mutable std::mutex mu_;
+
+  // The tiling a decode of an h×w latent gets (PipelineOptions::vae_tiling); nullopt: untiled.
+  std::optional<VaeTiling> vae_tiling_for([[maybe_unused]] int64_t h, [[maybe_unused]] int64_t w) const {
+    const int vs = m_.vae.spatial_scale();
+    if (opt_.vae_tiling == VaeTilingMode::Off) return std::nullopt;
+    std::optional<VaeTiling> t;
+#ifdef ERNIE_HAVE_CUDA
+    if (opt_.device.is_cuda()) t = auto_vae_tiling(m_.vae, h, w, opt_.dtype, cuda::available_bytes(opt_.device.index));
+#endif
+    if (opt_.vae_tiling == VaeTilingMode::On && !t) t = VaeTiling{};
+    if (t && opt_.vae_tile > 0) t->tile = opt_.vae_tile / vs;
+    return t;
+  }
+
+  // VAE decode of one image's latent, tiled when vae_tiling_for says so (`tiled`: more than one tile ran).
+  Tensor decode_latent(const Tensor& z, bool& tiled) const {
+    const std::optional<VaeTiling> t = vae_tiling_for(z.dim(2), z.dim(3));
+    tiled = t && (z.dim(2) > t->tile || z.dim(3) > t->tile);
+    return t ? vae_decode_tiled(*vae_, z, *t) : vae_->decode(z);
+  }
 
   // A component loaded when it is missing (offloaded mode: reported as a "load" phase of the request).
   template <class LoadFn>

@@ -15,6 +15,10 @@
 
 namespace ernie {
 
+// VAE decode tiling (pipeline/vae_tiling.h): Auto tiles only when the untiled decode would not fit in the
+// device's free memory (never on the CPU); On always tiles; Off never does.
+enum class VaeTilingMode { Auto, On, Off };
+
 struct PipelineOptions {
   std::string model_dir;
   Device device = kCPU;
@@ -31,6 +35,8 @@ struct PipelineOptions {
   bool load_pe = false;          // load the prompt enhancer (pe/) when present
   bool load_denoiser = true;     // false: tokenizer and text encoder only (encode_prompt); generate() throws
   bool round_timesteps = true;   // feed the DiT bf16-rounded timesteps in bf16, as the reference does
+  VaeTilingMode vae_tiling = VaeTilingMode::Auto;
+  int vae_tile = 0;              // tile side in image pixels (a multiple of the VAE's 8); 0 = the largest that fits
 };
 
 struct GenerateRequest {
@@ -64,6 +70,7 @@ struct GenerateResult {
   std::string revised_prompt;  // the prompt actually encoded (after the prompt enhancer)
   GenerateRequest resolved;    // the request with defaults filled in
   double encode_s = 0, denoise_s = 0, decode_s = 0;
+  bool vae_tiled = false;      // the decode ran tiled (PipelineOptions::vae_tiling)
 };
 
 // How many times each component was loaded onto the device (offloaded ones reload per request).

@@ -1,105 +1,135 @@
 #include "pipeline/vae_tiling.h"
 
 #include <algorithm>
+#include <cstring>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "ops/ops.h"
+#include "pipeline/tiled_group_norm.h"
 
 namespace ernie {
 
 namespace {
 
-// Tile origins along one axis of length n: tiles of `tile` with `overlap`, the last one flush with the end.
-std::vector<int64_t> tile_starts(int64_t n, int64_t tile, int64_t overlap) {
-  if (n <= tile) return {0};
-  std::vector<int64_t> s;
-  const int64_t stride = tile - overlap;
-  for (int64_t x = 0;; x += stride) {
-    if (x + tile >= n) {
-      s.push_back(n - tile);
-      break;
-    }
-    s.push_back(x);
-  }
-  return s;
+std::string I(int64_t i) { return std::to_string(i); }
+
+// Core boundaries along an axis of n latent pixels: ceil(n / tile) cores of near-equal size.
+std::vector<int64_t> core_cuts(int64_t n, int64_t tile) {
+  const int64_t k = (n + tile - 1) / tile;
+  std::vector<int64_t> c;
+  for (int64_t i = 0; i <= k; ++i) c.push_back(n * i / k);
+  return c;
 }
 
-// Blend weight of position i in a tile of length len whose left/right neighbours overlap by ov_l/ov_r:
-// a linear ramp inside each overlap, 1 elsewhere.
-float ramp(int64_t i, int64_t len, int64_t ov_l, int64_t ov_r) {
-  float w = 1.f;
-  if (ov_l > 0 && i < ov_l) w = std::min(w, float(i + 1) / float(ov_l + 1));
-  if (ov_r > 0 && i >= len - ov_r) w = std::min(w, float(len - i) / float(ov_r + 1));
-  return w;
+// Rows [y0, y1) and columns [x0, x1) of the host tensor x [B, C, H, W] (any dtype), as a new host tensor.
+Tensor host_rect(const Tensor& x, int64_t y0, int64_t y1, int64_t x0, int64_t x1) {
+  const int64_t BC = x.dim(0) * x.dim(1), H = x.dim(2), W = x.dim(3), h = y1 - y0, w = x1 - x0;
+  const size_t e = dtype_size(x.dtype());
+  Tensor r = Tensor::empty({x.dim(0), x.dim(1), h, w}, x.dtype());
+  const char* src = static_cast<const char*>(x.raw());
+  char* dst = static_cast<char*>(r.raw());
+  for (int64_t i = 0; i < BC; ++i)
+    for (int64_t y = 0; y < h; ++y)
+      std::memcpy(dst + size_t((i * h + y) * w) * e, src + size_t((i * H + y0 + y) * W + x0) * e, size_t(w) * e);
+  return r;
 }
 
-// Runs `fn` over overlapping tiles of x [B, C, H, W] (tile/overlap in x's pixels) and blends the outputs,
-// which are `scale` times larger (decode) or smaller (encode, scale < 1 given as num/den).
-Tensor tiled(const Tensor& x, int64_t tile, int64_t overlap, int64_t num, int64_t den,
-             const std::function<Tensor(const Tensor&)>& fn) {
-  ERNIE_CHECK(x.ndim() == 4, "tiled VAE: input ", shape_str(x.shape()), " is not [B, C, H, W]");
-  ERNIE_CHECK(tile > 0 && overlap >= 0 && overlap < tile, "tiled VAE: tile ", std::to_string(tile), " with overlap ",
-              std::to_string(overlap), " is invalid (need 0 <= overlap < tile)");
-  ERNIE_CHECK(tile * num % den == 0 && overlap * num % den == 0, "tiled VAE: tile and overlap must be multiples of ",
-              std::to_string(den));
-  const int64_t B = x.dim(0), H = x.dim(2), W = x.dim(3);
-  const int64_t th = std::min(tile, H), tw = std::min(tile, W);
-  auto ys = tile_starts(H, th, overlap), xs = tile_starts(W, tw, overlap);
-  Tensor acc, wsum;
-  int64_t C = 0, OH = H * num / den, OW = W * num / den;
-  for (size_t yi = 0; yi < ys.size(); ++yi)
-    for (size_t xi = 0; xi < xs.size(); ++xi) {
-      Tensor part = ops::slice(ops::slice(x, 2, ys[yi], th), 3, xs[xi], tw);
-      Tensor out = fn(part).to(kCPU).to_f32();
-      const int64_t oh = th * num / den, ow = tw * num / den;
-      ERNIE_CHECK(out.ndim() == 4 && out.dim(0) == B && out.dim(2) == oh && out.dim(3) == ow,
-                  "tiled VAE: a tile gave ", shape_str(out.shape()));
-      if (!acc.defined()) {
-        C = out.dim(1);
-        acc = Tensor::zeros({B, C, OH, OW}, DType::F32);
-        wsum = Tensor::zeros({OH, OW}, DType::F32);
-      }
-      // Overlaps with the neighbours, in output pixels (0 at the image border).
-      auto ov = [&](const std::vector<int64_t>& s, size_t i, int64_t len) -> std::pair<int64_t, int64_t> {
-        int64_t l = i > 0 ? (s[i - 1] + len - s[i]) : 0, r = i + 1 < s.size() ? (s[i] + len - s[i + 1]) : 0;
-        return {l * num / den, r * num / den};
-      };
-      auto [ovt, ovb] = ov(ys, yi, th);
-      auto [ovl, ovr] = ov(xs, xi, tw);
-      const int64_t oy = ys[yi] * num / den, ox = xs[xi] * num / den;
-      float* a = acc.f32();
-      float* ws = wsum.f32();
-      const float* o = out.f32();
-      for (int64_t r = 0; r < oh; ++r) {
-        const float wy = ramp(r, oh, ovt, ovb);
-        for (int64_t c = 0; c < ow; ++c) {
-          const float w = wy * ramp(c, ow, ovl, ovr);
-          ws[(oy + r) * OW + ox + c] += w;
-          for (int64_t b = 0; b < B; ++b)
-            for (int64_t ch = 0; ch < C; ++ch)
-              a[((b * C + ch) * OH + oy + r) * OW + ox + c] += w * o[((b * C + ch) * oh + r) * ow + c];
+// Copies the host tensor src [B, C, h, w] into the host tensor dst [B, C, H, W] at (y0, x0) (same dtype).
+void paste(const Tensor& dst, const Tensor& src, int64_t y0, int64_t x0) {
+  const int64_t BC = src.dim(0) * src.dim(1), h = src.dim(2), w = src.dim(3), H = dst.dim(2), W = dst.dim(3);
+  const size_t e = dtype_size(src.dtype());
+  const char* s = static_cast<const char*>(src.raw());
+  char* d = static_cast<char*>(dst.raw());
+  for (int64_t i = 0; i < BC; ++i)
+    for (int64_t y = 0; y < h; ++y)
+      std::memcpy(d + size_t((i * H + y0 + y) * W + x0) * e, s + size_t((i * h + y) * w) * e, size_t(w) * e);
+}
+
+// Runs `steps` over the tiles of x (host, [B, C, h*r, w*r] for an h×w latent grid cut at ys × xs) in
+// lockstep: every step over all tiles (one pass per GroupNorm it holds, plus one; tiled_group_norm.h)
+// before the next. A tile is its core plus `halo` pixels of the step's input on every side, which covers
+// the step's convolutions, so the cores come out as the untiled step would give them. Each step's output
+// cores are assembled on the host ([B, C', h*r', w*r'] in the VAE's activation dtype).
+Tensor run_tiled(const Flux2Vae& vae, Tensor x, const std::vector<Flux2Vae::Step>& steps,
+                 const std::vector<int64_t>& ys, const std::vector<int64_t>& xs, int64_t halo) {
+  const int64_t h = ys.back(), w = xs.back();
+  for (size_t si = 0; si < steps.size(); ++si) {
+    const int64_t H = x.dim(2), W = x.dim(3), r = H / h;
+    ERNIE_CHECK(H % h == 0 && W == w * r, "tiled VAE: step ", I(int64_t(si)), " input ", shape_str(x.shape()),
+                " is not the ", I(h), "x", I(w), " latent grid at an integer resolution");
+    TiledGroupNorm gn;
+    Tensor y;
+    for (size_t pass = 0;; ++pass) {
+      gn.begin_pass(pass);
+      for (size_t i = 0; i + 1 < ys.size(); ++i)
+        for (size_t j = 0; j + 1 < xs.size(); ++j) {
+          const int64_t cy0 = ys[i] * r, cy1 = ys[i + 1] * r, cx0 = xs[j] * r, cx1 = xs[j + 1] * r;
+          const int64_t ey0 = std::max<int64_t>(0, cy0 - halo), ey1 = std::min(H, cy1 + halo);
+          const int64_t ex0 = std::max<int64_t>(0, cx0 - halo), ex1 = std::min(W, cx1 + halo);
+          Tensor in = host_rect(x, ey0, ey1, ex0, ex1).to(vae.device());
+          if (in.dtype() != vae.act_dtype()) in = ops::cast(in, vae.act_dtype());
+          gn.begin_tile(ey1 - ey0, ex1 - ex0, cy0 - ey0, cy1 - ey0, cx0 - ex0, cx1 - ex0);
+          Tensor out;
+          try {
+            out = steps[si](in, gn.fn());
+          } catch (const TiledGroupNorm::Stop&) {
+            continue;  // this pass only gathered a GroupNorm's moments
+          }
+          // Output pixels per input pixel: oh / ih (2 upsampler, 1/2 downsampler, 1 otherwise).
+          const int64_t ih = ey1 - ey0, iw = ex1 - ex0, oh = out.dim(2), ow = out.dim(3);
+          auto at = [](int64_t p, int64_t num, int64_t den) {
+            ERNIE_CHECK(p * num % den == 0, "tiled VAE: a tile edge falls between output pixels (", I(p), " * ",
+                        I(num), " / ", I(den), "); use an even halo");
+            return p * num / den;
+          };
+          ERNIE_CHECK(out.ndim() == 4 && out.dim(0) == x.dim(0) && oh * iw == ow * ih, "tiled VAE: step ",
+                      I(int64_t(si)), " turned a ", I(ih), "x", I(iw), " tile into ", shape_str(out.shape()));
+          const int64_t oy = at(cy0 - ey0, oh, ih), ox = at(cx0 - ex0, ow, iw);
+          const int64_t ch = at(cy1 - cy0, oh, ih), cw = at(cx1 - cx0, ow, iw);
+          const Tensor core = ops::slice(ops::slice(out, 2, oy, ch), 3, ox, cw).to(kCPU);
+          if (!y.defined()) y = Tensor::empty({x.dim(0), out.dim(1), at(H, oh, ih), at(W, ow, iw)}, out.dtype());
+          paste(y, core, at(cy0, oh, ih), at(cx0, ow, iw));
         }
-      }
+      if (!gn.end_pass()) break;
     }
-  float* a = acc.f32();
-  const float* ws = wsum.f32();
-  for (int64_t i = 0; i < B * C; ++i)
-    for (int64_t p = 0; p < OH * OW; ++p) a[i * OH * OW + p] /= ws[p];
-  return acc;
+    x = y;
+  }
+  return x;
 }
 
 }  // namespace
 
+void check_vae_tiling(const VaeTiling& t) {
+  ERNIE_CHECK(t.tile >= 1, "tiled VAE: tile ", I(t.tile), " must be at least 1 latent pixel");
+  ERNIE_CHECK(t.halo >= 0 && t.halo <= 16 && t.halo % 2 == 0, "tiled VAE: halo ", I(t.halo),
+              " must be an even number of pixels from 0 to 16");
+}
+
 Tensor vae_decode_tiled(const Flux2Vae& vae, const Tensor& z, const VaeTiling& t) {
-  const int64_t s = vae.config().spatial_scale();
-  return tiled(z, t.tile, t.overlap, s, 1, [&](const Tensor& part) { return vae.decode(part); });
+  check_vae_tiling(t);
+  ERNIE_CHECK(z.defined() && z.ndim() == 4, "tiled VAE decode: input ", z.defined() ? shape_str(z.shape()) : "undefined",
+              " is not [B, C, h, w]");
+  if (z.dim(2) <= t.tile && z.dim(3) <= t.tile) return vae.decode(z).to(kCPU).to_f32();
+  const Tensor h = vae.decode_mid(z).to(kCPU);
+  return run_tiled(vae, h, vae.decode_up_steps(), core_cuts(z.dim(2), t.tile), core_cuts(z.dim(3), t.tile), t.halo)
+      .to_f32();
 }
 
 Tensor vae_encode_mean_tiled(const Flux2Vae& vae, const Tensor& image, const VaeTiling& t) {
+  check_vae_tiling(t);
+  ERNIE_CHECK(image.defined() && image.ndim() == 4, "tiled VAE encode: input ",
+              image.defined() ? shape_str(image.shape()) : "undefined", " is not [B, 3, H, W]");
   const int64_t s = vae.config().spatial_scale();
-  return tiled(image, int64_t(t.tile) * s, int64_t(t.overlap) * s, 1, s,
-               [&](const Tensor& part) { return vae.encode(part).first; });
+  ERNIE_CHECK(image.dim(2) % s == 0 && image.dim(3) % s == 0, "tiled VAE encode: image height and width must be "
+              "multiples of ", I(s), ", got ", shape_str(image.shape()));
+  const int64_t h = image.dim(2) / s, w = image.dim(3) / s;
+  if (h <= t.tile && w <= t.tile) return vae.encode(image).first.to(kCPU).to_f32();
+  const Tensor x = run_tiled(vae, image.to(kCPU), vae.encode_down_steps(), core_cuts(h, t.tile), core_cuts(w, t.tile),
+                             t.halo);
+  return vae.encode_mid(x).first.to(kCPU).to_f32();
 }
 
 size_t vae_decode_bytes(const VaeConfig& c, int64_t h, int64_t w, DType act) {
@@ -109,6 +139,28 @@ size_t vae_decode_bytes(const VaeConfig& c, int64_t h, int64_t w, DType act) {
   const size_t px = size_t(h * s) * size_t(w * s);
   const size_t ch = size_t(c.decoder_channels().front());
   return px * ch * dtype_size(act) * (4 + 9);
+}
+
+size_t vae_decode_tiled_bytes(const VaeConfig& c, int64_t h, int64_t w, DType act, const VaeTiling& t) {
+  // The mid block runs untiled at latent resolution (a resnet's maps and workspace, as above); then one
+  // tile of one step at a time, the widest at full resolution, plus the F32 copy and square of a
+  // GroupNorm input that its statistics take. Step inputs and outputs wait on the host.
+  const size_t mid = size_t(h) * size_t(w) * size_t(c.decoder_channels().back()) * dtype_size(act) * (4 + 9);
+  const int64_t th = std::min<int64_t>(h, t.tile + 1), tw = std::min<int64_t>(w, t.tile + 1);  // + the halo
+  const int64_t s = c.spatial_scale();
+  const size_t tile_px = size_t(th * s) * size_t(tw * s), ch = size_t(c.decoder_channels().front());
+  return std::max(mid, vae_decode_bytes(c, th, tw, act) + tile_px * ch * 8);
+}
+
+std::optional<VaeTiling> auto_vae_tiling(const VaeConfig& c, int64_t h, int64_t w, DType act, size_t free_bytes) {
+  const double budget = 0.8 * double(free_bytes);  // a margin for the allocator's rounding and cuDNN workspaces
+  if (double(vae_decode_bytes(c, h, w, act)) <= budget) return std::nullopt;
+  VaeTiling t;
+  for (int tile : {256, 192, 128, 96, 64, 48, 32, 16}) {
+    t.tile = tile;
+    if (double(vae_decode_tiled_bytes(c, h, w, act, t)) <= budget) break;
+  }
+  return t;
 }
 
 }  // namespace ernie

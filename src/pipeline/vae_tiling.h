@@ -1,25 +1,52 @@
-// Tiled VAE decode and encode: the latent (or image) is cut into overlapping tiles, each tile runs
-// through the VAE alone, and the overlaps are blended with linear ramps, so peak memory follows the tile
-// size instead of the image size. Tiles see only their own neighbourhood (GroupNorm statistics and the
-// mid-block attention are per tile), so the result differs slightly from the untiled one; the overlap
-// hides the seams.
+// Tiled VAE decode and encode: device memory follows the tile size instead of the image size, and the
+// result is the untiled one up to float rounding (tests/test_vae_tiling.cpp: >= 40 dB PSNR required,
+// far more measured).
+//
+// How (decode; encode is the mirror image):
+//   - decode_mid (post_quant_conv, conv_in, the mid block with its attention) runs untiled on the whole
+//     latent: it is at latent resolution, so small, and its attention stays global.
+//   - the up path runs as its steps (Flux2Vae::decode_up_steps: each resnet, each upsampler, the output
+//     head) in lockstep: one step over all tiles, then the next. The latent is cut into a grid of cores
+//     (near-equal, at most `tile` latent pixels a side); at every step a tile is its core plus `halo`
+//     pixels of the step's input (2 covers a resnet's two 3x3 convolutions), and only its core is kept,
+//     so nothing needs blending and there is no seam. Step inputs and outputs wait on the host (two
+//     whole-image activations at the widest step: ~2 GiB in bf16 for a 2048² image).
+//   - GroupNorms use the whole image's statistics: a step with n GroupNorms takes n + 1 passes over its
+//     tiles, pass k gathering GroupNorm k's moments over the cores (pipeline/tiled_group_norm.h).
+// Cost against the untiled decode: a resnet's first convolution runs twice (pass 1 stops at its second
+// GroupNorm), so ~1.5x the up path's convolutions; the halo adds (tile + 2 halo)² / tile² per step; every
+// pass uploads its tiles' inputs and each step downloads its output cores; two small GEMMs per GroupNorm
+// and tile gather the moments. One tile (latent no larger than `tile`) is the untiled decode, exactly.
 #pragma once
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+
 #include "models/flux2_vae.h"
 
 namespace ernie {
 
 struct VaeTiling {
-  int tile = 64;     // tile side in latent pixels (decode) — image pixels are tile * spatial_scale
-  int overlap = 16;  // overlap between neighbouring tiles, in latent pixels
+  int tile = 64;  // largest core side, in latent pixels (image pixels: tile * spatial_scale)
+  int halo = 2;   // pixels of each step's input around a core (even; less than 2 leaves seams)
 };
+// Throws Error naming the bad field unless tile >= 1 and halo is even, 0..16.
+void check_vae_tiling(const VaeTiling& t);
 
 // z [B, L, h, w] -> image [B, 3, h*s, w*s], F32 on the host.
 Tensor vae_decode_tiled(const Flux2Vae& vae, const Tensor& z, const VaeTiling& t = {});
-// image [B, 3, H, W] -> posterior mean [B, L, H/s, W/s] (tiles and overlap given in latent pixels).
+// image [B, 3, H, W] -> posterior mean [B, L, H/s, W/s], F32 on the host (tile in latent pixels).
 Tensor vae_encode_mean_tiled(const Flux2Vae& vae, const Tensor& image, const VaeTiling& t = {});
 
 // Bytes the untiled decode of an h×w latent needs at its widest layer (activations only), for deciding
 // when to tile.
 size_t vae_decode_bytes(const VaeConfig& c, int64_t h, int64_t w, DType act);
+// Device bytes the tiled decode of an h×w latent needs: the untiled mid block, or one tile of one step.
+size_t vae_decode_tiled_bytes(const VaeConfig& c, int64_t h, int64_t w, DType act, const VaeTiling& t);
+
+// The automatic choice for a decode of an h×w latent with `free_bytes` of device memory: nullopt when the
+// untiled decode fits (with a margin), else the largest tile (from 256 latent pixels down to 16) whose
+// tiled decode fits, or the smallest when none does.
+std::optional<VaeTiling> auto_vae_tiling(const VaeConfig& c, int64_t h, int64_t w, DType act, size_t free_bytes);
 
 }  // namespace ernie

@@ -1,9 +1,13 @@
 // ernie-image bench (--model DIR | --random) [-W 1024 -H 1024] [--steps N] [--cfg S] [--prompt-tokens N]
-//                   [--repeat R] [--dtype bf16] [--offload none|text-encoder|blocks | --max-vram GiB] [--json]
+//                   [--repeat R] [--dtype bf16] [--json] [--vae-tiling [--vae-tile PIXELS]]
+//                   [--offload none|text-encoder|blocks | --max-vram GiB]
 // Times the stages of one generation on the GPU: loading, text encoding, the denoising loop (DiT
 // forward per step, CFG rows batched, Euler update) and the VAE decode. --random builds the released
 // sizes with random weights (speed does not depend on their values). Each stage is timed after a
 // warm-up run, with the device synchronised around it; the numbers are the median over --repeat runs.
+// --vae-tiling also times the tiled decode of the same latents (pipeline/vae_tiling.h) and compares it with
+// the untiled one: decode_tiled_s, tiled_psnr_db (range [-1, 1]), tiled_max_abs, and on CUDA the device
+// memory each decode takes above what was in use before it (decode_extra_gib, decode_tiled_extra_gib).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -23,6 +27,7 @@
 #include "models/flux2_vae.h"
 #include "models/mistral.h"
 #include "ops/ops.h"
+#include "pipeline/vae_tiling.h"
 #ifdef ERNIE_HAVE_CUDA
 #include "ops/cuda/cuda_ops.h"
 #endif
@@ -33,8 +38,8 @@ namespace {
 struct Opts {
   std::string model, device = "cuda", dtype = "bf16", offload = "text-encoder";
   double max_vram = 0;
-  bool random = false, json = false;
-  int width = 1024, height = 1024, steps = 8, prompt_tokens = 200, repeat = 3;
+  bool random = false, json = false, vae_tiling = false;
+  int width = 1024, height = 1024, steps = 8, prompt_tokens = 200, repeat = 3, vae_tile = 0;
   float cfg = 1.f;
   uint64_t seed = 1;
 };
@@ -81,6 +86,64 @@ std::pair<double, double> dit_flops(const DitConfig& c, int64_t S, int rows) {
   const double gemm = L * (8.0 * S * H * H + 6.0 * S * H * F) * rows;
   const double attn = L * 4.0 * double(S) * double(S) * H * rows;
   return {gemm, attn};
+}
+
+#ifdef ERNIE_HAVE_CUDA
+// Peak device memory in use while fn runs, above what was in use before it, in GiB.
+double extra_gib(Device dev, const std::function<void()>& fn) {
+  if (!dev.is_cuda()) {
+    fn();
+    return 0;
+  }
+  sync(dev);
+  const size_t before = cuda::memory_stats(dev.index).in_use_bytes;
+  cuda::reset_peak_memory(dev.index);
+  fn();
+  sync(dev);
+  return double(cuda::memory_stats(dev.index).peak_in_use_bytes - before) / double(1ull << 30);
+}
+#endif
+
+// The tiled decode of z against the untiled one: time (median of --repeat after a warm-up), PSNR and max
+// abs difference on [-1, 1], and the device memory each decode takes.
+void bench_tiled_decode(const Opts& o, const Flux2Vae& vae, const Tensor& z, nlohmann::json& j) {
+  const int s = vae.config().spatial_scale();
+  ERNIE_CHECK(o.vae_tile >= 0 && o.vae_tile % s == 0, "bench: --vae-tile ", std::to_string(o.vae_tile),
+              " must be a multiple of ", std::to_string(s));
+  VaeTiling t;
+  if (o.vae_tile > 0) t.tile = o.vae_tile / s;
+  const Device dev = z.device();
+  std::vector<float> ref;
+  auto untiled = [&] { ref = vae.decode(z).to_vector(); };
+  auto tiled = [&] { vae_decode_tiled(vae, z, t); };
+#ifdef ERNIE_HAVE_CUDA
+  j["decode_extra_gib"] = extra_gib(dev, untiled);
+  j["decode_tiled_extra_gib"] = extra_gib(dev, tiled);  // also the warm-up: the tile shapes' plans
+#else
+  untiled();
+  tiled();
+#endif
+  std::vector<double> runs;
+  Tensor img;
+  for (int r = 0; r < o.repeat; ++r) {
+    auto t0 = Clock::now();
+    img = vae_decode_tiled(vae, z, t);
+    sync(dev);
+    runs.push_back(since(t0));
+  }
+  const std::vector<float> v = img.to_vector();
+  double mse = 0, mx = 0;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const double d = double(v[i]) - double(ref[i]);
+    mse += d * d;
+    mx = std::max(mx, std::fabs(d));
+  }
+  mse /= double(std::max<size_t>(1, v.size()));
+  j["decode_tiled_s"] = median(runs);
+  j["tiled_psnr_db"] = mse > 0 ? 10 * std::log10(4.0 / mse) : 999.0;
+  j["tiled_max_abs"] = mx;
+  j["vae_tile_px"] = t.tile * s;
+  j["vae_tile_halo"] = t.halo;
 }
 
 int run(const Opts& o) {
@@ -257,19 +320,20 @@ int run(const Opts& o) {
   }
   j["decode_s"] = median(dec);
   j["total_s"] = j["encode_s"].get<double>() + denoise_s + j["decode_s"].get<double>();
+#ifdef ERNIE_HAVE_CUDA
+  if (dev.is_cuda()) {  // before the tiled decode, which resets the peak to measure its own
+    const cuda::MemoryStats m = cuda::memory_stats(dev.index);
+    j["peak_gib"] = double(m.peak_reserved_bytes) / double(1ull << 30);
+    j["peak_in_use_gib"] = double(m.peak_in_use_bytes) / double(1ull << 30);
+  }
+#endif
+  if (o.vae_tiling) bench_tiled_decode(o, vae, vae.denormalize_and_unpatchify(latents), j);
 
   const auto [gemm, attn] = dit_flops(cfg, h * w + T, rows);
   j["dit_gemm_tflop"] = gemm / 1e12;
   j["dit_attention_tflop"] = attn / 1e12;
   j["dit_tflops_per_s"] = (gemm + attn) / (denoise_s / o.steps) / 1e12;
   j["fraction_of_789_tflops"] = (gemm + attn) / (denoise_s / o.steps) / 789e12;
-#ifdef ERNIE_HAVE_CUDA
-  if (dev.is_cuda()) {
-    const cuda::MemoryStats m = cuda::memory_stats(dev.index);
-    j["peak_gib"] = double(m.peak_reserved_bytes) / double(1ull << 30);
-    j["peak_in_use_gib"] = double(m.peak_in_use_bytes) / double(1ull << 30);
-  }
-#endif
   if (o.json) {
     std::printf("%s\n", j.dump(2).c_str());
   } else {
@@ -277,7 +341,8 @@ int run(const Opts& o) {
                 o.dtype.c_str(), o.width, o.height, o.steps, double(o.cfg), o.prompt_tokens);
     std::printf("  %-18s %s\n", "offload", j["offload"].get<std::string>().c_str());
     for (const char* k : {"load_s", "encode_s", "step_s", "denoise_s", "decode_s", "total_s", "peak_gib", "upload_gbps",
-                          "dit_tflops_per_s"})
+                          "dit_tflops_per_s", "decode_tiled_s", "tiled_psnr_db", "tiled_max_abs", "decode_extra_gib",
+                          "decode_tiled_extra_gib"})
       if (j.contains(k)) std::printf("  %-18s %.4f\n", k, j[k].get<double>());
   }
   return 0;
@@ -298,6 +363,8 @@ Register reg(60, [](CLI::App& app) {
   c->add_option("--device", o->device, "cuda (default), cuda:N or cpu");
   c->add_option("--seed", o->seed, "seed of the random weights and inputs");
   c->add_flag("--json", o->json, "print the result as JSON");
+  c->add_flag("--vae-tiling", o->vae_tiling, "also time the tiled VAE decode and compare it with the untiled one");
+  c->add_option("--vae-tile", o->vae_tile, "tile side in pixels for --vae-tiling (default 512)");
   c->add_option("--offload", o->offload, "none (text encoder kept resident), text-encoder (default: freed before the "
                 "DiT loads), blocks (that, and the DiT blocks streamed from pinned host memory)");
   c->add_option("--max-vram", o->max_vram, "GiB: pick the least offloading whose estimate fits, and cap the allocator there");

@@ -1,6 +1,7 @@
 // ernie-image generate --model DIR -p PROMPT [-n NEGATIVE] [-W 1024 -H 1024] [--steps N] [--cfg S] [--seed N]
 //   [--batch N] [-o out.png] [--device cpu|cuda[:i]] [--dtype f32|bf16] [--threads N] [--init-latents F]
 //   [--save-latents F] [--quiet] [--progress bar|json] [--pe] [--offload none|text-encoder|blocks] [--max-vram GiB]
+//   [--vae-tiling] [--vae-tile PIXELS]
 // Everything a user can get wrong is checked before the weights are loaded.
 #include <algorithm>
 #include <cstdio>
@@ -26,10 +27,10 @@ struct Opts {
   std::string model, prompt, negative, out = "out.png", device = "cpu", dtype, init_latents, save_latents;
   std::string progress = "bar", offload = "text-encoder";
   double max_vram = 0;
-  int width = 0, height = 0, steps = 0, batch = 1, threads = 0;
+  int width = 0, height = 0, steps = 0, batch = 1, threads = 0, vae_tile = 0;
   float cfg = kCfgDefault;
   uint64_t seed = 0;
-  bool quiet = false, pe = false;
+  bool quiet = false, pe = false, vae_tiling = false;
 };
 
 int run(const Opts& o, const CLI::App& c) {
@@ -47,6 +48,8 @@ int run(const Opts& o, const CLI::App& c) {
               "(--max-vram picks the offload mode)");
   ERNIE_CHECK(!c.count("--max-vram") || o.max_vram > 0, "--max-vram must be a positive size in GiB");
   parse_offload(o.offload);
+  if (o.vae_tiling) popt.vae_tiling = VaeTilingMode::On;
+  popt.vae_tile = o.vae_tile;
 
   // Model files: configs, checkpoint headers and tensor shapes, before anything is loaded.
   ModelFolder folder = ModelFolder::open(o.model, o.pe);
@@ -56,6 +59,11 @@ int run(const Opts& o, const CLI::App& c) {
     folder.require_ok("pe");
   }
   const ModelLimits limits = model_limits(folder);
+  if (c.count("--vae-tile")) {
+    const int vs = folder.vae.spatial_scale();
+    ERNIE_CHECK(o.vae_tile >= vs && o.vae_tile % vs == 0, "--vae-tile ", std::to_string(o.vae_tile),
+                " must be a positive multiple of the VAE's ", std::to_string(vs), " pixels per latent pixel");
+  }
 
   // 0 means "the model's default" inside a request; on the command line an explicit 0 is a mistake.
   if (c.count("--steps")) ERNIE_CHECK(o.steps >= 1, "steps ", std::to_string(o.steps), " must be at least 1");
@@ -105,11 +113,12 @@ int run(const Opts& o, const CLI::App& c) {
     prompt_tokens = int(std::max(tok.encode(r.prompt).size(), tok.encode(r.negative_prompt).size()));
   }
   const OffloadChoice oc =
-      choose_offload(folder, r, popt.device, popt.dtype, o.offload, o.max_vram, o.pe, prompt_tokens);
+      choose_offload(folder, r, popt.device, popt.dtype, o.offload, o.max_vram, o.pe, prompt_tokens, popt.vae_tiling);
   apply_offload(oc, popt);
   if (!o.quiet && oc.limit_bytes)
-    std::fprintf(stderr, "--max-vram %s: --offload %s (estimated peak %s)\n", gib_str(oc.limit_bytes).c_str(),
-                 offload_name(oc.mode), gib_str(oc.estimate_bytes).c_str());
+    std::fprintf(stderr, "--max-vram %s: --offload %s%s (estimated peak %s)\n", gib_str(oc.limit_bytes).c_str(),
+                 offload_name(oc.mode), oc.vae_tiling ? " with a tiled VAE decode" : "",
+                 gib_str(oc.estimate_bytes).c_str());
 
   ProgressPrinter printer(pmode);
   auto pipe = Pipeline::load(popt, printer.fn());
@@ -119,7 +128,7 @@ int run(const Opts& o, const CLI::App& c) {
   const std::string model_name = model_display_name(folder.root);
   for (int b = 0; b < r.num_images; ++b) {
     ImageMeta meta{res.resolved, res.revised_prompt, model_name, seed ? std::optional<uint64_t>(*seed + b) : std::nullopt,
-                   b, r.num_images};
+                   b, r.num_images, res.vae_tiled};
     const Image& img = res.images[size_t(b)];
     write_png(outs[size_t(b)], img.width, img.height, img.rgb, png_metadata(meta));
   }
@@ -165,6 +174,10 @@ Register reg(10, [](CLI::App& app) {
                 "stream from pinned host memory each step; CUDA only)");
   c->add_option("--max-vram", o->max_vram, "GiB of device memory to stay under: picks the least offloading whose "
                 "estimated peak fits and caps the allocator there (CUDA only)");
+  c->add_flag("--vae-tiling", o->vae_tiling, "decode the image in tiles (less memory; on CUDA it is automatic when "
+              "the whole decode would not fit)");
+  c->add_option("--vae-tile", o->vae_tile, "tile side in pixels when tiling, a multiple of the VAE's 8 (default: 512 "
+                "or less to fit)");
   return std::function<int()>([o, c] { return run(*o, *c); });
 });
 

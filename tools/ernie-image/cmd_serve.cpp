@@ -1,6 +1,6 @@
 // ernie-image serve --model DIR [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--max-queue N]
 //   [--device auto|cpu|cuda[:i]] [--dtype f32|bf16] [--threads N] [--no-pe] [--max-body-bytes N]
-//   [--shutdown-grace S]
+//   [--shutdown-grace S] [--vae-tiling] [--vae-tile PIXELS]
 // Loads the model once and serves the HTTP API and web page (src/server/server.h). SIGTERM or SIGINT:
 // new work gets 503, waiting jobs are cancelled, the running one may finish within the grace period,
 // then the process exits 0. A second signal exits at once.
@@ -26,10 +26,10 @@ namespace {
 
 struct Opts {
   std::string model, host = "127.0.0.1", api_key, device = "auto", dtype;
-  int port = 8080, max_queue = 16, threads = 0;
+  int port = 8080, max_queue = 16, threads = 0, vae_tile = 0;
   size_t max_body = 1 << 20;
   double grace = 30;
-  bool no_pe = false, quiet = false;
+  bool no_pe = false, quiet = false, vae_tiling = false;
 };
 
 Device pick_device(const std::string& s) {
@@ -59,6 +59,8 @@ int run(const Opts& o) {
   popt.threads = o.threads;
   popt.keep_text_encoder = true;
   popt.load_pe = !o.no_pe && ModelFolder::open(o.model, true).pe_c.has_value();  // a folder or a converted file
+  if (o.vae_tiling) popt.vae_tiling = VaeTilingMode::On;
+  popt.vae_tile = o.vae_tile;
 
   std::fprintf(stderr, "loading %s on %s\n", o.model.c_str(), popt.device.str().c_str());
   ProgressPrinter printer(o.quiet ? ProgressMode::Quiet : ProgressMode::Bar);
@@ -114,6 +116,10 @@ Register reg(30, [](CLI::App& app) {
   c->add_option("--device", o->device, "auto (default: CUDA when present), cpu, cuda or cuda:N");
   c->add_option("--dtype", o->dtype, "activation type: f32 (CPU) or bf16 (CUDA default)");
   c->add_option("--threads", o->threads, "CPU threads (default: all cores)");
+  c->add_flag("--vae-tiling", o->vae_tiling, "decode every image in tiles (less memory; on CUDA it is automatic "
+              "when the whole decode would not fit)");
+  c->add_option("--vae-tile", o->vae_tile, "tile side in pixels when tiling, a multiple of the VAE's 8 (default: 512 "
+                "or less to fit)");
   c->add_flag("--no-pe", o->no_pe, "do not load the prompt enhancer (requests with use_pe then fail)");
   c->add_flag("--quiet,-q", o->quiet, "no loading bar, no request log");
   return std::function<int()>([o] { return run(*o); });

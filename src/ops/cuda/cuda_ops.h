@@ -46,6 +46,8 @@ MemoryStats memory_stats(int device);
 void reset_peak_memory(int device);
 void empty_cache(int device);  // returns cached free blocks to the driver
 void set_memory_limit(int device, size_t bytes);  // cap on reserved bytes (0: none); see ops::set_memory_limit
+// What allocations can still get: the driver's free memory + cached free blocks, within the memory limit.
+size_t available_bytes(int device);
 void synchronize(int device);  // waits for the device's stream
 void set_poison_allocations(bool on);  // tests: new device memory is filled with NaN bytes
 int device_count();            // 0 when no driver or no device

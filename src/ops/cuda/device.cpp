@@ -204,6 +204,19 @@ void set_memory_limit(int device, size_t bytes) {
   s.limit = bytes;
 }
 
+size_t available_bytes(int device) {
+  DeviceState& s = state(device);
+  std::lock_guard<std::mutex> lk(s.mu);
+  ensure_init(device, s);
+  ERNIE_CUDA_CHECK(cudaSetDevice(device));
+  size_t free_b = 0, total_b = 0;
+  ERNIE_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  const size_t cached = s.stats.reserved_bytes - s.stats.in_use_bytes;
+  size_t avail = free_b + cached;
+  if (s.limit) avail = std::min(avail, s.limit > s.stats.in_use_bytes ? s.limit - s.stats.in_use_bytes : size_t(0));
+  return avail;
+}
+
 void set_poison_allocations(bool on) { g_poison = on; }
 
 void synchronize(int device) { ERNIE_CUDA_CHECK(cudaStreamSynchronize(stream(device))); }
