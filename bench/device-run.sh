@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build (deps from .deps/, see scripts/fetch-device-deps.sh), then the stages
-# named as arguments: tests (GPU tests), doctor, perf (kernel timings), bench (ernie-image bench runs).
+# named as arguments: tests (GPU tests), doctor, fullsize (CUDA vs CPU at full size), perf (kernel timings),
+# bench (ernie-image bench runs).
 # Logs go to $OUT (at most 8 files come back): build.log, tests.log, doctor.txt, perf.log, bench.log.
 set -u
 cd "$(dirname "$0")/.."
@@ -24,6 +25,9 @@ for stage in "$@"; do
       { $B doctor --model tests/data/tiny-ernie-image/model; echo "exit $?"; echo; \
         $B doctor --model tests/data/tiny-ernie-image/model --json; echo "exit $?"; } > "$OUT/doctor.txt" 2>&1
       head -30 "$OUT/doctor.txt" ;;
+    fullsize)  # CUDA bf16 vs CPU f32 at full size, random weights (minutes)
+      ./build/tests/ernie_gpu_tests --gtest_also_run_disabled_tests --gtest_filter='CudaFullSize.*' > "$OUT/fullsize.log" 2>&1
+      echo "fullsize exit $?"; grep -E "full-size|FAILED|PASSED" "$OUT/fullsize.log" ;;
     perf)
       ./build/tests/ernie_gpu_tests --gtest_also_run_disabled_tests --gtest_filter='CudaPerf.*' > "$OUT/perf.log" 2>&1
       grep -vE "^\[|^Running|^$" "$OUT/perf.log" ;;
