@@ -1,5 +1,5 @@
 // Tiled VAE decode/encode on CUDA against the untiled one on the same device (pipeline/vae_tiling.h):
-// f32 matches to float rounding (>= 90 dB PSNR), bf16 to >= 40 dB (the bar), on the tiny fixture
+// f32 matches to float rounding (>= 80 dB PSNR), bf16 to >= 40 dB (the bar), on the tiny fixture
 // and on the released VAE config with random weights (3x3 tile grids, every resolution).
 #include <algorithm>
 #include <cmath>
@@ -30,7 +30,7 @@ Diff diff(const Tensor& a, const Tensor& b) {
   return {mse == 0 ? 999.0 : 10 * std::log10(range * range / mse), mx};
 }
 
-double bar(DType dt) { return dt == DType::F32 ? 90.0 : 40.0; }
+double bar(DType dt) { return dt == DType::F32 ? 80.0 : 40.0; }
 
 void check_decode_and_encode(const Flux2Vae& vae, int64_t h, int64_t w, int tile, const char* what) {
   const Tensor z = rnd({1, vae.config().latent_channels, h, w}, 11);
