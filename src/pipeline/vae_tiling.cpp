@@ -31,6 +31,7 @@ Tensor host_rect(const Tensor& x, int64_t y0, int64_t y1, int64_t x0, int64_t x1
   Tensor r = Tensor::empty({x.dim(0), x.dim(1), h, w}, x.dtype());
   const char* src = static_cast<const char*>(x.raw());
   char* dst = static_cast<char*>(r.raw());
+#pragma omp parallel for collapse(2) schedule(static) if (r.nbytes() > (size_t(1) << 22))
   for (int64_t i = 0; i < BC; ++i)
     for (int64_t y = 0; y < h; ++y)
       std::memcpy(dst + size_t((i * h + y) * w) * e, src + size_t((i * H + y0 + y) * W + x0) * e, size_t(w) * e);
@@ -43,6 +44,7 @@ void paste(const Tensor& dst, const Tensor& src, int64_t y0, int64_t x0) {
   const size_t e = dtype_size(src.dtype());
   const char* s = static_cast<const char*>(src.raw());
   char* d = static_cast<char*>(dst.raw());
+#pragma omp parallel for collapse(2) schedule(static) if (src.nbytes() > (size_t(1) << 22))
   for (int64_t i = 0; i < BC; ++i)
     for (int64_t y = 0; y < h; ++y)
       std::memcpy(d + size_t((i * H + y0 + y) * W + x0) * e, s + size_t((i * h + y) * w) * e, size_t(w) * e);
