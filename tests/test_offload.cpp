@@ -173,6 +173,17 @@ TEST(Offload, MemoryPlanPicksTheLeastOffloadingThatFits) {
   GenerationShape big;
   big.width = big.height = 2048;
   EXPECT_GT(estimate_memory(released, big).dit_act, 3 * e.dit_act);
+  // With tiling allowed, 24 GiB keeps everything resident and tiles the decode instead.
+  const MemoryPlan t24 = plan_memory(released, GenerationShape{}, size_t(24) << 30, true);
+  EXPECT_EQ(t24.offload, Offload::None);
+  EXPECT_TRUE(t24.vae_tiling);
+  EXPECT_LE(t24.peak, size_t(24) << 30);
+  const MemoryPlan u24 = plan_memory(released, GenerationShape{}, size_t(24) << 30, false);
+  EXPECT_EQ(u24.offload, Offload::TextEncoder);
+  EXPECT_FALSE(u24.vae_tiling);
+  EXPECT_EQ(plan_memory(released, GenerationShape{}, size_t(40) << 30, true).vae_tiling, false);
+  EXPECT_EQ(plan_memory(released, GenerationShape{}, size_t(8) << 30, true).offload, Offload::Blocks);
+  EXPECT_THROW(plan_memory(released, GenerationShape{}, size_t(4) << 30, true), Error);
   EXPECT_EQ(parse_offload("blocks"), Offload::Blocks);
   EXPECT_THROW(parse_offload("vae"), Error);
 }
@@ -184,4 +195,20 @@ TEST(Offload, MaxVramIsForCuda) {
   auto both = run_cli("generate --model '" + test::tiny_model() + "' -p x --offload none --max-vram 8");
   EXPECT_NE(both.status, 0);
   EXPECT_NE(both.out.find("not both"), std::string::npos) << both.out;
+}
+
+TEST(Offload, BenchReportsTheMode) {
+  const std::string bench = "bench --model '" + test::tiny_model() + "' --device cpu --dtype f32 -W 16 -H 16 --steps 1 "
+                            "--repeat 1 --prompt-tokens 4 --json";
+  for (const char* mode : {"none", "text-encoder"}) {
+    auto r = run_cli(bench + " --offload " + mode);
+    ASSERT_EQ(r.status, 0) << r.out;
+    auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+    EXPECT_EQ(j["offload"], mode);
+    EXPECT_GT(j["step_s"].get<double>(), 0);
+    EXPECT_GT(j["estimated_peak_gib"].get<double>(), 0);
+  }
+  auto b = run_cli(bench + " --offload blocks");
+  EXPECT_NE(b.status, 0);
+  EXPECT_NE(b.out.find("needs a CUDA device"), std::string::npos) << b.out;
 }

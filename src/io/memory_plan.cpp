@@ -104,4 +104,17 @@ Offload plan_offload(const MemoryEstimate& e, size_t budget_bytes) {
        gib_str(e.peak(Offload::None)), "); try a smaller image, batch or guidance 1");
 }
 
+MemoryPlan plan_memory(const ModelShapes& m, const GenerationShape& g, size_t budget_bytes, bool allow_tiling) {
+  const MemoryEstimate untiled = estimate_memory(m, g);
+  GenerationShape gt = g;
+  gt.vae_tiling = true;
+  const MemoryEstimate tiled = estimate_memory(m, gt);
+  for (Offload o : {Offload::None, Offload::TextEncoder, Offload::Blocks}) {
+    if (untiled.peak(o) <= budget_bytes) return {o, g.vae_tiling, untiled.peak(o)};
+    if (allow_tiling && tiled.peak(o) <= budget_bytes) return {o, true, tiled.peak(o)};
+  }
+  plan_offload(allow_tiling ? tiled : untiled, budget_bytes);  // throws, naming what each mode needs
+  return {};
+}
+
 }  // namespace ernie

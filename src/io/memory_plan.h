@@ -47,6 +47,16 @@ MemoryEstimate estimate_memory(const ModelShapes& m, const GenerationShape& g);
 // Error giving every mode's need when even blocks does not fit.
 Offload plan_offload(const MemoryEstimate& e, size_t budget_bytes);
 
+// The same over (mode, VAE tiling): none, none + tiled decode, text-encoder, text-encoder + tiled, blocks,
+// blocks + tiled; tiling only when `allow_tiling` (the pipeline's automatic tiling follows the allocator
+// cap, so a plan that needs it gets it). With g.vae_tiling set, every step is tiled.
+struct MemoryPlan {
+  Offload offload = Offload::None;
+  bool vae_tiling = false;
+  size_t peak = 0;  // estimated bytes
+};
+MemoryPlan plan_memory(const ModelShapes& m, const GenerationShape& g, size_t budget_bytes, bool allow_tiling);
+
 std::string gib_str(size_t bytes);  // "7.42 GiB"
 
 }  // namespace ernie

@@ -1,5 +1,6 @@
 // ernie-image bench (--model DIR | --random) [-W 1024 -H 1024] [--steps N] [--cfg S] [--prompt-tokens N]
 //                   [--repeat R] [--dtype bf16] [--json] [--vae-tiling [--vae-tile PIXELS]]
+//                   [--offload none|text-encoder|blocks | --max-vram GiB]
 // Times the stages of one generation on the GPU: loading, text encoding, the denoising loop (DiT
 // forward per step, CFG rows batched, Euler update) and the VAE decode. --random builds the released
 // sizes with random weights (speed does not depend on their values). Each stage is timed after a
@@ -22,6 +23,7 @@
 
 #include "commands.h"
 #include "core/error.h"
+#include "io/memory_plan.h"
 #include "io/model_folder.h"
 #include "models/ernie_dit.h"
 #include "models/flux2_vae.h"
@@ -36,7 +38,8 @@ namespace ernie::cli {
 namespace {
 
 struct Opts {
-  std::string model, device = "cuda", dtype = "bf16";
+  std::string model, device = "cuda", dtype = "bf16", offload = "text-encoder";
+  double max_vram = 0;
   bool random = false, json = false, vae_tiling = false;
   int width = 1024, height = 1024, steps = 8, prompt_tokens = 200, repeat = 3, vae_tile = 0;
   float cfg = 1.f;
@@ -186,17 +189,42 @@ int run(const Opts& o) {
   j["prompt_tokens"] = o.prompt_tokens;
   j["weights"] = o.random ? "random" : o.model;
 
-  // ---- text encoder: load, encode (prompt, and the empty negative prompt when cfg > 1), free ----
+  // ---- low-VRAM mode: as given, or the least offloading whose estimate fits --max-vram ----
   const int rows = o.cfg > 1.f ? 2 : 1;
   const int64_t T = o.prompt_tokens, h = o.height / 16, w = o.width / 16;
   std::optional<ModelFolder> folder;
   if (!o.random) folder = ModelFolder::open(o.model, false);
+  Offload mode = parse_offload(o.offload);
+  ERNIE_CHECK(o.max_vram <= 0 || o.offload == "text-encoder", "bench: give --offload or --max-vram, not both");
+  {
+    const ModelShapes shapes = o.random ? ModelShapes{} : ModelShapes{folder->dit, folder->text_encoder, folder->vae, {}};
+    GenerationShape g;
+    g.width = o.width;
+    g.height = o.height;
+    g.rows = rows;
+    g.text_tokens = o.prompt_tokens;
+    g.act = act;
+    const MemoryEstimate e = estimate_memory(shapes, g);
+    if (o.max_vram > 0) {
+      ERNIE_CHECK(dev.is_cuda(), "bench: --max-vram applies to a CUDA device");
+      const size_t limit = size_t(o.max_vram * double(size_t(1) << 30));
+      mode = plan_offload(e, limit);
+      ops::set_memory_limit(dev, limit);
+      j["max_vram_gib"] = o.max_vram;
+    }
+    ERNIE_CHECK(mode != Offload::Blocks || dev.is_cuda(), "bench: --offload blocks needs a CUDA device");
+    j["estimated_peak_gib"] = double(e.peak(mode)) / double(size_t(1) << 30);
+  }
+  j["offload"] = offload_name(mode);
+
+  // ---- text encoder: load, encode (prompt, and the empty negative prompt when cfg > 1), free unless
+  // --offload none ----
   Tensor text;
+  std::optional<MistralModel> lm;
+  std::optional<TextEncoder> te;
   {
     auto t0 = Clock::now();
     std::function<Tensor(const std::vector<int64_t>&)> encode;
-    std::optional<MistralModel> lm;
-    std::optional<TextEncoder> te;
     int64_t vocab = 0;
     if (o.random) {
       const MistralConfig mc{};
@@ -234,19 +262,28 @@ int run(const Opts& o) {
     j["encode_s"] = median(enc);
     Tensor c3 = cond.reshape({1, T, cond.dim(1)});
     text = rows == 2 ? ops::concat({c3, c3}, 0) : c3;
-  }  // the text encoder is freed here, as the CLI does
-#ifdef ERNIE_HAVE_CUDA
-  if (dev.is_cuda()) cuda::empty_cache(dev.index);
-#endif
+  }
+  if (mode != Offload::None) {  // the text encoder is freed here, as the CLI does
+    lm.reset();
+    te.reset();
+    ops::release_cached_memory(dev);
+  }
   std::vector<int64_t> lens(size_t(rows), T);
   if (rows == 2) lens[1] = 1;  // the negative prompt: BOS only
 
   // ---- DiT and VAE: load ----
   auto t0 = Clock::now();
   const DitConfig cfg = o.random ? DitConfig{} : folder->dit;
-  ErnieDit dit = o.random ? ErnieDit::random(cfg, dev, act, o.seed) : ErnieDit::load(*folder, dev, act);
+  const bool stream = mode == Offload::Blocks;
+  ErnieDit dit = o.random ? ErnieDit::random(cfg, dev, act, o.seed, stream) : ErnieDit::load(*folder, dev, act, stream);
   sync(dev);
   j["dit_load_s"] = since(t0);
+  j["dit_device_gib"] = double(dit.weight_bytes()) / double(size_t(1) << 30);
+  if (BlockStreamer* bs = dit.block_streamer()) {
+    j["streamed_gib"] = double(bs->host_bytes()) / double(size_t(1) << 30);
+    j["upload_gbps"] = bs->measure_upload_gbps();  // pinned host -> device, nothing else running
+    j["streamed_gb_per_step"] = double(bs->host_bytes()) / 1e9;
+  }
   t0 = Clock::now();
   Flux2Vae vae = o.random ? Flux2Vae::random(VaeConfig{}, dev, act, o.seed + 20) : Flux2Vae::load(*folder, dev, act);
   sync(dev);
@@ -319,7 +356,8 @@ int run(const Opts& o) {
   } else {
     std::printf("%s %s %dx%d, %d steps, cfg %.2g, %d prompt tokens\n", j.value("gpu", dev.str()).c_str(),
                 o.dtype.c_str(), o.width, o.height, o.steps, double(o.cfg), o.prompt_tokens);
-    for (const char* k : {"load_s", "encode_s", "step_s", "denoise_s", "decode_s", "total_s", "peak_gib",
+    std::printf("  %-18s %s\n", "offload", j["offload"].get<std::string>().c_str());
+    for (const char* k : {"load_s", "encode_s", "step_s", "denoise_s", "decode_s", "total_s", "peak_gib", "upload_gbps",
                           "dit_tflops_per_s", "decode_tiled_s", "tiled_psnr_db", "tiled_max_abs", "decode_extra_gib",
                           "decode_tiled_extra_gib", "decode_tiled_host_s"})
       if (j.contains(k)) std::printf("  %-18s %.4f\n", k, j[k].get<double>());
@@ -344,6 +382,9 @@ Register reg(60, [](CLI::App& app) {
   c->add_flag("--json", o->json, "print the result as JSON");
   c->add_flag("--vae-tiling", o->vae_tiling, "also time the tiled VAE decode and compare it with the untiled one");
   c->add_option("--vae-tile", o->vae_tile, "tile side in pixels for --vae-tiling (default 512)");
+  c->add_option("--offload", o->offload, "none (text encoder kept resident), text-encoder (default: freed before the "
+                "DiT loads), blocks (that, and the DiT blocks streamed from pinned host memory)");
+  c->add_option("--max-vram", o->max_vram, "GiB: pick the least offloading whose estimate fits, and cap the allocator there");
   return std::function<int()>([o] { return run(*o); });
 });
 

@@ -113,11 +113,12 @@ int run(const Opts& o, const CLI::App& c) {
     prompt_tokens = int(std::max(tok.encode(r.prompt).size(), tok.encode(r.negative_prompt).size()));
   }
   const OffloadChoice oc =
-      choose_offload(folder, r, popt.device, popt.dtype, o.offload, o.max_vram, o.pe, prompt_tokens);
+      choose_offload(folder, r, popt.device, popt.dtype, o.offload, o.max_vram, o.pe, prompt_tokens, popt.vae_tiling);
   apply_offload(oc, popt);
   if (!o.quiet && oc.limit_bytes)
-    std::fprintf(stderr, "--max-vram %s: --offload %s (estimated peak %s)\n", gib_str(oc.limit_bytes).c_str(),
-                 offload_name(oc.mode), gib_str(oc.estimate_bytes).c_str());
+    std::fprintf(stderr, "--max-vram %s: --offload %s%s (estimated peak %s)\n", gib_str(oc.limit_bytes).c_str(),
+                 offload_name(oc.mode), oc.vae_tiling ? " with a tiled VAE decode" : "",
+                 gib_str(oc.estimate_bytes).c_str());
 
   ProgressPrinter printer(pmode);
   auto pipe = Pipeline::load(popt, printer.fn());

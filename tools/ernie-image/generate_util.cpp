@@ -94,7 +94,8 @@ void check_writable(const std::string& path, const std::string& ext) {
 }
 
 OffloadChoice choose_offload(const ModelFolder& m, const GenerateRequest& r, Device device, DType act,
-                             const std::string& offload, double max_vram_gib, bool use_pe, int prompt_tokens) {
+                             const std::string& offload, double max_vram_gib, bool use_pe, int prompt_tokens,
+                             VaeTilingMode vae_tiling) {
   OffloadChoice c;
   c.mode = parse_offload(offload);
   if (device.is_cpu()) {
@@ -109,13 +110,18 @@ OffloadChoice choose_offload(const ModelFolder& m, const GenerateRequest& r, Dev
   g.rows = r.num_images * (r.cfg > 1.0f ? 2 : 1);
   g.text_tokens = use_pe ? 2048 : std::max(prompt_tokens, 1);  // the enhancer may write up to 2048 tokens
   g.act = act;
-  const MemoryEstimate e = estimate_memory({m.dit, m.text_encoder, m.vae, use_pe ? m.pe : std::nullopt}, g);
+  g.vae_tiling = vae_tiling == VaeTilingMode::On;
+  const ModelShapes shapes{m.dit, m.text_encoder, m.vae, use_pe ? m.pe : std::nullopt};
   if (max_vram_gib > 0) {
     ERNIE_CHECK(max_vram_gib < 1 << 20, "--max-vram ", std::to_string(max_vram_gib), ": not a size in GiB");
     c.limit_bytes = size_t(max_vram_gib * double(size_t(1) << 30));
-    c.mode = plan_offload(e, c.limit_bytes);
+    const MemoryPlan p = plan_memory(shapes, g, c.limit_bytes, vae_tiling != VaeTilingMode::Off);
+    c.mode = p.offload;
+    c.vae_tiling = p.vae_tiling;
+    c.estimate_bytes = p.peak;
+    return c;
   }
-  c.estimate_bytes = e.peak(c.mode);
+  c.estimate_bytes = estimate_memory(shapes, g).peak(c.mode);
   return c;
 }
 
@@ -123,6 +129,7 @@ void apply_offload(const OffloadChoice& c, PipelineOptions& popt) {
   popt.keep_text_encoder = c.mode == Offload::None;
   popt.offload_blocks = c.mode == Offload::Blocks;
   popt.memory_limit = c.limit_bytes;
+  if (c.vae_tiling) popt.vae_tiling = VaeTilingMode::On;
 }
 
 InitLatents load_init_latents(const std::string& path) {
