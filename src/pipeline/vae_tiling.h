@@ -17,7 +17,9 @@
 // Cost against the untiled decode: a resnet's first convolution runs twice (pass 1 stops at its second
 // GroupNorm), so ~1.5x the up path's convolutions; the halo adds (tile + 2 halo)² / tile² per step; every
 // pass uploads its tiles' inputs and each step downloads its output cores (on_device: slices and concats
-// on the device instead); two small GEMMs per GroupNorm and tile gather the moments. One tile (latent no larger than `tile`) is the untiled decode, exactly.
+// on the device instead); two small GEMMs per GroupNorm and tile gather the moments. Measured on the CPU
+// (released config, random weights, 256x320 image, 2x3 tiles): 2.1x the untiled decode. One tile (latent
+// no larger than `tile`) is the untiled decode, exactly.
 #pragma once
 #include <cstddef>
 #include <cstdint>
