@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "golden.h"
 #include "io/model_folder.h"
+#include "ops/ops.h"
 #include "pipeline/vae_tiling.h"
 
 using namespace ernie;
@@ -102,6 +103,21 @@ TEST(VaeTiling, DecodeMatchesUntiled) {
   const auto [seam, rest] = seam_and_rest(tiled, full, {8 * s, 16 * s}, {9 * s, 18 * s}, s);
   std::printf("mean abs error within %lld px of a core border %.2e, elsewhere %.2e\n", (long long)s, seam, rest);
   EXPECT_LT(seam, 2 * rest + 1e-6);
+}
+
+// The same with each step's activations kept on the device (here the CPU): slices and concats instead of
+// host copies, same result.
+TEST(VaeTiling, OnDeviceMatchesUntiled) {
+  const Tensor z = test_latent(vae().config().latent_channels, 24, 28);
+  const Tensor full = vae().decode(z);
+  const Diff d = diff(vae_decode_tiled(vae(), z, {.tile = 10, .on_device = true}), full);
+  std::printf("tiled decode on the device, 24x28 latent, tile 10: PSNR %.1f dB, max abs %.2e\n", d.psnr, d.max_abs);
+  EXPECT_GE(d.psnr, 40.0);
+  EXPECT_LT(d.max_abs, 1e-3);
+  const Tensor img = ops::clamp(full, -1.f, 1.f);
+  const Diff e = diff(vae_encode_mean_tiled(vae(), img, {.tile = 10, .on_device = true}), vae().encode(img).first);
+  std::printf("tiled encode on the device: max abs %.2e\n", e.max_abs);
+  EXPECT_LT(e.max_abs, 1e-3);
 }
 
 // Without the halo the convolutions at a core's border see zeros instead of the neighbour: a seam, and
@@ -196,4 +212,11 @@ TEST(VaeTiling, AutoChoice) {
   ASSERT_TRUE(t.has_value());
   EXPECT_LT(t->tile, 256);
   EXPECT_LE(double(vae_decode_tiled_bytes(c, 256, 256, DType::BF16, *t)), 0.8 * double(full / 4));
+  // Forced: the default tile when it fits, activations on the device when they fit too.
+  const auto f = auto_vae_tiling(c, 256, 256, DType::BF16, 2 * full, true);
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->tile, VaeTiling{}.tile);
+  EXPECT_TRUE(f->on_device);
+  EXPECT_FALSE(auto_vae_tiling(c, 256, 256, DType::BF16, vae_decode_tiled_bytes(c, 256, 256, DType::BF16, {}) * 2, true)
+                   ->on_device);
 }

@@ -285,11 +285,13 @@ class ErniePipeline final : public Pipeline {
   std::optional<VaeTiling> vae_tiling_for([[maybe_unused]] int64_t h, [[maybe_unused]] int64_t w) const {
     const int vs = m_.vae.spatial_scale();
     if (opt_.vae_tiling == VaeTilingMode::Off) return std::nullopt;
+    const bool force = opt_.vae_tiling == VaeTilingMode::On;
     std::optional<VaeTiling> t;
 #ifdef ERNIE_HAVE_CUDA
-    if (opt_.device.is_cuda()) t = auto_vae_tiling(m_.vae, h, w, opt_.dtype, cuda::available_bytes(opt_.device.index));
+    if (opt_.device.is_cuda())
+      t = auto_vae_tiling(m_.vae, h, w, opt_.dtype, cuda::available_bytes(opt_.device.index), force);
 #endif
-    if (opt_.vae_tiling == VaeTilingMode::On && !t) t = VaeTiling{};
+    if (force && !t) t = VaeTiling{};  // the CPU: activations live on the host either way
     if (t && opt_.vae_tile > 0) t->tile = opt_.vae_tile / vs;
     return t;
   }

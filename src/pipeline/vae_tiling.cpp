@@ -50,20 +50,23 @@ void paste(const Tensor& dst, const Tensor& src, int64_t y0, int64_t x0) {
       std::memcpy(d + size_t((i * H + y0 + y) * W + x0) * e, s + size_t((i * h + y) * w) * e, size_t(w) * e);
 }
 
-// Runs `steps` over the tiles of x (host, [B, C, h*r, w*r] for an h×w latent grid cut at ys × xs) in
-// lockstep: every step over all tiles (one pass per GroupNorm it holds, plus one; tiled_group_norm.h)
-// before the next. A tile is its core plus `halo` pixels of the step's input on every side, which covers
-// the step's convolutions, so the cores come out as the untiled step would give them. Each step's output
-// cores are assembled on the host ([B, C', h*r', w*r'] in the VAE's activation dtype).
+// Runs `steps` over the tiles of x ([B, C, h*r, w*r] for an h×w latent grid cut at ys × xs) in lockstep:
+// every step over all tiles (one pass per GroupNorm it holds, plus one; tiled_group_norm.h) before the
+// next. A tile is its core plus `halo` pixels of the step's input on every side, which covers the step's
+// convolutions, so the cores come out as the untiled step would give them. Each step's output cores are
+// assembled ([B, C', h*r', w*r'] in the VAE's activation dtype) on the host, or with `on_device` on the
+// VAE's device (ops::concat, no host round trips).
 Tensor run_tiled(const Flux2Vae& vae, Tensor x, const std::vector<Flux2Vae::Step>& steps,
-                 const std::vector<int64_t>& ys, const std::vector<int64_t>& xs, int64_t halo) {
+                 const std::vector<int64_t>& ys, const std::vector<int64_t>& xs, int64_t halo, bool on_device) {
   const int64_t h = ys.back(), w = xs.back();
+  x = x.to(on_device ? vae.device() : kCPU);
   for (size_t si = 0; si < steps.size(); ++si) {
     const int64_t H = x.dim(2), W = x.dim(3), r = H / h;
     ERNIE_CHECK(H % h == 0 && W == w * r, "tiled VAE: step ", I(int64_t(si)), " input ", shape_str(x.shape()),
                 " is not the ", I(h), "x", I(w), " latent grid at an integer resolution");
     TiledGroupNorm gn;
     Tensor y;
+    std::vector<std::vector<Tensor>> cores(ys.size() - 1);  // on_device: the output cores of the last pass
     for (size_t pass = 0;; ++pass) {
       gn.begin_pass(pass);
       for (size_t i = 0; i + 1 < ys.size(); ++i)
@@ -71,7 +74,8 @@ Tensor run_tiled(const Flux2Vae& vae, Tensor x, const std::vector<Flux2Vae::Step
           const int64_t cy0 = ys[i] * r, cy1 = ys[i + 1] * r, cx0 = xs[j] * r, cx1 = xs[j + 1] * r;
           const int64_t ey0 = std::max<int64_t>(0, cy0 - halo), ey1 = std::min(H, cy1 + halo);
           const int64_t ex0 = std::max<int64_t>(0, cx0 - halo), ex1 = std::min(W, cx1 + halo);
-          Tensor in = host_rect(x, ey0, ey1, ex0, ex1).to(vae.device());
+          Tensor in = on_device ? ops::slice(ops::slice(x, 2, ey0, ey1 - ey0), 3, ex0, ex1 - ex0)
+                                : host_rect(x, ey0, ey1, ex0, ex1).to(vae.device());
           if (in.dtype() != vae.act_dtype()) in = ops::cast(in, vae.act_dtype());
           gn.begin_tile(ey1 - ey0, ex1 - ex0, cy0 - ey0, cy1 - ey0, cx0 - ex0, cx1 - ex0);
           Tensor out;
@@ -91,11 +95,23 @@ Tensor run_tiled(const Flux2Vae& vae, Tensor x, const std::vector<Flux2Vae::Step
                       I(int64_t(si)), " turned a ", I(ih), "x", I(iw), " tile into ", shape_str(out.shape()));
           const int64_t oy = at(cy0 - ey0, oh, ih), ox = at(cx0 - ex0, ow, iw);
           const int64_t ch = at(cy1 - cy0, oh, ih), cw = at(cx1 - cx0, ow, iw);
-          const Tensor core = ops::slice(ops::slice(out, 2, oy, ch), 3, ox, cw).to(kCPU);
+          const Tensor core = ops::slice(ops::slice(out, 2, oy, ch), 3, ox, cw);
+          if (on_device) {
+            cores[i].push_back(core);
+            continue;
+          }
           if (!y.defined()) y = Tensor::empty({x.dim(0), out.dim(1), at(H, oh, ih), at(W, ow, iw)}, out.dtype());
-          paste(y, core, at(cy0, oh, ih), at(cx0, ow, iw));
+          paste(y, core.to(kCPU), at(cy0, oh, ih), at(cx0, ow, iw));
         }
       if (!gn.end_pass()) break;
+    }
+    if (on_device) {  // rows of cores side by side, then the rows stacked; each row's cores freed as it goes
+      std::vector<Tensor> rows;
+      for (std::vector<Tensor>& row : cores) {
+        rows.push_back(row.size() == 1 ? row[0] : ops::concat(row, 3));
+        row.clear();
+      }
+      y = rows.size() == 1 ? rows[0] : ops::concat(rows, 2);
     }
     x = y;
   }
@@ -115,8 +131,10 @@ Tensor vae_decode_tiled(const Flux2Vae& vae, const Tensor& z, const VaeTiling& t
   ERNIE_CHECK(z.defined() && z.ndim() == 4, "tiled VAE decode: input ", z.defined() ? shape_str(z.shape()) : "undefined",
               " is not [B, C, h, w]");
   if (z.dim(2) <= t.tile && z.dim(3) <= t.tile) return vae.decode(z).to(kCPU).to_f32();
-  const Tensor h = vae.decode_mid(z).to(kCPU);
-  return run_tiled(vae, h, vae.decode_up_steps(), core_cuts(z.dim(2), t.tile), core_cuts(z.dim(3), t.tile), t.halo)
+  const Tensor h = vae.decode_mid(z);
+  return run_tiled(vae, h, vae.decode_up_steps(), core_cuts(z.dim(2), t.tile), core_cuts(z.dim(3), t.tile), t.halo,
+                   t.on_device)
+      .to(kCPU)
       .to_f32();
 }
 
@@ -129,8 +147,8 @@ Tensor vae_encode_mean_tiled(const Flux2Vae& vae, const Tensor& image, const Vae
               "multiples of ", I(s), ", got ", shape_str(image.shape()));
   const int64_t h = image.dim(2) / s, w = image.dim(3) / s;
   if (h <= t.tile && w <= t.tile) return vae.encode(image).first.to(kCPU).to_f32();
-  const Tensor x = run_tiled(vae, image.to(kCPU), vae.encode_down_steps(), core_cuts(h, t.tile), core_cuts(w, t.tile),
-                             t.halo);
+  const Tensor x = run_tiled(vae, image, vae.encode_down_steps(), core_cuts(h, t.tile), core_cuts(w, t.tile), t.halo,
+                             t.on_device);
   return vae.encode_mid(x).first.to(kCPU).to_f32();
 }
 
@@ -154,14 +172,25 @@ size_t vae_decode_tiled_bytes(const VaeConfig& c, int64_t h, int64_t w, DType ac
   return std::max(mid, vae_decode_bytes(c, th, tw, act) + tile_px * ch * 8);
 }
 
-std::optional<VaeTiling> auto_vae_tiling(const VaeConfig& c, int64_t h, int64_t w, DType act, size_t free_bytes) {
+size_t vae_decode_resident_bytes(const VaeConfig& c, int64_t h, int64_t w, DType act) {
+  // At the widest steps (full resolution) the step's input, its output cores and their concatenation
+  // (a row at a time): ~3 full-resolution activations, 4 for a margin.
+  const int64_t s = c.spatial_scale();
+  return size_t(h * s) * size_t(w * s) * size_t(c.decoder_channels().front()) * dtype_size(act) * 4;
+}
+
+std::optional<VaeTiling> auto_vae_tiling(const VaeConfig& c, int64_t h, int64_t w, DType act, size_t free_bytes,
+                                         bool force) {
   const double budget = 0.8 * double(free_bytes);  // a margin for the allocator's rounding and cuDNN workspaces
-  if (double(vae_decode_bytes(c, h, w, act)) <= budget) return std::nullopt;
+  if (!force && double(vae_decode_bytes(c, h, w, act)) <= budget) return std::nullopt;
   VaeTiling t;
-  for (int tile : {256, 192, 128, 96, 64, 48, 32, 16}) {
-    t.tile = tile;
-    if (double(vae_decode_tiled_bytes(c, h, w, act, t)) <= budget) break;
-  }
+  const bool default_fits = double(vae_decode_tiled_bytes(c, h, w, act, t)) <= budget;
+  if (!force || !default_fits)
+    for (int tile : {256, 192, 128, 96, 64, 48, 32, 16}) {
+      t.tile = tile;
+      if (double(vae_decode_tiled_bytes(c, h, w, act, t)) <= budget) break;
+    }
+  t.on_device = double(vae_decode_tiled_bytes(c, h, w, act, t) + vae_decode_resident_bytes(c, h, w, act)) <= budget;
   return t;
 }
 

@@ -5,9 +5,11 @@
 // forward per step, CFG rows batched, Euler update) and the VAE decode. --random builds the released
 // sizes with random weights (speed does not depend on their values). Each stage is timed after a
 // warm-up run, with the device synchronised around it; the numbers are the median over --repeat runs.
-// --vae-tiling also times the tiled decode of the same latents (pipeline/vae_tiling.h) and compares it with
-// the untiled one: decode_tiled_s, tiled_psnr_db (range [-1, 1]), tiled_max_abs, and on CUDA the device
-// memory each decode takes above what was in use before it (decode_extra_gib, decode_tiled_extra_gib).
+// --vae-tiling also times the tiled decode of the same latents (pipeline/vae_tiling.h, tiling chosen as
+// `generate --vae-tiling` does) and compares it with the untiled one: decode_tiled_s, tiled_psnr_db (range
+// [-1, 1]), tiled_max_abs, vae_tile_on_device, and on CUDA the device memory each decode takes above what
+// was in use before it (decode_extra_gib, decode_tiled_extra_gib); when the activations stayed on the
+// device, decode_tiled_host_s and decode_tiled_host_extra_gib time the host-resident variant too.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -110,27 +112,42 @@ void bench_tiled_decode(const Opts& o, const Flux2Vae& vae, const Tensor& z, nlo
   const int s = vae.config().spatial_scale();
   ERNIE_CHECK(o.vae_tile >= 0 && o.vae_tile % s == 0, "bench: --vae-tile ", std::to_string(o.vae_tile),
               " must be a multiple of ", std::to_string(s));
-  VaeTiling t;
-  if (o.vae_tile > 0) t.tile = o.vae_tile / s;
   const Device dev = z.device();
+  VaeTiling t;
+#ifdef ERNIE_HAVE_CUDA
+  if (dev.is_cuda())
+    t = *auto_vae_tiling(vae.config(), z.dim(2), z.dim(3), vae.act_dtype(), cuda::available_bytes(dev.index), true);
+#endif
+  if (o.vae_tile > 0) t.tile = o.vae_tile / s;
   std::vector<float> ref;
   auto untiled = [&] { ref = vae.decode(z).to_vector(); };
-  auto tiled = [&] { vae_decode_tiled(vae, z, t); };
+  auto timed = [&](const VaeTiling& tt, Tensor& img) {
+    std::vector<double> runs;
+    for (int r = 0; r < o.repeat; ++r) {
+      auto t0 = Clock::now();
+      img = vae_decode_tiled(vae, z, tt);
+      sync(dev);
+      runs.push_back(since(t0));
+    }
+    return median(runs);
+  };
 #ifdef ERNIE_HAVE_CUDA
   j["decode_extra_gib"] = extra_gib(dev, untiled);
-  j["decode_tiled_extra_gib"] = extra_gib(dev, tiled);  // also the warm-up: the tile shapes' plans
+  // also the warm-up: the tile shapes' plans
+  j["decode_tiled_extra_gib"] = extra_gib(dev, [&] { vae_decode_tiled(vae, z, t); });
+  if (t.on_device) {
+    VaeTiling host = t;
+    host.on_device = false;
+    j["decode_tiled_host_extra_gib"] = extra_gib(dev, [&] { vae_decode_tiled(vae, z, host); });
+    Tensor unused;
+    j["decode_tiled_host_s"] = timed(host, unused);
+  }
 #else
   untiled();
-  tiled();
+  vae_decode_tiled(vae, z, t);
 #endif
-  std::vector<double> runs;
   Tensor img;
-  for (int r = 0; r < o.repeat; ++r) {
-    auto t0 = Clock::now();
-    img = vae_decode_tiled(vae, z, t);
-    sync(dev);
-    runs.push_back(since(t0));
-  }
+  j["decode_tiled_s"] = timed(t, img);
   const std::vector<float> v = img.to_vector();
   double mse = 0, mx = 0;
   for (size_t i = 0; i < v.size(); ++i) {
@@ -139,11 +156,11 @@ void bench_tiled_decode(const Opts& o, const Flux2Vae& vae, const Tensor& z, nlo
     mx = std::max(mx, std::fabs(d));
   }
   mse /= double(std::max<size_t>(1, v.size()));
-  j["decode_tiled_s"] = median(runs);
   j["tiled_psnr_db"] = mse > 0 ? 10 * std::log10(4.0 / mse) : 999.0;
   j["tiled_max_abs"] = mx;
   j["vae_tile_px"] = t.tile * s;
   j["vae_tile_halo"] = t.halo;
+  j["vae_tile_on_device"] = t.on_device;
 }
 
 int run(const Opts& o) {
@@ -342,7 +359,7 @@ int run(const Opts& o) {
     std::printf("  %-18s %s\n", "offload", j["offload"].get<std::string>().c_str());
     for (const char* k : {"load_s", "encode_s", "step_s", "denoise_s", "decode_s", "total_s", "peak_gib", "upload_gbps",
                           "dit_tflops_per_s", "decode_tiled_s", "tiled_psnr_db", "tiled_max_abs", "decode_extra_gib",
-                          "decode_tiled_extra_gib"})
+                          "decode_tiled_extra_gib", "decode_tiled_host_s"})
       if (j.contains(k)) std::printf("  %-18s %.4f\n", k, j[k].get<double>());
   }
   return 0;
