@@ -103,6 +103,29 @@ TEST(CudaOffload, PipelineModesLoadOnceAndAgree) {
   EXPECT_EQ(images[2], images[0]);
 }
 
+// PipelineOptions::memory_limit (--max-vram): a whole generation stays under the cap.
+TEST(CudaOffload, PipelineStaysUnderItsMemoryLimit) {
+  ERNIE_REQUIRE_GPU();
+  cuda::empty_cache(0);
+  cuda::reset_peak_memory(0);
+  const size_t limit = cuda::memory_stats(0).reserved_bytes + (size_t(256) << 20);
+  PipelineOptions o;
+  o.model_dir = tiny_model();
+  o.device = kGPU;
+  o.dtype = DType::BF16;
+  o.keep_text_encoder = false;
+  o.offload_blocks = true;
+  o.memory_limit = limit;
+  GenerateRequest r = request(false);
+  r.width = r.height = 64;
+  {
+    auto pipe = Pipeline::load(o);
+    EXPECT_EQ(pipe->generate(r).images.size(), 1u);
+  }
+  EXPECT_LE(cuda::memory_stats(0).peak_reserved_bytes, limit);
+  ops::set_memory_limit(kGPU, 0);
+}
+
 TEST(CudaOffload, MemoryLimitIsEnforced) {
   ERNIE_REQUIRE_GPU();
   cuda::empty_cache(0);  // nothing cached: the cap below counts only live tensors

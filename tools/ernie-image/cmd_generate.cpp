@@ -108,7 +108,7 @@ int run(const Opts& o, const CLI::App& c) {
 
   // Low-VRAM mode: as given, or the least offloading that fits --max-vram.
   int prompt_tokens = 0;
-  if (popt.device.is_cuda()) {
+  if (popt.device.is_cuda() && o.max_vram > 0) {
     Tokenizer tok = load_model_tokenizer(folder, "tokenizer");
     prompt_tokens = int(std::max(tok.encode(r.prompt).size(), tok.encode(r.negative_prompt).size()));
   }
