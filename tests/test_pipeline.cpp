@@ -144,7 +144,7 @@ TEST(Pipeline, PromptEnhancerRevisesPromptRepeatably) {
   r.width = r.height = 16;
   r.steps = 1;
   r.use_pe = true;
-  r.seed = 5;
+  r.seed = 13;  // the tiny enhancer stops after 13 tokens (seed 5 ran to 2048: 10 s under ASan)
   bool saw_enhance = false;
   GenerateResult a = pipe->generate(r, [&](const Progress& p) { saw_enhance |= p.phase == "enhance"; });
   EXPECT_TRUE(saw_enhance);
