@@ -31,7 +31,8 @@ struct PipelineOptions {
   bool keep_text_encoder = true;
   bool offload_blocks = false;   // CUDA only (--offload blocks): DiT blocks stay in pinned host memory and
                                  // are streamed to the GPU block by block during each step
-  size_t memory_limit = 0;       // CUDA: cap on the device memory the allocator takes (--max-vram); 0 = none
+  size_t memory_limit = 0;       // CUDA: cap on the device memory the allocator takes (--max-vram), set for the
+                                 // device process-wide (ops::set_memory_limit); 0 = leave it as it is
   bool load_pe = false;          // load the prompt enhancer (pe/) when present
   bool load_denoiser = true;     // false: tokenizer and text encoder only (encode_prompt); generate() throws
   bool round_timesteps = true;   // feed the DiT bf16-rounded timesteps in bf16, as the reference does
