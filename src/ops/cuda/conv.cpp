@@ -119,6 +119,8 @@ const Plan& plan_for(const Key& key, cudnnHandle_t h, const Operands& ops) {
     return true;
   };
   tuning::Cache& cache = tuning::Cache::of(tuning_identity(int(device)));
+  // Workspace: at most 1 GiB, and at most half of what is free (under a --max-vram cap that can be little).
+  const size_t ws_limit = std::min(kMaxWorkspace, available_bytes(int(device)) / 2) & ~size_t(255);
   std::string ks = "conv";
   for (int64_t v : {int64_t(dt), B, I, H, W, O, kh, kw, int64_t(stride), int64_t(pad)}) ks += " " + std::to_string(v);
   bool ok = false;
@@ -126,17 +128,19 @@ const Plan& plan_for(const Key& key, cudnnHandle_t h, const Operands& ops) {
     if (auto e = cache.find(ks); e && e->is_object() && e->value("algo", json()).is_number_integer() &&
                                  e->value("math", json()).is_number_integer())
       ok = try_algo(cudnnConvolutionFwdAlgo_t((*e)["algo"].get<int>()), cudnnMathType_t((*e)["math"].get<int>()),
-                    kMaxWorkspace);
-    if (!ok && ops.x) {  // measure every algorithm on the call's operands
-      Tensor ws = Tensor::empty({int64_t(kMaxWorkspace)}, DType::U8, ops.device);
+                    ws_limit);
+    if (!ok && ops.x && ws_limit > 0) {  // measure every algorithm on the call's operands
+      Tensor ws = Tensor::empty({int64_t(ws_limit)}, DType::U8, ops.device);
       cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
       int found = 0;
       ERNIE_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, p.xd, ops.x, p.wd, ops.w, p.cd, p.yd, ops.y,
                                                                CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found, perf,
-                                                               ws.raw(), kMaxWorkspace));
+                                                               ws.raw(), ws_limit));
       for (int i = 0; i < found && !ok; ++i)  // sorted by time
-        if (perf[i].status == CUDNN_STATUS_SUCCESS && try_algo(perf[i].algo, perf[i].mathType, kMaxWorkspace)) {
-          cache.store(ks, {{"algo", int(perf[i].algo)}, {"math", int(perf[i].mathType)}, {"ms", perf[i].time}});
+        if (perf[i].status == CUDNN_STATUS_SUCCESS && try_algo(perf[i].algo, perf[i].mathType, ws_limit)) {
+          // A choice squeezed by little free memory is not remembered for runs that have more.
+          if (ws_limit == kMaxWorkspace)
+            cache.store(ks, {{"algo", int(perf[i].algo)}, {"math", int(perf[i].mathType)}, {"ms", perf[i].time}});
           ok = true;
         }
     }
@@ -147,7 +151,7 @@ const Plan& plan_for(const Key& key, cudnnHandle_t h, const Operands& ops) {
     ERNIE_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, p.xd, p.wd, p.cd, p.yd,
                                                              CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found, perf));
     for (int i = 0; i < found && !ok; ++i)
-      ok = perf[i].status == CUDNN_STATUS_SUCCESS && try_algo(perf[i].algo, perf[i].mathType, kMaxWorkspace);
+      ok = perf[i].status == CUDNN_STATUS_SUCCESS && try_algo(perf[i].algo, perf[i].mathType, ws_limit);
   }
   ERNIE_CHECK(ok, "conv2d: cuDNN has no algorithm for x [", std::to_string(B), ", ", std::to_string(I), ", ",
               std::to_string(H), ", ", std::to_string(W), "] weight [", std::to_string(O), ", ", std::to_string(I), ", ",
