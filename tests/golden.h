@@ -1,6 +1,7 @@
 // Golden data from the diffusers reference (tests/data/tiny-ernie-image) and the one comparison helper
 // every test uses: relative L2 error and cosine similarity per tensor; small shared test helpers.
 #pragma once
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -68,6 +69,27 @@ inline ::testing::AssertionResult tensors_close(const Tensor& actual, const Tens
     return ::testing::AssertionFailure() << "rel_l2 " << c.rel_l2 << " (limit " << rel_l2 << "), cosine " << c.cosine
                                          << " (min " << min_cosine << "), max_abs " << c.max_abs;
   return ::testing::AssertionSuccess() << "rel_l2 " << c.rel_l2 << ", cosine " << c.cosine;
+}
+
+// How far `a` is from `b`: PSNR for signals of peak-to-peak `range` (0: b's own range) and the largest
+// |a - b| (images in [-1, 1] have range 2).
+struct PsnrDiff {
+  double psnr = 0, max_abs = 0;
+};
+inline PsnrDiff psnr_diff(const Tensor& a, const Tensor& b, double range = 0) {
+  const std::vector<float> x = a.to_vector(), y = b.to_vector();
+  double mse = 0, mx = 0;
+  for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
+    const double d = double(x[i]) - double(y[i]);
+    mse += d * d;
+    mx = std::max(mx, std::fabs(d));
+  }
+  if (range <= 0 && !y.empty()) {
+    const auto [lo, hi] = std::minmax_element(y.begin(), y.end());
+    range = std::max(1e-12, double(*hi - *lo));
+  }
+  mse /= double(std::max<size_t>(1, x.size()));
+  return {mse == 0 ? 999.0 : 10 * std::log10(range * range / mse), mx};
 }
 
 // CPU fp32 tolerance from DESIGN.md.

@@ -24,28 +24,11 @@ const Flux2Vae& vae() {
   return v;
 }
 
-struct Diff {
-  double psnr = 0, max_abs = 0;
-};
-// PSNR of a against b for signals of peak-to-peak range 2 ([-1, 1]), and the largest |a - b|.
-Diff diff(const Tensor& a, const Tensor& b) {
-  const std::vector<float> x = a.to_vector(), y = b.to_vector();
-  double mse = 0, mx = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double d = double(x[i]) - double(y[i]);
-    mse += d * d;
-    mx = std::max(mx, std::fabs(d));
-  }
-  mse /= double(x.size());
-  return {mse == 0 ? 999.0 : 10 * std::log10(4.0 / mse), mx};
-}
+using Diff = test::PsnrDiff;
+Diff diff(const Tensor& a, const Tensor& b) { return test::psnr_diff(a, b, 2.0); }  // images in [-1, 1]
 
 // PSNR of a against b on b's own peak-to-peak range (for posterior means, which are not in [-1, 1]).
-double psnr_on_range(const Tensor& a, const Tensor& b) {
-  const std::vector<float> f = b.to_vector();
-  const auto [lo, hi] = std::minmax_element(f.begin(), f.end());
-  return diff(a, b).psnr + 20 * std::log10((*hi - *lo) / 2.0);
-}
+double psnr_on_range(const Tensor& a, const Tensor& b) { return test::psnr_diff(a, b).psnr; }
 
 // A latent with structure at several scales and a per-channel offset, so tiles see different statistics.
 Tensor test_latent(int64_t L, int64_t h, int64_t w) {

@@ -13,23 +13,8 @@
 namespace ernie::test {
 namespace {
 
-struct Diff {
-  double psnr = 0, max_abs = 0;
-};
-// PSNR of a against b on b's own peak-to-peak range, and the largest |a - b|.
-Diff diff(const Tensor& a, const Tensor& b) {
-  const std::vector<float> x = a.to_vector(), y = b.to_vector();
-  double mse = 0, mx = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double d = double(x[i]) - double(y[i]);
-    mse += d * d;
-    mx = std::max(mx, std::fabs(d));
-  }
-  const auto [lo, hi] = std::minmax_element(y.begin(), y.end());
-  const double range = std::max(1e-12, double(*hi - *lo));
-  mse /= double(std::max<size_t>(1, x.size()));
-  return {mse == 0 ? 999.0 : 10 * std::log10(range * range / mse), mx};
-}
+using Diff = PsnrDiff;
+Diff diff(const Tensor& a, const Tensor& b) { return psnr_diff(a, b); }  // on b's own range
 
 double bar(DType dt) { return dt == DType::F32 ? 80.0 : 40.0; }
 

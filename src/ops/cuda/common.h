@@ -62,6 +62,14 @@ template <> __device__ __forceinline__ float from_f<float>(float v) { return v; 
 template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16(v); }
 template <> __device__ __forceinline__ __half from_f<__half>(float v) { return __float2half(v); }
 
+#ifdef __CUDACC__
+// Sum over the 32 lanes of a warp, every lane gets it.
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+#endif
+
 // A read-only vector of any float storage type (weights, biases, per-row modulation vectors), read as
 // float. The type switch is uniform across a warp.
 struct VecF {

@@ -10,11 +10,6 @@ namespace {
 
 constexpr int kWarps = 8;
 
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
 // One warp per row of x [rows, C] (16-byte packs): y = (x · rsqrt(mean(x²) + eps) · w) · (1 + scale[b]) +
 // shift[b], b = row / seq; ss / sc are the pack strides of shift / scale rows (0: one row for all).
 template <class T>

@@ -9,11 +9,6 @@ namespace {
 
 constexpr int kWarps = 8;
 
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
 template <class T>
 __global__ void rms_norm_kernel(const T* __restrict__ x, VecF w, T* __restrict__ y, int64_t rows, int c, float eps) {
   const int64_t row = blockIdx.x * int64_t(kWarps) + threadIdx.y;
