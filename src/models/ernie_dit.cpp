@@ -26,21 +26,6 @@ std::vector<Tensor*> ErnieDit::Block::tensors() {
           &to_out,      &norm_q,       &norm_k,   &gate_proj, &up_proj, &linear_fc2};
 }
 
-namespace {
-// Rows of same-typed 2-D tensors on one device stacked into one tensor (a byte copy, host or device).
-Tensor stack_rows(const std::vector<Tensor>& ts) {
-  int64_t rows = 0;
-  for (const Tensor& t : ts) rows += t.dim(0);
-  Tensor out = Tensor::empty({rows, ts[0].dim(1)}, ts[0].dtype(), ts[0].device());
-  size_t off = 0;
-  for (const Tensor& t : ts) {
-    device_memory_ops().copy(static_cast<char*>(out.raw()) + off, out.device(), t.raw(), t.device(), t.nbytes());
-    off += t.nbytes();
-  }
-  return out;
-}
-}  // namespace
-
 ErnieDit ErnieDit::build(const DitConfig& cfg, Device device, DType act, const WeightSource& source,
                          bool stream_blocks) {
   ERNIE_CHECK(!device.is_cpu() || act == DType::F32, "ErnieDit: the CPU backend computes in F32, not ",
@@ -99,7 +84,7 @@ ErnieDit ErnieDit::build(const DitConfig& cfg, Device device, DType act, const W
     b.up_proj = bw(p + "mlp.up_proj.weight");
     b.linear_fc2 = bw(p + "mlp.linear_fc2.weight");
     if (device.is_cuda() && b.to_q.dtype() == b.to_k.dtype() && b.to_q.dtype() == b.to_v.dtype()) {
-      b.to_qkv = stack_rows({b.to_q, b.to_k, b.to_v});  // one GEMM instead of three
+      b.to_qkv = ops::concat({b.to_q, b.to_k, b.to_v}, 0);  // one GEMM instead of three
       b.to_q = b.to_k = b.to_v = Tensor();
     }
     return b;
