@@ -42,15 +42,20 @@ struct HostTimer {
     ++v.second;
   }
 };
+// Runs a CUDA op, timed when ERNIE_PROFILE_HOST is set.
+template <class F>
+decltype(auto) on_cuda(const char* name, F&& f) {
+  if (!host_profile().on) return f();
+  HostTimer t{name};
+  return f();
+}
 }  // namespace
 }  // namespace ernie::ops
 
-#define ERNIE_OP(fn, dev, ...)                                              \
-  do {                                                                      \
-    if ((dev).is_cpu()) return cpu::fn(__VA_ARGS__);                        \
-    if (!host_profile().on) return cuda::fn(__VA_ARGS__);                   \
-    HostTimer t_{#fn};                                                      \
-    return cuda::fn(__VA_ARGS__);                                           \
+#define ERNIE_OP(fn, dev, ...)                                                         \
+  do {                                                                                 \
+    if ((dev).is_cpu()) return cpu::fn(__VA_ARGS__);                                   \
+    return on_cuda(#fn, [&]() -> decltype(auto) { return cuda::fn(__VA_ARGS__); });  \
   } while (0)
 #else
 #define ERNIE_OP(fn, dev, ...)                                                     \
@@ -102,11 +107,8 @@ Qkv qkv_norm_rope_composed(const Tensor& qkv, int64_t heads, const Tensor& norm_
 
 Tensor rms_norm_modulate(const Tensor& x, const Tensor& weight, float eps, const Tensor& shift, const Tensor& scale) {
 #ifdef ERNIE_HAVE_CUDA
-  if (x.device().is_cuda()) {
-    if (!host_profile().on) return cuda::rms_norm_modulate(x, weight, eps, shift, scale);
-    HostTimer t_{"rms_norm_modulate"};
-    return cuda::rms_norm_modulate(x, weight, eps, shift, scale);
-  }
+  if (x.device().is_cuda())
+    return on_cuda("rms_norm_modulate", [&] { return cuda::rms_norm_modulate(x, weight, eps, shift, scale); });
 #endif
   return modulate(rms_norm(x, weight, eps), shift, scale);
 }
@@ -116,11 +118,8 @@ Qkv qkv_norm_rope(const Tensor& qkv, int64_t heads, const Tensor& norm_q, const 
   ERNIE_CHECK(qkv.defined() && qkv.ndim() == 3 && heads > 0 && qkv.dim(2) % (3 * heads) == 0, "qkv_norm_rope: qkv ",
               shape_str(qkv.shape()), " is not [B, S, 3 * heads * head_dim] for ", std::to_string(heads), " heads");
 #ifdef ERNIE_HAVE_CUDA
-  if (qkv.device().is_cuda() && cuda::qkv_norm_rope_supported(qkv, heads, norm_q, norm_k, cos, sin)) {
-    if (!host_profile().on) return cuda::qkv_norm_rope(qkv, heads, norm_q, norm_k, eps, cos, sin);
-    HostTimer t_{"qkv_norm_rope"};
-    return cuda::qkv_norm_rope(qkv, heads, norm_q, norm_k, eps, cos, sin);
-  }
+  if (qkv.device().is_cuda() && cuda::qkv_norm_rope_supported(qkv, heads, norm_q, norm_k, cos, sin))
+    return on_cuda("qkv_norm_rope", [&] { return cuda::qkv_norm_rope(qkv, heads, norm_q, norm_k, eps, cos, sin); });
 #endif
   return qkv_norm_rope_composed(qkv, heads, norm_q, norm_k, eps, cos, sin);
 }
