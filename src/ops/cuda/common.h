@@ -93,6 +93,23 @@ struct alignas(16) Pack {
 };
 inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+#ifdef __CUDACC__
+// rsqrt(mean(x²) + eps) over one row of `cp` 16-byte packs, read by one warp (every lane gets it).
+template <class T>
+__device__ __forceinline__ float row_inv_rms(const Pack<T>* __restrict__ xr, int cp, float eps) {
+  float ss = 0.f;
+  for (int i = threadIdx.x; i < cp; i += 32) {
+    const Pack<T> a = xr[i];
+#pragma unroll
+    for (int e = 0; e < kPack<T>; ++e) {
+      const float v = to_f(a.v[e]);
+      ss += v * v;
+    }
+  }
+  return rsqrtf(warp_sum(ss) / float(cp * kPack<T>) + eps);
+}
+#endif
+
 }  // namespace ernie::cuda
 
 // Runs `body` with `T` bound to the C++ type of activation dtype `dt` (F32 or BF16).

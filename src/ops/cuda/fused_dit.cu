@@ -22,13 +22,7 @@ __global__ void rms_norm_modulate_kernel(const Pack<T>* __restrict__ x, VecF w, 
   const int64_t b = row / seq;
   const Pack<T>* xr = x + row * cp;
   Pack<T>* yr = y + row * cp;
-  float sum = 0.f;
-  for (int i = threadIdx.x; i < cp; i += 32) {
-    const Pack<T> a = xr[i];
-#pragma unroll
-    for (int e = 0; e < P; ++e) sum += to_f(a.v[e]) * to_f(a.v[e]);
-  }
-  const float inv = rsqrtf(warp_sum(sum) / float(cp * P) + eps);
+  const float inv = row_inv_rms(xr, cp, eps);
   for (int i = threadIdx.x; i < cp; i += 32) {
     const Pack<T> a = xr[i], sh = shift[b * ss + i], s = scale[b * sc + i];
     Pack<T> r;

@@ -36,16 +36,7 @@ __global__ void rms_norm_vec_kernel(const Pack<T>* __restrict__ x, VecF w, Pack<
   if (row >= rows) return;
   const Pack<T>* xr = x + row * cp;
   Pack<T>* yr = y + row * cp;
-  float ss = 0.f;
-  for (int i = threadIdx.x; i < cp; i += 32) {
-    const Pack<T> a = xr[i];
-#pragma unroll
-    for (int e = 0; e < P; ++e) {
-      const float v = to_f(a.v[e]);
-      ss += v * v;
-    }
-  }
-  const float inv = rsqrtf(warp_sum(ss) / float(cp * P) + eps);
+  const float inv = row_inv_rms(xr, cp, eps);
   for (int i = threadIdx.x; i < cp; i += 32) {
     const Pack<T> a = xr[i];
     Pack<T> r;
