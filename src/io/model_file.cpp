@@ -2,9 +2,11 @@
 
 #include <omp.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <mutex>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -116,6 +118,14 @@ Tensor dequantize_rows(const Tensor& q, const Tensor& scale) {
   return out;
 }
 
+namespace {
+struct QuantizedPair {
+  std::once_flag once;
+  std::pair<Tensor, Tensor> q;
+  std::atomic<int> left{2};
+};
+}  // namespace
+
 ConvertStats convert_model(const ModelFolder& m, const std::string& out, const ConvertOptions& opt,
                            const std::function<void(size_t, size_t)>& progress) {
   auto t0 = std::chrono::steady_clock::now();
@@ -159,16 +169,17 @@ ConvertStats convert_model(const ModelFolder& m, const std::string& out, const C
       };
       if (q8) {
         DType qt = opt.format == WeightFormat::FP8 ? DType::F8_E4M3 : DType::I8;
-        auto shared = std::make_shared<std::pair<Tensor, Tensor>>();
-        tensors.push_back({dst, qt, ti->shape, [=, f = opt.format] {
-                             *shared = quantize_rows(source(), f);
-                             return shared->first;
-                           }});
-        tensors.push_back({dst + "_scale", DType::F32, {ti->shape[0]}, [shared] {
-                             Tensor s = shared->second;
-                             *shared = {};
-                             return s;
-                           }});
+        // The weight and its scales come from one quantization, by whichever writer thread asks first;
+        // the second to take its part frees the pair.
+        auto shared = std::make_shared<QuantizedPair>();
+        auto part = [shared, source, f = opt.format](bool scale) {
+          std::call_once(shared->once, [&] { shared->q = quantize_rows(source(), f); });
+          Tensor t = scale ? shared->q.second : shared->q.first;
+          if (--shared->left == 0) shared->q = {};
+          return t;
+        };
+        tensors.push_back({dst, qt, ti->shape, [part] { return part(false); }});
+        tensors.push_back({dst + "_scale", DType::F32, {ti->shape[0]}, [part] { return part(true); }});
         ++st.quantized;
       } else {
         bool to_bf16 = dtype_is_float(ti->dtype) || c->is_quantized(local);
@@ -182,7 +193,8 @@ ConvertStats convert_model(const ModelFolder& m, const std::string& out, const C
   }
   st.tensors = tensors.size();
   for (const PendingTensor& t : tensors) st.bytes += size_t(shape_numel(t.shape)) * dtype_size(t.dtype);
-  save_safetensors_streamed(out, tensors, meta, 64, progress);
+  const int threads = opt.threads > 0 ? opt.threads : omp_get_max_threads();
+  save_safetensors_streamed(out, tensors, meta, 64, progress, threads);
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return st;
 }

@@ -34,6 +34,9 @@ struct ConvertOptions {
   WeightFormat format = WeightFormat::BF16;
   QuantPolicy policy;
   bool include_pe = true;
+  // Tensors converted and written at once, each by its own thread (0: OpenMP's thread count). Memory is
+  // bounded by that many converted tensors.
+  int threads = 0;
 };
 
 struct ConvertStats {
@@ -42,7 +45,8 @@ struct ConvertStats {
 };
 
 // Converts a model folder (or an already converted file) into one file at `out` (written atomically).
-// `progress(done_bytes, total_bytes)` is called as tensors are written.
+// `progress(done_bytes, total_bytes)` is called as tensors are written (from the writer threads, under a
+// lock). The file's bytes do not depend on `opt.threads`.
 ConvertStats convert_model(const ModelFolder& m, const std::string& out, const ConvertOptions& opt,
                            const std::function<void(size_t, size_t)>& progress = {});
 

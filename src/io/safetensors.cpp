@@ -1,16 +1,19 @@
 #include "io/safetensors.h"
 
 #include <fcntl.h>
+#include <omp.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <mutex>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -233,9 +236,23 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
   save_safetensors_streamed(path, pending, metadata, align);
 }
 
+namespace {
+// Writes all of [p, p + n) at `off`; false on any error (errno set).
+bool pwrite_all(int fd, const void* p, size_t n, size_t off) {
+  const char* c = static_cast<const char*>(p);
+  while (n > 0) {
+    const ssize_t k = ::pwrite(fd, c, std::min<size_t>(n, size_t(1) << 30), off_t(off));
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return false;
+    c += k, n -= size_t(k), off += size_t(k);
+  }
+  return true;
+}
+}  // namespace
+
 void save_safetensors_streamed(const std::string& path, const std::vector<PendingTensor>& tensors,
                                const std::map<std::string, std::string>& metadata, size_t align,
-                               const std::function<void(size_t, size_t)>& progress) {
+                               const std::function<void(size_t, size_t)>& progress, int threads) {
   ERNIE_CHECK(align > 0 && align <= 4096, "save_safetensors: alignment ", std::to_string(align), " out of range");
   json h = json::object();
   if (!metadata.empty()) h["__metadata__"] = metadata;
@@ -251,41 +268,69 @@ void save_safetensors_streamed(const std::string& path, const std::vector<Pendin
   const size_t total = off;
   std::string hs = h.dump();
   // Pad the header with spaces so the data section starts on an `align` boundary.
-  size_t data_start = (8 + hs.size() + align - 1) / align * align;
+  const size_t data_start = (8 + hs.size() + align - 1) / align * align;
   hs.append(data_start - 8 - hs.size(), ' ');
-  std::string tmp = path + ".tmp";
-  FILE* f = std::fopen(tmp.c_str(), "wb");
-  ERNIE_CHECK(f, path, ": cannot write (", std::strerror(errno), ")");
-  uint8_t len[8];
-  for (int i = 0; i < 8; ++i) len[i] = uint8_t(uint64_t(hs.size()) >> (8 * i));
-  bool ok = std::fwrite(len, 1, 8, f) == 8 && std::fwrite(hs.data(), 1, hs.size(), f) == hs.size();
-  size_t pos = 0;
-  static const char zeros[4096] = {};
-  try {
-    for (size_t i = 0; ok && i < tensors.size(); ++i) {
-      while (ok && pos < offs[i]) {
-        size_t k = std::min(offs[i] - pos, sizeof zeros);
-        ok = std::fwrite(zeros, 1, k, f) == k;
-        pos += k;
+  std::string head(8, '\0');
+  for (int i = 0; i < 8; ++i) head[size_t(i)] = char(uint8_t(uint64_t(hs.size()) >> (8 * i)));
+  head += hs;
+
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ERNIE_CHECK(fd >= 0, path, ": cannot write (", std::strerror(errno), ")");
+  // The final size up front: the gaps between tensors read as zeros, and a full disk fails here (where the
+  // file system can reserve space) rather than half way.
+  bool ok = ::ftruncate(fd, off_t(data_start + total)) == 0;
+  if (ok && ::fallocate(fd, 0, 0, off_t(data_start + total)) != 0)
+    ok = errno == EOPNOTSUPP || errno == ENOSYS;  // not supported by this file system: space is taken as written
+  ok = ok && pwrite_all(fd, head.data(), head.size(), 0);
+  // Tensors are produced and written by `threads` workers (OpenMP threads), each taking the next tensor in
+  // file order and writing it at its own offset, so at most `threads` produced tensors are held at once.
+  std::atomic<bool> failed{!ok};
+  std::exception_ptr error;
+  std::mutex mu;
+  size_t done = 0;
+  int write_errno = ok ? 0 : errno;
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i; !failed && (i = next++) < tensors.size();) {
+      try {
+        Tensor t = tensors[i].make();
+        ERNIE_CHECK(t.dtype() == tensors[i].dtype && t.shape() == tensors[i].shape, path, ": tensor '",
+                    tensors[i].name, "' was produced as ", dtype_name(t.dtype()), " ", shape_str(t.shape()),
+                    ", announced as ", dtype_name(tensors[i].dtype), " ", shape_str(tensors[i].shape));
+        Tensor c = t.device().is_cpu() ? t : t.to(kCPU);
+        const bool wrote = pwrite_all(fd, c.raw(), c.nbytes(), data_start + offs[i]);
+        std::lock_guard<std::mutex> lock(mu);
+        if (!wrote) {
+          if (!write_errno) write_errno = errno ? errno : EIO;
+          failed = true;
+          break;
+        }
+        done += c.nbytes();
+        if (progress) progress(done, total);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!error) error = std::current_exception();
+        failed = true;
       }
-      Tensor t = tensors[i].make();
-      ERNIE_CHECK(t.dtype() == tensors[i].dtype && t.shape() == tensors[i].shape, path, ": tensor '", tensors[i].name,
-                  "' was produced as ", dtype_name(t.dtype()), " ", shape_str(t.shape()), ", announced as ",
-                  dtype_name(tensors[i].dtype), " ", shape_str(tensors[i].shape));
-      Tensor c = t.device().is_cpu() ? t : t.to(kCPU);
-      ok = ok && std::fwrite(c.raw(), 1, c.nbytes(), f) == c.nbytes();
-      pos += c.nbytes();
-      if (progress) progress(pos, total);
     }
-  } catch (...) {
-    std::fclose(f);
-    std::remove(tmp.c_str());
-    throw;
+  };
+  const int n = std::max(1, std::min<int>(threads, int(tensors.size())));
+  if (n == 1) {
+    worker();
+  } else {
+#pragma omp parallel num_threads(n)
+    {
+      omp_set_num_threads(1);  // a worker's own parallel loops (quantize, cast) run on that worker alone
+      worker();
+    }
   }
-  ok = (std::fclose(f) == 0) && ok;
+  if (::close(fd) != 0 && !failed) write_errno = errno, failed = true;
+  ok = !failed;
   if (!ok) {
     std::remove(tmp.c_str());
-    fail(path, ": write failed (disk full?)");
+    if (error) std::rethrow_exception(error);
+    fail(path, ": write failed (", std::strerror(write_errno), "; disk full?)");
   }
   ERNIE_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, path, ": cannot rename temp file (", std::strerror(errno), ")");
 }

@@ -71,7 +71,11 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
                       const std::map<std::string, std::string>& metadata = {}, size_t align = 64);
 
 // The same, but each tensor is produced only when it is written (converting a 16 GB model never holds
-// more than one converted tensor in memory). `make` must return a tensor of exactly `dtype` and `shape`.
+// more than one converted tensor per thread in memory). `make` must return a tensor of exactly `dtype` and
+// `shape`. With `threads` > 1, that many workers each produce the next tensor and write it at its offset
+// (pwrite), so `make` is called from several threads at once and in no fixed order; a worker's own OpenMP
+// loops run on one thread. `progress(done, total)` is called under a lock, done growing. The first error
+// (a throwing `make`, a failed write) stops the workers, removes the temp file and is rethrown.
 struct PendingTensor {
   std::string name;
   DType dtype;
@@ -80,6 +84,6 @@ struct PendingTensor {
 };
 void save_safetensors_streamed(const std::string& path, const std::vector<PendingTensor>& tensors,
                                const std::map<std::string, std::string>& metadata, size_t align = 64,
-                               const std::function<void(size_t done, size_t total)>& progress = {});
+                               const std::function<void(size_t done, size_t total)>& progress = {}, int threads = 1);
 
 }  // namespace ernie

@@ -7,10 +7,8 @@ namespace ernie {
 
 MistralModel MistralModel::random(const MistralConfig& cfg, Device device, DType act, uint64_t seed,
                                   bool with_lm_head) {
-  // Norm weights are 1; the others uniform with std 0.02.
   auto make = [seed](const std::string& name, const Shape& shape) {
-    return name.ends_with("norm.weight") ? random_weights::ones_bf16(shape)
-                                         : random_weights::uniform_bf16(name, shape, seed);
+    return random_weights::mistral_tensor(name, shape, seed);
   };
   return build(cfg, device, act, -1, with_lm_head, "random mistral", make);
 }

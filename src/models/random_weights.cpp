@@ -45,6 +45,31 @@ Tensor ones_bf16(const Shape& shape) {
   return t;
 }
 
+Tensor dit_tensor(const std::string& name, const Shape& shape, uint64_t seed) {
+  const bool is_norm = name.ends_with("ln.weight") || name.ends_with("norm_q.weight") || name.ends_with("norm_k.weight");
+  return is_norm ? ones_bf16(shape) : uniform_bf16(name, shape, seed);
+}
+
+Tensor mistral_tensor(const std::string& name, const Shape& shape, uint64_t seed) {
+  return name.ends_with("norm.weight") ? ones_bf16(shape) : uniform_bf16(name, shape, seed);
+}
+
+Tensor vae_tensor(const std::string& name, const Shape& shape, uint64_t seed) {
+  if (name == "bn.num_batches_tracked") {
+    Tensor t = Tensor::empty(shape, DType::I64);
+    std::fill(t.data<int64_t>(), t.data<int64_t>() + t.numel(), int64_t(0));
+    return t;
+  }
+  const bool norm_weight = name.find("norm") != std::string::npos && name.ends_with(".weight");
+  if (name == "bn.running_var" || norm_weight) return ones_bf16(shape);
+  if (name == "bn.running_mean" || name.ends_with(".bias")) {
+    Tensor t = Tensor::empty(shape, DType::BF16);
+    std::fill(t.data<uint16_t>(), t.data<uint16_t>() + t.numel(), f32_to_bf16(0.f));
+    return t;
+  }
+  return uniform_bf16(name, shape, seed);
+}
+
 std::function<Tensor(const std::string& name)> from_specs(const std::vector<TensorSpec>& specs,
                                                           const std::string& who, Maker make) {
   std::map<std::string, Shape> shapes;

@@ -33,6 +33,13 @@ float half_width_std002();
 Tensor uniform_bf16(const std::string& name, const Shape& shape, uint64_t seed);
 Tensor ones_bf16(const Shape& shape);
 
+// The value rules of the models' random() constructors by tensor name (also what write_random_model
+// stores), BF16 on the host: norm weights 1, everything else uniform_bf16; in the VAE the biases and the
+// BatchNorm mean are 0, its variance 1, and bn.num_batches_tracked an I64 0 as in the release.
+Tensor dit_tensor(const std::string& name, const Shape& shape, uint64_t seed);
+Tensor mistral_tensor(const std::string& name, const Shape& shape, uint64_t seed);
+Tensor vae_tensor(const std::string& name, const Shape& shape, uint64_t seed);
+
 // A weight source (name -> host tensor) over `specs`: make(name, shape) for each tensor they name; any
 // other name throws, naming `who`.
 using Maker = std::function<Tensor(const std::string& name, const Shape& shape)>;

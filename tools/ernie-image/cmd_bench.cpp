@@ -1,10 +1,13 @@
 // ernie-image bench (--model DIR | --random) [-W 1024 -H 1024] [--steps N] [--cfg S] [--prompt-tokens N]
 //                   [--repeat R] [--dtype bf16] [--json] [--vae-tiling [--vae-tile PIXELS]]
-//                   [--offload none|text-encoder|blocks | --max-vram GiB]
+//                   [--offload none|text-encoder|blocks | --max-vram GiB] [--load-only]
 // Times the stages of one generation on the GPU: loading, text encoding, the denoising loop (DiT
 // forward per step, CFG rows batched, Euler update) and the VAE decode. --random builds the released
 // sizes with random weights (speed does not depend on their values). Each stage is timed after a
 // warm-up run, with the device synchronised around it; the numbers are the median over --repeat runs.
+// With --model, load_gib is what the loads read from the model's tensors and load_gbps that per second of
+// load_s (the "GB/s from page cache" when the file was read once before); load_device_gib is what
+// they placed on the GPU. --load-only stops after loading.
 // --vae-tiling also times the tiled decode of the same latents (pipeline/vae_tiling.h, tiling chosen as
 // `generate --vae-tiling` does) and compares it with the untiled one: decode_tiled_s, tiled_psnr_db (range
 // [-1, 1]), tiled_max_abs, vae_tile_on_device, and on CUDA the device memory each decode takes above what
@@ -40,7 +43,7 @@ namespace {
 struct Opts {
   std::string model, device = "cuda", dtype = "bf16", offload = "text-encoder";
   double max_vram = 0;
-  bool random = false, json = false, vae_tiling = false;
+  bool random = false, json = false, vae_tiling = false, load_only = false;
   int width = 1024, height = 1024, steps = 8, prompt_tokens = 200, repeat = 3, vae_tile = 0;
   float cfg = 1.f;
   uint64_t seed = 1;
@@ -69,6 +72,28 @@ Tensor random_act(const Shape& s, uint64_t seed, Device d, DType act) {
   for (float& x : v) x = n(g);
   Tensor t = Tensor::from_vector(v, s).to(d);
   return t.dtype() == act ? t : ops::cast(t, act);
+}
+
+// Bytes of the tensors a load reads from the model: `c`'s tensors except those whose name (after the
+// component's prefix) starts with one of `unused`.
+size_t read_bytes(const Component& c, const std::vector<std::string>& unused = {}) {
+  size_t n = 0;
+  for (const TensorInfo* t : c.ckpt.tensors()) {
+    if (t->name.rfind(c.prefix, 0) != 0) continue;
+    bool skip = false;
+    for (const std::string& u : unused) skip = skip || t->name.compare(c.prefix.size(), u.size(), u) == 0;
+    if (!skip) n += t->end - t->begin;
+  }
+  return n;
+}
+
+// Device memory in use (0 on the CPU): its growth over a load is the weights that load placed there.
+size_t device_in_use(Device d) {
+#ifdef ERNIE_HAVE_CUDA
+  if (d.is_cuda()) return cuda::memory_stats(d.index).in_use_bytes;
+#endif
+  (void)d;
+  return 0;
 }
 
 // FlowMatchEuler sigmas with shift 4 (DESIGN.md), N+1 values ending in 0.
@@ -163,6 +188,21 @@ void bench_tiled_decode(const Opts& o, const Flux2Vae& vae, const Tensor& z, nlo
   j["vae_tile_on_device"] = t.on_device;
 }
 
+int report(const Opts& o, const nlohmann::json& j) {
+  if (o.json) {
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    std::printf("%s %s %dx%d, %d steps, cfg %.2g, %d prompt tokens\n", j.value("gpu", o.device).c_str(),
+                o.dtype.c_str(), o.width, o.height, o.steps, double(o.cfg), o.prompt_tokens);
+    std::printf("  %-18s %s\n", "offload", j["offload"].get<std::string>().c_str());
+    for (const char* k : {"load_s", "load_gib", "load_gbps", "encode_s", "step_s", "denoise_s", "decode_s", "total_s",
+                          "peak_gib", "upload_gbps", "dit_tflops_per_s", "decode_tiled_s", "tiled_psnr_db", "tiled_max_abs", "decode_extra_gib",
+                          "decode_tiled_extra_gib", "decode_tiled_host_s"})
+      if (j.contains(k)) std::printf("  %-18s %.4f\n", k, j[k].get<double>());
+  }
+  return 0;
+}
+
 int run(const Opts& o) {
   ERNIE_CHECK(o.random != !o.model.empty(), "bench: give exactly one of --model DIR or --random");
   ERNIE_CHECK(o.width > 0 && o.height > 0 && o.width % 16 == 0 && o.height % 16 == 0, "bench: -W/-H ", std::to_string(o.width), "x",
@@ -222,7 +262,9 @@ int run(const Opts& o) {
   Tensor text;
   std::optional<MistralModel> lm;
   std::optional<TextEncoder> te;
+  size_t device_bytes = 0;
   {
+    const size_t in_use = device_in_use(dev);
     auto t0 = Clock::now();
     std::function<Tensor(const std::vector<int64_t>&)> encode;
     int64_t vocab = 0;
@@ -239,29 +281,32 @@ int run(const Opts& o) {
     }
     sync(dev);
     j["te_load_s"] = since(t0);
-    std::mt19937_64 g(o.seed + 3);
-    std::vector<int64_t> ids(static_cast<size_t>(T));
-    ids[0] = 1;  // BOS
-    for (size_t i = 1; i < ids.size(); ++i) ids[i] = int64_t(g() % uint64_t(vocab));
-    const std::vector<int64_t> negative = {1};
-    auto run_encode = [&] {
-      Tensor cond = encode(ids);
-      if (rows == 2) encode(negative);  // timed; its features are not needed for speed
-      return cond;
-    };
-    run_encode();  // warm-up
-    sync(dev);
-    std::vector<double> enc;
-    Tensor cond;
-    for (int r = 0; r < o.repeat; ++r) {
-      auto t = Clock::now();
-      cond = run_encode();
+    device_bytes += device_in_use(dev) - in_use;
+    if (!o.load_only) {
+      std::mt19937_64 g(o.seed + 3);
+      std::vector<int64_t> ids(static_cast<size_t>(T));
+      ids[0] = 1;  // BOS
+      for (size_t i = 1; i < ids.size(); ++i) ids[i] = int64_t(g() % uint64_t(vocab));
+      const std::vector<int64_t> negative = {1};
+      auto run_encode = [&] {
+        Tensor cond = encode(ids);
+        if (rows == 2) encode(negative);  // timed; its features are not needed for speed
+        return cond;
+      };
+      run_encode();  // warm-up
       sync(dev);
-      enc.push_back(since(t));
+      std::vector<double> enc;
+      Tensor cond;
+      for (int r = 0; r < o.repeat; ++r) {
+        auto t = Clock::now();
+        cond = run_encode();
+        sync(dev);
+        enc.push_back(since(t));
+      }
+      j["encode_s"] = median(enc);
+      Tensor c3 = cond.reshape({1, T, cond.dim(1)});
+      text = rows == 2 ? ops::concat({c3, c3}, 0) : c3;
     }
-    j["encode_s"] = median(enc);
-    Tensor c3 = cond.reshape({1, T, cond.dim(1)});
-    text = rows == 2 ? ops::concat({c3, c3}, 0) : c3;
   }
   if (mode != Offload::None) {  // the text encoder is freed here, as the CLI does
     lm.reset();
@@ -272,23 +317,38 @@ int run(const Opts& o) {
   if (rows == 2) lens[1] = 1;  // the negative prompt: BOS only
 
   // ---- DiT and VAE: load ----
+  size_t in_use = device_in_use(dev);
   auto t0 = Clock::now();
   const DitConfig cfg = o.random ? DitConfig{} : folder->dit;
   const bool stream = mode == Offload::Blocks;
   ErnieDit dit = o.random ? ErnieDit::random(cfg, dev, act, o.seed, stream) : ErnieDit::load(*folder, dev, act, stream);
   sync(dev);
   j["dit_load_s"] = since(t0);
+  device_bytes += device_in_use(dev) - in_use;
   j["dit_device_gib"] = double(dit.weight_bytes()) / double(size_t(1) << 30);
   if (BlockStreamer* bs = dit.block_streamer()) {
     j["streamed_gib"] = double(bs->host_bytes()) / double(size_t(1) << 30);
     j["upload_gbps"] = bs->measure_upload_gbps();  // pinned host -> device, nothing else running
     j["streamed_gb_per_step"] = double(bs->host_bytes()) / 1e9;
   }
+  in_use = device_in_use(dev);
   t0 = Clock::now();
   Flux2Vae vae = o.random ? Flux2Vae::random(VaeConfig{}, dev, act, o.seed + 20) : Flux2Vae::load(*folder, dev, act);
   sync(dev);
   j["vae_load_s"] = since(t0);
+  device_bytes += device_in_use(dev) - in_use;
   j["load_s"] = j["te_load_s"].get<double>() + j["dit_load_s"].get<double>() + j["vae_load_s"].get<double>();
+  // The load speed: bytes the loads read from the model (the text encoder's unused last layer and final
+  // norm left out) per second of load_s; with the file in the page cache this is the engine's own speed.
+  if (!o.random) {
+    const std::string last = "layers." + std::to_string(folder->text_encoder.num_hidden_layers - 1) + ".";
+    const size_t read = read_bytes(folder->transformer_c) + read_bytes(folder->text_encoder_c, {last, "norm."}) +
+                        read_bytes(folder->vae_c);
+    j["load_gib"] = double(read) / double(size_t(1) << 30);
+    j["load_gbps"] = double(read) / 1e9 / j["load_s"].get<double>();
+  }
+  if (dev.is_cuda()) j["load_device_gib"] = double(device_bytes) / double(size_t(1) << 30);
+  if (o.load_only) return report(o, j);
 
   // ---- denoising loop ----
   const std::vector<float> sig = sigmas(o.steps);
@@ -351,18 +411,7 @@ int run(const Opts& o) {
   j["dit_attention_tflop"] = attn / 1e12;
   j["dit_tflops_per_s"] = (gemm + attn) / (denoise_s / o.steps) / 1e12;
   j["fraction_of_789_tflops"] = (gemm + attn) / (denoise_s / o.steps) / 789e12;
-  if (o.json) {
-    std::printf("%s\n", j.dump(2).c_str());
-  } else {
-    std::printf("%s %s %dx%d, %d steps, cfg %.2g, %d prompt tokens\n", j.value("gpu", dev.str()).c_str(),
-                o.dtype.c_str(), o.width, o.height, o.steps, double(o.cfg), o.prompt_tokens);
-    std::printf("  %-18s %s\n", "offload", j["offload"].get<std::string>().c_str());
-    for (const char* k : {"load_s", "encode_s", "step_s", "denoise_s", "decode_s", "total_s", "peak_gib", "upload_gbps",
-                          "dit_tflops_per_s", "decode_tiled_s", "tiled_psnr_db", "tiled_max_abs", "decode_extra_gib",
-                          "decode_tiled_extra_gib", "decode_tiled_host_s"})
-      if (j.contains(k)) std::printf("  %-18s %.4f\n", k, j[k].get<double>());
-  }
-  return 0;
+  return report(o, j);
 }
 
 Register reg(60, [](CLI::App& app) {
@@ -380,6 +429,7 @@ Register reg(60, [](CLI::App& app) {
   c->add_option("--device", o->device, "cuda (default), cuda:N or cpu");
   c->add_option("--seed", o->seed, "seed of the random weights and inputs");
   c->add_flag("--json", o->json, "print the result as JSON");
+  c->add_flag("--load-only", o->load_only, "only load the model: load_s, load_gib (bytes read from the model), load_gbps");
   c->add_flag("--vae-tiling", o->vae_tiling, "also time the tiled VAE decode and compare it with the untiled one");
   c->add_option("--vae-tile", o->vae_tile, "tile side in pixels for --vae-tiling (default 512)");
   c->add_option("--offload", o->offload, "none (text encoder kept resident), text-encoder (default: freed before the "
