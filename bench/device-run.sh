@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build (deps from .deps/, see scripts/fetch-device-deps.sh), then the stages
 # named as arguments: tests (GPU tests), doctor, fullsize (CUDA vs CPU at full size), perf (kernel timings),
-# bench (ernie-image bench runs).
-# Logs go to $OUT (at most 8 files come back): build.log, tests.log, doctor.txt, perf.log, bench.log.
+# bench (ernie-image bench runs), convert (a full-size random folder converted to fp8 and bf16 files, and
+# their load speed from the page cache; CONVERT_DIR, CONVERT_ARGS to scale it down, BENCH_DEVICE_ARGS).
+# Logs go to $OUT (at most 8 files come back): build.log, tests.log, doctor.txt, perf.log, bench.log,
+# convert.log. NO_BUILD=1 skips the build (an existing build/ is used, e.g. to try a stage on the CPU).
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/ernie-out}
@@ -12,10 +14,12 @@ B=./build/ernie-image
 T0=$(date +%s)
 { date -u; nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.max.sm,driver_version --format=csv; } \
   > "$OUT/build.log" 2>&1
-cmake -S . -B build -G Ninja -DERNIE_DEPS_PREFIX="$PWD/.deps" >> "$OUT/build.log" 2>&1 &&
-  ninja -C build -j16 ernie-image ernie_gpu_tests >> "$OUT/build.log" 2>&1 ||
-  { tail -60 "$OUT/build.log"; exit 1; }
-echo "build done in $(( $(date +%s) - T0 )) s"
+if [ -z "${NO_BUILD:-}" ]; then
+  cmake -S . -B build -G Ninja -DERNIE_DEPS_PREFIX="$PWD/.deps" >> "$OUT/build.log" 2>&1 &&
+    ninja -C build -j16 ernie-image ernie_gpu_tests >> "$OUT/build.log" 2>&1 ||
+    { tail -60 "$OUT/build.log"; exit 1; }
+  echo "build done in $(( $(date +%s) - T0 )) s"
+fi
 for stage in "$@"; do
   case "$stage" in
     tests)
@@ -37,6 +41,9 @@ for stage in "$@"; do
         $B bench --random $args --json >> "$OUT/bench.log" 2>&1
       done
       grep -E "##|_s\"|peak|tflops|fraction|error|exit" "$OUT/bench.log" ;;
+    convert)  # ~23 GB random bf16 folder -> convert fp8, bf16 (disk allowing) -> load each from the page cache
+      bench/convert-stage.sh "$B" "${CONVERT_DIR:-/tmp/ernie-convert}" > "$OUT/convert.log" 2>&1
+      echo "convert exit $?"; grep -E "^(##|random|wrote|convert|sync|cat|load|disk|skip|error)" "$OUT/convert.log" ;;
   esac
   echo "[$stage done at $(( $(date +%s) - T0 )) s]"
 done
