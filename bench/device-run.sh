@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build (deps from .deps/, see scripts/fetch-device-deps.sh), then the stages
 # named as arguments: tests (GPU tests), doctor, fullsize (CUDA vs CPU at full size), perf (kernel timings),
+<<<<<<< HEAD
 # bench (ernie-image bench runs), convert (a full-size random folder converted to fp8 and bf16 files, and
 # their load speed from the page cache; CONVERT_DIR, CONVERT_ARGS to scale it down, BENCH_DEVICE_ARGS).
 # Logs go to $OUT (at most 8 files come back): build.log, tests.log, doctor.txt, perf.log, bench.log,
 # convert.log. NO_BUILD=1 skips the build (an existing build/ is used, e.g. to try a stage on the CPU).
+=======
+# bench (ernie-image bench runs), quant (8-bit weights vs bf16 at full size).
+# Logs go to $OUT (at most 8 files come back): build.log, tests.log, doctor.txt, perf.log, bench.log.
+>>>>>>> main
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/ernie-out}
@@ -35,15 +40,24 @@ for stage in "$@"; do
     perf)
       ./build/tests/ernie_gpu_tests --gtest_also_run_disabled_tests --gtest_filter='CudaPerf.*' > "$OUT/perf.log" 2>&1
       grep -vE "^\[|^Running|^$" "$OUT/perf.log" ;;
-    bench)
-      for args in "--steps 8 --cfg 1 --repeat 2" "--steps 50 --cfg 4 --repeat 1"; do
+    quant)  # fp8 / int8 weights vs bf16 at full size (1024², random weights) and the per-block error table
+      ./build/tests/ernie_gpu_tests --gtest_also_run_disabled_tests \
+        --gtest_filter='CudaFullSize.DISABLED_DitQuantized1024' > "$OUT/quant.log" 2>&1
+      echo "quant exit $?"; grep -E "full-size|block|FAILED|PASSED" "$OUT/quant.log" ;;
+    bench)  # BENCH_SETS: ';'-separated argument sets (default: the bf16 Turbo and 50-step workloads)
+      IFS=';' read -ra sets <<< "${BENCH_SETS:---steps 8 --cfg 1 --repeat 2;--steps 50 --cfg 4 --repeat 1}"
+      for args in "${sets[@]}"; do
         echo "## ernie-image bench --random $args --json" >> "$OUT/bench.log"
         $B bench --random $args --json >> "$OUT/bench.log" 2>&1
       done
+<<<<<<< HEAD
       grep -E "##|_s\"|peak|tflops|fraction|error|exit" "$OUT/bench.log" ;;
     convert)  # ~23 GB random bf16 folder -> convert fp8, bf16 (disk allowing) -> load each from the page cache
       bench/convert-stage.sh "$B" "${CONVERT_DIR:-/tmp/ernie-convert}" > "$OUT/convert.log" 2>&1
       echo "convert exit $?"; grep -E "^(##|random|wrote|convert|sync|cat|load|disk|skip|error)" "$OUT/convert.log" ;;
+=======
+      grep -E "##|_s\"|peak|tflops|fraction|error|exit|gib" "$OUT/bench.log" ;;
+>>>>>>> main
   esac
   echo "[$stage done at $(( $(date +%s) - T0 )) s]"
 done

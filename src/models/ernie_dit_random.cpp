@@ -4,10 +4,12 @@
 
 namespace ernie {
 
-ErnieDit ErnieDit::random(const DitConfig& cfg, Device device, DType act, uint64_t seed, bool stream_blocks) {
+ErnieDit ErnieDit::random(const DitConfig& cfg, Device device, DType act, uint64_t seed, bool stream_blocks,
+                          std::optional<DType> quantize, const QuantPolicy& policy) {
   auto make = [seed](const std::string& name, const Shape& shape) { return random_weights::dit_tensor(name, shape, seed); };
-  return build(cfg, device, act, random_weights::from_specs(dit_tensor_specs(cfg), "ErnieDit::random", make),
-               stream_blocks);
+  auto source = random_weights::from_specs(dit_tensor_specs(cfg), "ErnieDit::random", make);
+  return build(cfg, device, act, [&](const std::string& name) { return ops::Weight(source(name)); }, stream_blocks,
+               quantize, policy);
 }
 
 }  // namespace ernie
