@@ -1,15 +1,10 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build (deps from .deps/, see scripts/fetch-device-deps.sh), then the stages
 # named as arguments: tests (GPU tests), doctor, fullsize (CUDA vs CPU at full size), perf (kernel timings),
-<<<<<<< HEAD
-# bench (ernie-image bench runs), convert (a full-size random folder converted to fp8 and bf16 files, and
-# their load speed from the page cache; CONVERT_DIR, CONVERT_ARGS to scale it down, BENCH_DEVICE_ARGS).
+# bench (ernie-image bench runs), quant (8-bit weights vs bf16 at full size), convert (a full-size random
+# folder converted to fp8 and bf16 files, and their load speed from the page cache; bench/convert-stage.sh).
 # Logs go to $OUT (at most 8 files come back): build.log, tests.log, doctor.txt, perf.log, bench.log,
-# convert.log. NO_BUILD=1 skips the build (an existing build/ is used, e.g. to try a stage on the CPU).
-=======
-# bench (ernie-image bench runs), quant (8-bit weights vs bf16 at full size).
-# Logs go to $OUT (at most 8 files come back): build.log, tests.log, doctor.txt, perf.log, bench.log.
->>>>>>> main
+# quant.log, convert.log. NO_BUILD=1 skips the build (an existing build/ is used, e.g. to try a stage on the CPU).
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/ernie-out}
@@ -50,14 +45,10 @@ for stage in "$@"; do
         echo "## ernie-image bench --random $args --json" >> "$OUT/bench.log"
         $B bench --random $args --json >> "$OUT/bench.log" 2>&1
       done
-<<<<<<< HEAD
-      grep -E "##|_s\"|peak|tflops|fraction|error|exit" "$OUT/bench.log" ;;
+      grep -E "##|_s\"|peak|tflops|fraction|error|exit|gib" "$OUT/bench.log" ;;
     convert)  # ~23 GB random bf16 folder -> convert fp8, bf16 (disk allowing) -> load each from the page cache
       bench/convert-stage.sh "$B" "${CONVERT_DIR:-/tmp/ernie-convert}" > "$OUT/convert.log" 2>&1
       echo "convert exit $?"; grep -E "^(##|random|wrote|convert|sync|cat|load|disk|skip|error)" "$OUT/convert.log" ;;
-=======
-      grep -E "##|_s\"|peak|tflops|fraction|error|exit|gib" "$OUT/bench.log" ;;
->>>>>>> main
   esac
   echo "[$stage done at $(( $(date +%s) - T0 )) s]"
 done
