@@ -7,6 +7,7 @@
 #include <fstream>
 #include <set>
 
+#include "cli.h"
 #include "core/error.h"
 #include "golden.h"
 #include "io/doctor.h"
@@ -208,4 +209,27 @@ TEST(StreamedWriter, FirstErrorStopsWorkersAndLeavesNoFile) {
   save_safetensors_streamed(f, ts, {}, 64, {}, 4);
   auto file = SafeTensorsFile::open(f);
   EXPECT_EQ(file->tensors().size(), 40u);
+}
+
+TEST(LoadBench, ReportsTheBytesReadFromTheModel) {
+  TempDir d;
+  const std::string file = d.str() + "/tiny.safetensors";
+  ConvertOptions c;
+  c.include_pe = false;
+  convert_model(ModelFolder::open(test::tiny_model()), file, c);
+  auto load_gib = [](const std::string& model) {
+    const test::CliRun r = test::run_cli("bench --model " + model + " --load-only --device cpu --dtype f32 --json 2>/dev/null");
+    EXPECT_EQ(r.status, 0) << r.out;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    EXPECT_FALSE(j.contains("encode_s"));  // nothing but the load
+    EXPECT_GT(j["load_gbps"].get<double>(), 0);
+    return j["load_gib"].get<double>();
+  };
+  const ModelFolder m = ModelFolder::open(test::tiny_model());
+  const double all = double(m.transformer_c.ckpt.bytes_on_disk() + m.text_encoder_c.ckpt.bytes_on_disk() +
+                            m.vae_c.ckpt.bytes_on_disk()) / double(1 << 30);
+  const double folder = load_gib(test::tiny_model());
+  EXPECT_GT(folder, 0.5 * all);
+  EXPECT_LT(folder, all);  // headers and the text encoder's unused last layer are not read
+  EXPECT_DOUBLE_EQ(load_gib(file), folder);  // the same tensors in one file
 }
