@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "io/model_file.h"
 #include "io/model_folder.h"
 
 namespace ernie {
@@ -32,12 +33,21 @@ std::string gib_str(size_t bytes) {
 namespace {
 
 // Weights as placed on the device: BF16 activations cast every weight to BF16; F32 keeps 4 bytes (the
-// safe side for F32-stored or de-quantized weights).
-size_t weight_bytes(const std::vector<TensorSpec>& specs, DType act, const std::string& prefix = "") {
+// safe side for F32-stored or de-quantized weights). With `quantized` (the DiT under --quantize), the
+// weights the default QuantPolicy picks take a byte per element plus an F32 scale per row.
+size_t weight_bytes(const std::vector<TensorSpec>& specs, DType act, const std::string& prefix = "",
+                    int quantized_dit_layers = 0) {
+  const QuantPolicy policy;
   size_t n = 0;
-  for (const TensorSpec& s : specs)
-    if (s.required && s.name.rfind(prefix, 0) == 0) n += size_t(shape_numel(s.shape));
-  return n * (act == DType::BF16 ? 2 : 4);
+  for (const TensorSpec& s : specs) {
+    if (!s.required || s.name.rfind(prefix, 0) != 0) continue;
+    const size_t numel = size_t(shape_numel(s.shape));
+    if (quantized_dit_layers > 0 && policy.quantized("transformer", s.name, quantized_dit_layers))
+      n += numel + size_t(s.shape[0]) * 4;
+    else
+      n += numel * (act == DType::BF16 ? 2 : 4);
+  }
+  return n;
 }
 
 // The allocator rounds to four size classes per power of two: up to 25 % more.
@@ -73,8 +83,9 @@ MemoryEstimate estimate_memory(const ModelShapes& m, const GenerationShape& g) {
                        double(pe.vocab_size) * 4.0 * 2);
   }
   const std::vector<TensorSpec> dit = dit_tensor_specs(m.dit);
-  e.dit = weight_bytes(dit, act);
-  e.dit_blocks = weight_bytes(dit, act, "layers.");
+  const int quantized_layers = g.quantize ? m.dit.num_layers : 0;
+  e.dit = weight_bytes(dit, act, "", quantized_layers);
+  e.dit_blocks = weight_bytes(dit, act, "layers.", quantized_layers);
   e.dit_block = m.dit.num_layers > 0 ? e.dit_blocks / size_t(m.dit.num_layers) : 0;
   const int64_t s = m.vae.scale_factor(), tokens = int64_t(g.height / s) * (g.width / s) + g.text_tokens;
   // Per row and token: a layer's activations, plus the full-width RoPE tables (cos, sin: F32).

@@ -32,6 +32,7 @@ struct GenerationShape {
   int rows = 2;             // DiT batch rows: images x (2 with cfg > 1)
   int text_tokens = 256;    // longest prompt in tokens
   DType act = DType::BF16;
+  std::optional<DType> quantize;  // --quantize: the DiT's linear weights in 8 bits
   bool vae_tiling = false;  // decode in tiles (pipeline/vae_tiling.h defaults)
 };
 

@@ -23,7 +23,7 @@ Tensor ErnieDit::place(const Tensor& host) const {
 
 std::vector<Tensor*> ErnieDit::Block::tensors() {
   std::vector<Tensor*> ts = {&adaLN_sa_ln, &adaLN_mlp_ln, &norm_q, &norm_k};
-  for (ops::Weight* w : {&to_q, &to_k, &to_v, &to_qkv, &to_out, &gate_proj, &up_proj, &linear_fc2}) {
+  for (ops::Weight* w : {&to_q, &to_k, &to_v, &to_qkv, &to_out, &gate_proj, &up_proj, &gate_up, &linear_fc2}) {
     ts.push_back(&w->w);
     ts.push_back(&w->scale);
   }
@@ -100,13 +100,22 @@ ErnieDit ErnieDit::build(const DitConfig& cfg, Device device, DType act, const W
     b.gate_proj = lin("mlp.gate_proj.weight");
     b.up_proj = lin("mlp.up_proj.weight");
     b.linear_fc2 = lin("mlp.linear_fc2.weight");
-    auto stackable = [&](const ops::Weight& o) {
-      return o.w.dtype() == b.to_q.w.dtype() && o.w.device() == b.to_q.w.device() && o.quantized() == b.to_q.quantized();
+    // On CUDA projections of the same input run as one GEMM: their weights stacked by rows (8-bit ones with
+    // their row scales), when stored alike.
+    auto stack = [&](std::vector<ops::Weight*> parts, ops::Weight& into) {
+      for (const ops::Weight* p : parts)
+        if (p->w.dtype() != parts[0]->w.dtype() || p->w.device() != parts[0]->w.device() ||
+            p->quantized() != parts[0]->quantized())
+          return;
+      std::vector<Tensor> ws, scales;
+      for (const ops::Weight* p : parts) ws.push_back(p->w), scales.push_back(p->scale);
+      into.w = ops::concat(ws, 0);
+      if (parts[0]->quantized()) into.scale = ops::concat(scales, 0);
+      for (ops::Weight* p : parts) *p = ops::Weight();
     };
-    if (device.is_cuda() && stackable(b.to_k) && stackable(b.to_v)) {  // one GEMM instead of three
-      b.to_qkv.w = ops::concat({b.to_q.w, b.to_k.w, b.to_v.w}, 0);
-      if (b.to_q.quantized()) b.to_qkv.scale = ops::concat({b.to_q.scale, b.to_k.scale, b.to_v.scale}, 0);
-      b.to_q = b.to_k = b.to_v = ops::Weight();
+    if (device.is_cuda()) {
+      stack({&b.to_q, &b.to_k, &b.to_v}, b.to_qkv);
+      stack({&b.gate_proj, &b.up_proj}, b.gate_up);
     }
     return b;
   };
@@ -131,6 +140,7 @@ ErnieDit ErnieDit::build(const DitConfig& cfg, Device device, DType act, const W
   d.final_norm_b = w("final_norm.linear.bias");
   d.final_linear_w = w("final_linear.weight");
   d.final_linear_b = w("final_linear.bias");
+  if (device.is_cuda()) ops::release_cached_memory(device);  // the load's temporaries (casts, stacking)
   return d;
 }
 
@@ -267,6 +277,7 @@ Tensor ErnieDit::self_attention(const Block& blk, const Tensor& x, const Rotary&
 
 // ErnieImageFeedForward: linear_fc2(up_proj(x) * gelu(gate_proj(x))).
 Tensor ErnieDit::mlp(const Block& blk, const Tensor& x) const {
+  if (blk.gate_up.defined()) return ops::linear(ops::geglu_fused(ops::linear(x, blk.gate_up)), blk.linear_fc2);
   return ops::linear(ops::geglu(ops::linear(x, blk.gate_proj), ops::linear(x, blk.up_proj)), blk.linear_fc2);
 }
 

@@ -247,6 +247,7 @@ int run(const Opts& o) {
     g.rows = rows;
     g.text_tokens = o.prompt_tokens;
     g.act = act;
+    g.quantize = quantize;
     const MemoryEstimate e = estimate_memory(shapes, g);
     if (o.max_vram > 0) {
       ERNIE_CHECK(dev.is_cuda(), "bench: --max-vram applies to a CUDA device");

@@ -11,8 +11,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ float silu_f(float v) { return v / (1.f + __expf(-v)); }
-__device__ __forceinline__ float gelu_f(float v) { return 0.5f * v * (1.f + erff(v * 0.70710678118654752440f)); }
 
 enum class Unary { Silu, Gelu, Scale, Clamp };
 enum class Binary { Add, Mul, Swiglu, Geglu };

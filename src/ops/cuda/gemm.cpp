@@ -2,8 +2,9 @@
 // and a bias epilogue; F32 mode computes in plain fp32 (TF32 off) to match the CPU closely. 8-bit weights
 // (linear_q): fp8 weights with BF16 activations run as an fp8 GEMM (activations quantized per token first)
 // with the weight's and the tokens' scales applied by cuBLASLt as outer-vector scales (or, where this
-// cuBLASLt lacks them, by one more pass over y); otherwise the codes are expanded to the activation dtype
-// for a float GEMM and scaled after it: the CPU's arithmetic (ops/cpu/gemm.cpp). Row-major y
+// cuBLASLt lacks them, by one more pass over y); otherwise (int8, F32 activations, other GPUs) the 8-bit
+// operands are expanded with their scales to the activation dtype for a float GEMM: the CPU's values
+// (ops/cpu/gemm.cpp) up to that rounding. Row-major y
 // is column-major yᵀ = w · xᵀ, so A = w (transposed), B = x. Descriptors, layouts and the algorithm are
 // cached per shape; the algorithm is the fastest of the heuristic's first candidates, timed on the first
 // call's operands and remembered across processes in the tuning cache (io/tuning_cache.h).
@@ -36,7 +37,16 @@ namespace {
   } while (0)
 
 constexpr size_t kWorkspace = size_t(32) << 20;
-constexpr int kFp8 = 3;  // the Key's operand type for e4m3 operands (next to kF32, kBF16)
+// The Key's operand type for e4m3 operands (next to kF32, kBF16); kFp8Fast: with fast accumulation
+// (ERNIE_FP8_FAST_ACCUM=1: the tensor cores' own accumulator, no periodic promotion to fp32).
+constexpr int kFp8 = 3, kFp8Fast = 4;
+int fp8_type() {
+  static const bool fast = [] {
+    const char* e = std::getenv("ERNIE_FP8_FAST_ACCUM");
+    return e && std::string(e) == "1";
+  }();
+  return fast ? kFp8Fast : kFp8;
+}
 
 struct Handle {
   cublasLtHandle_t lt = nullptr;
@@ -121,7 +131,7 @@ const Plan& plan_for(const Key& key, cublasLtHandle_t lt, const Operands& ops) {
   auto it = plans.find(key);
   if (it != plans.end()) return it->second;
   const auto [device, M, N, K, dt, has_bias, al_a, al_b, al_c, al_bias, out_dt] = key;
-  const bool fp8 = dt == kFp8;
+  const bool fp8 = dt == kFp8 || dt == kFp8Fast;
   const cudaDataType_t type = fp8 ? CUDA_R_8F_E4M3 : dt == kF32 ? CUDA_R_32F : CUDA_R_16BF;
   const cudaDataType_t out_type = out_dt == kF32 ? CUDA_R_32F : CUDA_R_16BF;
   Plan p;
@@ -137,6 +147,10 @@ const Plan& plan_for(const Key& key, cublasLtHandle_t lt, const Operands& ops) {
       ERNIE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep));
       ERNIE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &out_type, sizeof out_type));
       ERNIE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ops.bias, sizeof ops.bias));
+    }
+    if (dt == kFp8Fast) {
+      const int8_t on = 1;
+      ERNIE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &on, sizeof on));
     }
     if (fp8 && !post_scale) {
       const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
@@ -257,7 +271,7 @@ void gemm(int dt, const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, 
   const Plan& p = plan_for(key, h.lt, ops);
   if (b.defined() && !p.post_scale)
     ERNIE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ops.bias, sizeof ops.bias));
-  if (dt == kFp8 && !p.post_scale) {
+  if ((dt == kFp8 || dt == kFp8Fast) && !p.post_scale) {
     ERNIE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &ops.sw, sizeof ops.sw));
     ERNIE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &ops.sx, sizeof ops.sx));
   }
@@ -306,18 +320,17 @@ Tensor linear_q(const Tensor& x, const Tensor& q, const Tensor& scale, const Ten
   const bool fp8 = q.dtype() == DType::F8_E4M3;
   if (fp8 && x.dtype() == DType::BF16 && K % 16 == 0 && N % 16 == 0 && fp8_gemm_supported(detail::dev(x))) {
     ops::Weight a = quantize(x2, DType::F8_E4M3);
-    gemm(kFp8, a.w, q, b, y, M, N, K, a.scale, scale);
+    gemm(fp8_type(), a.w, q, b, y, M, N, K, a.scale, scale);
     return y;
   }
-  // The same numbers through a float GEMM: the codes (exact in BF16) of the weight and, for fp8, of the
-  // activations, then the scales.
-  ops::Weight a{x2, Tensor()};
+  // Otherwise the same numbers through a float GEMM: the weight (and for fp8 the activations, quantized
+  // per row) expanded to the activation dtype with their scales.
+  Tensor xs = x2;
   if (fp8) {
-    a = quantize(x2, DType::F8_E4M3);
-    a.w = dequantize_as(a.w, Tensor(), x.dtype());
+    ops::Weight a = quantize(x2, DType::F8_E4M3);
+    xs = dequantize_as(a.w, a.scale, x.dtype());
   }
-  gemm_nt(a.w, dequantize_as(q, Tensor(), x.dtype()), Tensor(), y, M, N, K);
-  scale_rows_cols(y, a.scale, scale, b);
+  gemm_nt(xs, dequantize_as(q, scale, x.dtype()), b, y, M, N, K);
   return y;
 }
 

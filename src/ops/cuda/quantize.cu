@@ -26,8 +26,10 @@ template <>
 __device__ __forceinline__ int8_t encode<int8_t>(float v) {
   return int8_t(__float2int_rn(fminf(127.f, fmaxf(-127.f, v))));
 }
-__device__ __forceinline__ float decode(uint8_t q) {
-  return float(__nv_fp8_e4m3(__nv_fp8_storage_t(q)));
+__device__ __forceinline__ float decode(uint8_t q) {  // the code's value (its constructors would convert q)
+  __nv_fp8_e4m3 v;
+  v.__x = q;
+  return float(v);
 }
 __device__ __forceinline__ float decode(int8_t q) { return float(q); }
 
@@ -68,11 +70,20 @@ __global__ void quantize_kernel(const T* __restrict__ x, Q* __restrict__ q, floa
   }
 }
 
-template <class Q, class T>
+// P codes per thread (cols % P == 0, so a pack never straddles rows).
+template <class Q, class T, int P>
 __global__ void dequantize_kernel(const Q* __restrict__ q, const float* __restrict__ scale, T* __restrict__ y,
-                                  int64_t n, int64_t cols) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    y[i] = from_f<T>(decode(q[i]) * (scale ? scale[i / cols] : 1.f));
+                                  int64_t packs, int64_t cols) {
+  struct alignas(sizeof(Q) * P) In { Q v[P]; };
+  struct alignas(sizeof(T) * P) Out { T v[P]; };
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < packs; i += int64_t(gridDim.x) * blockDim.x) {
+    const In a = reinterpret_cast<const In*>(q)[i];
+    const float s = scale ? scale[i * P / cols] : 1.f;
+    Out r;
+#pragma unroll
+    for (int e = 0; e < P; ++e) r.v[e] = from_f<T>(decode(a.v[e]) * s);
+    reinterpret_cast<Out*>(y)[i] = r;
+  }
 }
 
 template <class T>
@@ -97,16 +108,23 @@ void launch_quantize(const Tensor& x, const Tensor& q, const Tensor& scale, floa
   ERNIE_CUDA_LAUNCH("quantize");
 }
 
+template <class Q, class T>
+void launch_dequantize(const Tensor& q, const float* scale, Tensor& y, cudaStream_t st) {
+  const int64_t n = q.numel(), cols = q.dim(-1);
+  auto* qp = static_cast<const Q*>(q.raw());
+  auto* yp = static_cast<T*>(y.raw());
+  constexpr int P = 8;
+  if (cols % P == 0 && reinterpret_cast<uintptr_t>(qp) % P == 0 && reinterpret_cast<uintptr_t>(yp) % (sizeof(T) * P) == 0)
+    dequantize_kernel<Q, T, P><<<detail::blocks_for(n / P, kThreads), kThreads, 0, st>>>(qp, scale, yp, n / P, cols);
+  else
+    dequantize_kernel<Q, T, 1><<<detail::blocks_for(n, kThreads), kThreads, 0, st>>>(qp, scale, yp, n, cols);
+  ERNIE_CUDA_LAUNCH("dequantize");
+}
+
 template <class Q>
 void launch_dequantize(const Tensor& q, const float* scale, Tensor& y, cudaStream_t st) {
-  const int64_t n = q.numel();
-  if (y.dtype() == DType::F32)
-    dequantize_kernel<<<detail::blocks_for(n, kThreads), kThreads, 0, st>>>(
-        static_cast<const Q*>(q.raw()), scale, static_cast<float*>(y.raw()), n, q.dim(1));
-  else
-    dequantize_kernel<<<detail::blocks_for(n, kThreads), kThreads, 0, st>>>(
-        static_cast<const Q*>(q.raw()), scale, static_cast<__nv_bfloat16*>(y.raw()), n, q.dim(1));
-  ERNIE_CUDA_LAUNCH("dequantize");
+  if (y.dtype() == DType::F32) launch_dequantize<Q, float>(q, scale, y, st);
+  else launch_dequantize<Q, __nv_bfloat16>(q, scale, y, st);
 }
 
 }  // namespace
