@@ -4,7 +4,6 @@
 
 #include <random>
 
-#include "core/error.h"
 #include "golden.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/ops.h"
@@ -33,14 +32,6 @@ TEST(FusedOps, QkvNormRopeSplitsLikeSeparateProjections) {
   // Without norms: RoPE only.
   ops::Qkv plain = ops::qkv_norm_rope(qkv, H, Tensor(), Tensor(), 1e-6f, cs, sn);
   EXPECT_TRUE(test::tensors_close(plain.q, ops::rope(heads(wq), cs, sn), 1e-6));
-}
-
-// A stacked [gate; up] projection through geglu_fused equals the two projections through geglu.
-TEST(FusedOps, GegluFusedTakesGateThenUp) {
-  Tensor x = rnd({2, 3, 16}, 11), wg = rnd({10, 16}, 12), wu = rnd({10, 16}, 13);
-  Tensor got = ops::geglu_fused(ops::linear(x, cpu::concat({wg, wu}, 0)));
-  EXPECT_TRUE(test::tensors_close(got, ops::geglu(ops::linear(x, wg), ops::linear(x, wu)), 1e-6));
-  EXPECT_THROW(ops::geglu_fused(rnd({2, 7}, 14)), Error);
 }
 
 TEST(FusedOps, QkvNormRopeRejectsBadShapes) {

@@ -60,7 +60,6 @@ class ErnieDit {
     Tensor norm_q, norm_k;                               // [head_dim]
     ops::Weight to_qkv;  // on CUDA [to_q; to_k; to_v] as one [3·hidden, hidden] GEMM (to_q/k/v then unset)
     ops::Weight gate_proj, up_proj, linear_fc2;          // mlp (no biases)
-    ops::Weight gate_up;  // on CUDA [gate_proj; up_proj] as one [2·ffn, hidden] GEMM (the two then unset)
     std::vector<Tensor*> tensors();                      // every tensor (weights and scales), in this order
   };
 

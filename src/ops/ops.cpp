@@ -124,17 +124,6 @@ Tensor rms_norm_modulate(const Tensor& x, const Tensor& weight, float eps, const
   return modulate(rms_norm(x, weight, eps), shift, scale);
 }
 
-Tensor geglu_fused(const Tensor& gate_up) {
-  ERNIE_CHECK(gate_up.defined() && gate_up.ndim() >= 1 && gate_up.dim(-1) % 2 == 0, "geglu_fused: gate_up ",
-              shape_str(gate_up.defined() ? gate_up.shape() : Shape{}), " must have an even last dim");
-#ifdef ERNIE_HAVE_CUDA
-  if (gate_up.device().is_cuda() && cuda::geglu_fused_supported(gate_up))
-    return on_cuda("geglu_fused", [&] { return cuda::geglu_fused(gate_up); });
-#endif
-  const int64_t half = gate_up.dim(-1) / 2;
-  return geglu(slice(gate_up, -1, 0, half), slice(gate_up, -1, half, half));
-}
-
 Qkv qkv_norm_rope(const Tensor& qkv, int64_t heads, const Tensor& norm_q, const Tensor& norm_k, float eps,
                   const Tensor& cos, const Tensor& sin) {
   ERNIE_CHECK(qkv.defined() && qkv.ndim() == 3 && heads > 0 && qkv.dim(2) % (3 * heads) == 0, "qkv_norm_rope: qkv ",

@@ -65,8 +65,6 @@ Tensor gated_residual(const Tensor& residual, const Tensor& gate, const Tensor& 
 // ---- fused (each equals the composition named; CUDA runs one kernel where it pays) ------------------------
 // modulate(rms_norm(x, weight, eps), shift, scale): the DiT's AdaLN input.
 Tensor rms_norm_modulate(const Tensor& x, const Tensor& weight, float eps, const Tensor& shift, const Tensor& scale);
-// geglu(x[..., :C/2], x[..., C/2:]) for x [..., C], C even: the MLP input from one fused gate|up projection.
-Tensor geglu_fused(const Tensor& gate_up);
 // Attention inputs from one fused projection qkv [B, S, 3·heads·D] (the q, k, v blocks in that order):
 // q and k get a per-head rms_norm (weight [D], none when undefined) then rope (cos/sin [B or 1, S, D] F32);
 // v is copied. Each result is [B, S, heads, D].

@@ -28,9 +28,6 @@ Tensor modulate(const Tensor& x, const Tensor& shift, const Tensor& scale);
 Tensor gated_residual(const Tensor& residual, const Tensor& gate, const Tensor& y);
 Tensor rms_norm_modulate(const Tensor& x, const Tensor& weight, float eps, const Tensor& shift, const Tensor& scale);
 // The fused kernel takes head_dim 128, F32/BF16, aligned rows; other shapes use the composition.
-// GEGLU over the halves of x [..., 2F] (F32/BF16, F a multiple of the 16-byte pack, aligned).
-bool geglu_fused_supported(const Tensor& gate_up);
-Tensor geglu_fused(const Tensor& gate_up);
 bool qkv_norm_rope_supported(const Tensor& qkv, int64_t heads, const Tensor& norm_q, const Tensor& norm_k,
                              const Tensor& cos, const Tensor& sin);
 ops::Qkv qkv_norm_rope(const Tensor& qkv, int64_t heads, const Tensor& norm_q, const Tensor& norm_k, float eps,

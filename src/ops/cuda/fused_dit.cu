@@ -1,6 +1,5 @@
-// The DiT's fused elementwise ops (ops.h "fused"): rms_norm + AdaLN modulate in one pass, the fused
-// QKV projection's split + per-head RMSNorm + rotate-half RoPE in one pass, and GEGLU over the two halves
-// of the fused gate|up projection. Each matches the composition
+// The DiT's fused elementwise ops (ops.h "fused"): rms_norm + AdaLN modulate in one pass, and the fused
+// QKV projection's split + per-head RMSNorm + rotate-half RoPE in one pass. Each matches the composition
 // of the unfused ops except that nothing is rounded to the activation type in between.
 #include "ops/cuda/common.h"
 #include "ops/cuda/cuda_ops.h"
@@ -33,19 +32,6 @@ __global__ void rms_norm_modulate_kernel(const Pack<T>* __restrict__ x, VecF w, 
       r.v[e] = from_f<T>(n * (1.f + to_f(s.v[e])) + to_f(sh.v[e]));
     }
     yr[i] = r;
-  }
-}
-
-// y[r, k] = gelu(x[r, k]) · x[r, hp + k] over packs, x [rows, 2·hp packs], y [rows, hp packs].
-template <class T>
-__global__ void geglu_fused_kernel(const Pack<T>* __restrict__ x, Pack<T>* __restrict__ y, int64_t n, int64_t hp) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = i / hp, k = i - r * hp;
-    const Pack<T> g = x[r * 2 * hp + k], u = x[r * 2 * hp + hp + k];
-    Pack<T> o;
-#pragma unroll
-    for (int e = 0; e < kPack<T>; ++e) o.v[e] = from_f<T>(gelu_f(to_f(g.v[e])) * to_f(u.v[e]));
-    y[i] = o;
   }
 }
 
@@ -153,27 +139,6 @@ ops::Qkv qkv_norm_rope(const Tensor& qkv, int64_t heads, const Tensor& norm_q, c
   });
   ERNIE_CUDA_LAUNCH("qkv_norm_rope");
   return r;
-}
-
-bool geglu_fused_supported(const Tensor& gate_up) {
-  const DType t = gate_up.dtype();
-  const int64_t half = gate_up.dim(-1) / 2, pack = t == DType::BF16 ? kPack<__nv_bfloat16> : kPack<float>;
-  return (t == DType::F32 || t == DType::BF16) && half % pack == 0 && aligned16(gate_up.raw());
-}
-
-Tensor geglu_fused(const Tensor& gate_up) {
-  detail::check_act(gate_up, "geglu_fused", "gate_up");
-  Shape ys = gate_up.shape();
-  ys.back() /= 2;
-  Tensor y = Tensor::empty(ys, gate_up.dtype(), gate_up.device());
-  if (y.numel() == 0) return y;
-  cudaStream_t st = stream(detail::dev(gate_up));
-  ERNIE_DISPATCH_ACT(gate_up.dtype(), "geglu_fused", {
-    const int64_t n = y.numel() / kPack<T>, hp = ys.back() / kPack<T>;
-    geglu_fused_kernel<T><<<detail::blocks_for(n, 256), 256, 0, st>>>(gate_up.data<Pack<T>>(), y.data<Pack<T>>(), n, hp);
-  });
-  ERNIE_CUDA_LAUNCH("geglu_fused");
-  return y;
 }
 
 }  // namespace ernie::cuda

@@ -37,13 +37,15 @@ namespace {
   } while (0)
 
 constexpr size_t kWorkspace = size_t(32) << 20;
-// The Key's operand type for e4m3 operands (next to kF32, kBF16); kFp8Fast: with fast accumulation
-// (ERNIE_FP8_FAST_ACCUM=1: the tensor cores' own accumulator, no periodic promotion to fp32).
+// The Key's operand type for e4m3 operands (next to kF32, kBF16); kFp8Fast: with fast accumulation (the
+// tensor cores' own accumulator, no periodic promotion to fp32), the default: on the H200 5.7 % faster per
+// DiT step, and the full-size fp8 error unchanged (cosine 0.98921 vs 0.98930 against bf16, far below the
+// e4m3 rounding itself). ERNIE_FP8_FAST_ACCUM=0 turns it off.
 constexpr int kFp8 = 3, kFp8Fast = 4;
 int fp8_type() {
   static const bool fast = [] {
     const char* e = std::getenv("ERNIE_FP8_FAST_ACCUM");
-    return e && std::string(e) == "1";
+    return !(e && std::string(e) == "0");
   }();
   return fast ? kFp8Fast : kFp8;
 }
