@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build (deps from .deps/, see scripts/fetch-device-deps.sh), then the stages
 # named as arguments: tests (GPU tests), doctor, fullsize (CUDA vs CPU at full size), perf (kernel timings),
-# bench (ernie-image bench runs).
+# bench (ernie-image bench runs), quant (8-bit weights vs bf16 at full size).
 # Logs go to $OUT (at most 8 files come back): build.log, tests.log, doctor.txt, perf.log, bench.log.
 set -u
 cd "$(dirname "$0")/.."
@@ -31,12 +31,17 @@ for stage in "$@"; do
     perf)
       ./build/tests/ernie_gpu_tests --gtest_also_run_disabled_tests --gtest_filter='CudaPerf.*' > "$OUT/perf.log" 2>&1
       grep -vE "^\[|^Running|^$" "$OUT/perf.log" ;;
-    bench)
-      for args in "--steps 8 --cfg 1 --repeat 2" "--steps 50 --cfg 4 --repeat 1"; do
+    quant)  # fp8 / int8 weights vs bf16 at full size (1024², random weights) and the per-block error table
+      ./build/tests/ernie_gpu_tests --gtest_also_run_disabled_tests \
+        --gtest_filter='CudaFullSize.DISABLED_DitQuantized1024' > "$OUT/quant.log" 2>&1
+      echo "quant exit $?"; grep -E "full-size|block|FAILED|PASSED" "$OUT/quant.log" ;;
+    bench)  # BENCH_SETS: ';'-separated argument sets (default: the bf16 Turbo and 50-step workloads)
+      IFS=';' read -ra sets <<< "${BENCH_SETS:---steps 8 --cfg 1 --repeat 2;--steps 50 --cfg 4 --repeat 1}"
+      for args in "${sets[@]}"; do
         echo "## ernie-image bench --random $args --json" >> "$OUT/bench.log"
         $B bench --random $args --json >> "$OUT/bench.log" 2>&1
       done
-      grep -E "##|_s\"|peak|tflops|fraction|error|exit" "$OUT/bench.log" ;;
+      grep -E "##|_s\"|peak|tflops|fraction|error|exit|gib" "$OUT/bench.log" ;;
   esac
   echo "[$stage done at $(( $(date +%s) - T0 )) s]"
 done

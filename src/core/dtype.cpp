@@ -78,6 +78,22 @@ float fp8_e4m3_to_f32(uint8_t v) {
   return sign ? -f : f;
 }
 
+uint8_t f32_to_fp8_e4m3(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint8_t sign = uint8_t((u >> 24) & 0x80);
+  u &= 0x7fffffffu;
+  if (u > 0x7f800000u) return sign | 0x7f;     // NaN
+  if (u >= 0x43e00000u) return sign | 0x7e;    // >= 448 (and inf): saturate
+  if (u < 0x3c800000u) {                       // below 2^-6: subnormal steps of 2^-9, exact in float
+    float a;
+    std::memcpy(&a, &u, 4);
+    return sign | uint8_t(std::nearbyint(a * 512.f));  // 8 = the smallest normal, encoded the same way
+  }
+  u += 0x7ffffu + ((u >> 20) & 1u);            // round the 23-bit mantissa to 3 bits, ties to even
+  return sign | uint8_t((u >> 20) - (120u << 3));  // rebias the exponent 127 -> 7
+}
+
 float fp8_e5m2_to_f32(uint8_t v) { return f16_to_f32(uint16_t(v) << 8); }
 
 void convert_to_f32(DType src, const void* in, float* out, size_t n) {

@@ -33,6 +33,10 @@ inline float round_bf16(float f) { return bf16_to_f32(f32_to_bf16(f)); }
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);
 float fp8_e4m3_to_f32(uint8_t v);
+// Nearest e4m3 (ties to even), saturating to ±448 (the "satfinite" conversion of CUDA's cuda_fp8.h and
+// Hopper's cvt.rn.satfinite.e4m3x2.f32, so the CPU and CUDA quantizers agree bit for bit); NaN -> 0x7f.
+uint8_t f32_to_fp8_e4m3(float f);
+inline constexpr float kFp8E4m3Max = 448.f;  // the largest finite e4m3 magnitude
 float fp8_e5m2_to_f32(uint8_t v);
 
 // Converts n elements of a float type (F32, F16, BF16, F8_*) to f32.

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "ops/ops.h"
 
 namespace fs = std::filesystem;
 
@@ -42,79 +43,14 @@ bool QuantPolicy::quantized(const std::string& component, const std::string& nam
          name.find("mlp.") != std::string::npos;
 }
 
-namespace {
-// The largest finite e4m3 magnitude.
-constexpr float kFp8Max = 448.f;
-
-uint8_t f32_to_fp8_e4m3(float f) {
-  uint8_t sign = std::signbit(f) ? 0x80 : 0;
-  float a = std::fmin(std::fabs(f), kFp8Max);
-  if (a < std::ldexp(1.f, -10)) return sign;  // below half the smallest subnormal
-  // Search the 127 non-negative finite codes for the nearest (ties to even code); exact and simple.
-  int lo = 0, hi = 0x7e;
-  while (lo < hi) {  // first code whose value >= a
-    int mid = (lo + hi) / 2;
-    if (fp8_e4m3_to_f32(uint8_t(mid)) < a) lo = mid + 1;
-    else hi = mid;
-  }
-  int best = lo;
-  if (lo > 0) {
-    float up = fp8_e4m3_to_f32(uint8_t(lo)) - a, down = a - fp8_e4m3_to_f32(uint8_t(lo - 1));
-    if (down < up || (down == up && (lo - 1) % 2 == 0)) best = lo - 1;
-  }
-  return sign | uint8_t(best);
-}
-}  // namespace
-
 std::pair<Tensor, Tensor> quantize_rows(const Tensor& w, WeightFormat f) {
   ERNIE_CHECK(w.ndim() == 2, "quantize: weight ", shape_str(w.shape()), " is not 2-D");
   ERNIE_CHECK(f != WeightFormat::BF16, "quantize: bf16 is not a quantized format");
-  Tensor wf = w.device().is_cpu() ? w.to_f32() : w.to(kCPU).to_f32();
-  const int64_t rows = w.dim(0), cols = w.dim(1);
-  Tensor q = Tensor::empty(w.shape(), f == WeightFormat::FP8 ? DType::F8_E4M3 : DType::I8);
-  Tensor scale = Tensor::empty({rows}, DType::F32);
-  const float* src = wf.f32();
-  float* sc = scale.f32();
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* row = src + r * cols;
-    float amax = 0;
-    for (int64_t c = 0; c < cols; ++c) amax = std::fmax(amax, std::fabs(row[c]));
-    float qmax = f == WeightFormat::FP8 ? kFp8Max : 127.f;
-    float s = amax > 0 ? amax / qmax : 1.f;
-    sc[r] = s;
-    if (f == WeightFormat::FP8) {
-      uint8_t* dst = q.data<uint8_t>() + r * cols;
-      for (int64_t c = 0; c < cols; ++c) dst[c] = f32_to_fp8_e4m3(row[c] / s);
-    } else {
-      int8_t* dst = q.data<int8_t>() + r * cols;
-      for (int64_t c = 0; c < cols; ++c) dst[c] = int8_t(std::lrint(std::fmax(-127.f, std::fmin(127.f, row[c] / s))));
-    }
-  }
-  return {q, scale};
+  ops::Weight q = ops::quantize(w.to(kCPU), f == WeightFormat::FP8 ? DType::F8_E4M3 : DType::I8);
+  return {q.w, q.scale};
 }
 
-Tensor dequantize_rows(const Tensor& q, const Tensor& scale) {
-  ERNIE_CHECK(q.ndim() == 2 && scale.ndim() == 1 && scale.dim(0) == q.dim(0) && scale.dtype() == DType::F32, "dequantize: ",
-              shape_str(q.shape()), " with scales ", shape_str(scale.shape()), " ", dtype_name(scale.dtype()));
-  ERNIE_CHECK(q.dtype() == DType::F8_E4M3 || q.dtype() == DType::I8, "dequantize: unsupported dtype ",
-              dtype_name(q.dtype()));
-  const int64_t rows = q.dim(0), cols = q.dim(1);
-  Tensor out = Tensor::empty(q.shape(), DType::F32);
-  const float* sc = scale.data<float>();
-  float* o = out.f32();
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    if (q.dtype() == DType::I8) {
-      const int8_t* src = q.data<int8_t>() + r * cols;
-      for (int64_t c = 0; c < cols; ++c) o[r * cols + c] = float(src[c]) * sc[r];
-    } else {
-      const uint8_t* src = q.data<uint8_t>() + r * cols;
-      for (int64_t c = 0; c < cols; ++c) o[r * cols + c] = fp8_e4m3_to_f32(src[c]) * sc[r];
-    }
-  }
-  return out;
-}
+Tensor dequantize_rows(const Tensor& q, const Tensor& scale) { return ops::dequantize({q, scale}); }
 
 ConvertStats convert_model(const ModelFolder& m, const std::string& out, const ConvertOptions& opt,
                            const std::function<void(size_t, size_t)>& progress) {

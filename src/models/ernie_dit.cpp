@@ -22,12 +22,16 @@ Tensor ErnieDit::place(const Tensor& host) const {
 }
 
 std::vector<Tensor*> ErnieDit::Block::tensors() {
-  return {&adaLN_sa_ln, &adaLN_mlp_ln, &to_q,     &to_k,    &to_v,      &to_qkv,
-          &to_out,      &norm_q,       &norm_k,   &gate_proj, &up_proj, &linear_fc2};
+  std::vector<Tensor*> ts = {&adaLN_sa_ln, &adaLN_mlp_ln, &norm_q, &norm_k};
+  for (ops::Weight* w : {&to_q, &to_k, &to_v, &to_qkv, &to_out, &gate_proj, &up_proj, &linear_fc2}) {
+    ts.push_back(&w->w);
+    ts.push_back(&w->scale);
+  }
+  return ts;
 }
 
 ErnieDit ErnieDit::build(const DitConfig& cfg, Device device, DType act, const WeightSource& source,
-                         bool stream_blocks) {
+                         bool stream_blocks, std::optional<DType> quantize, const QuantPolicy& policy) {
   ERNIE_CHECK(!device.is_cpu() || act == DType::F32, "ErnieDit: the CPU backend computes in F32, not ",
               dtype_name(act));
   ERNIE_CHECK(act == DType::F32 || act == DType::BF16, "ErnieDit: activations must be F32 or BF16, not ",
@@ -43,19 +47,30 @@ ErnieDit ErnieDit::build(const DitConfig& cfg, Device device, DType act, const W
   ERNIE_CHECK(!stream_blocks || device.is_cuda(), "ErnieDit: streaming blocks needs a CUDA device, not ",
               device.str());
   auto checked = [&](const std::string& name) {
-    Tensor t = source(name);
-    ERNIE_CHECK(t.defined() && t.shape() == shapes.at(name), "transformer: tensor ", name, " has shape ",
-                shape_str(t.shape()), ", expected ", shape_str(shapes.at(name)));
-    ERNIE_CHECK(dtype_is_float(t.dtype()), "transformer: tensor ", name, " has non-float dtype ",
-                dtype_name(t.dtype()));
+    ops::Weight t = source(name);
+    ERNIE_CHECK(t.defined() && t.w.shape() == shapes.at(name), "transformer: tensor ", name, " has shape ",
+                shape_str(t.defined() ? t.w.shape() : Shape{}), ", expected ", shape_str(shapes.at(name)));
+    ERNIE_CHECK(t.quantized() || dtype_is_float(t.w.dtype()), "transformer: tensor ", name, " has non-float dtype ",
+                dtype_name(t.w.dtype()));
     return t;
   };
-  auto w = [&](const std::string& name) { return d.place(checked(name)); };
+  // A float weight (one stored quantized is expanded).
+  auto float_weight = [&](const std::string& name) {
+    ops::Weight t = checked(name);
+    return t.quantized() ? ops::dequantize(t) : t.w;
+  };
+  auto w = [&](const std::string& name) { return d.place(float_weight(name)); };
   // A streamed block weight: as place() would leave it on the device, but kept on the host when no cast
   // is needed (the streamer copies it into pinned memory either way).
-  auto streamed = [&](const std::string& name) {
-    Tensor t = checked(name);
+  auto streamed = [&](const Tensor& t) {
     return act == DType::BF16 && t.dtype() != DType::BF16 ? d.place(t) : t;
+  };
+  // A block's linear weight: 8-bit as stored, or quantized here when asked and the policy picks it.
+  auto linear_weight = [&](const std::string& name, bool streaming) -> ops::Weight {
+    ops::Weight t = checked(name);
+    if (t.quantized()) return streaming ? t : ops::Weight(t.w.to(device), t.scale.to(device));
+    if (quantize && policy.quantized("transformer", name, cfg.num_layers)) return ops::quantize(d.place(t.w), *quantize);
+    return streaming ? streamed(t.w) : d.place(t.w);
   };
   const int64_t H = cfg.hidden_size;
   d.x_embedder_w = w("x_embedder.proj.weight").reshape({H, cfg.in_channels});  // 1x1 conv = linear
@@ -67,33 +82,39 @@ ErnieDit ErnieDit::build(const DitConfig& cfg, Device device, DType act, const W
   d.time_linear_2_b = w("time_embedding.linear_2.bias");
   d.adaLN_modulation_w = w("adaLN_modulation.1.weight");
   d.adaLN_modulation_b = w("adaLN_modulation.1.bias");
-  auto block = [&](int l, const std::function<Tensor(const std::string&)>& bw) {
+  auto block = [&](int l, bool streaming) {
     const std::string p = "layers." + std::to_string(l) + ".";
+    auto bw = [&](const std::string& n) { return streaming ? streamed(float_weight(p + n)) : w(p + n); };
+    auto lin = [&](const std::string& n) { return linear_weight(p + n, streaming); };
     Block b;
-    b.adaLN_sa_ln = bw(p + "adaLN_sa_ln.weight");
-    b.adaLN_mlp_ln = bw(p + "adaLN_mlp_ln.weight");
-    b.to_q = bw(p + "self_attention.to_q.weight");
-    b.to_k = bw(p + "self_attention.to_k.weight");
-    b.to_v = bw(p + "self_attention.to_v.weight");
-    b.to_out = bw(p + "self_attention.to_out.0.weight");
+    b.adaLN_sa_ln = bw("adaLN_sa_ln.weight");
+    b.adaLN_mlp_ln = bw("adaLN_mlp_ln.weight");
+    b.to_q = lin("self_attention.to_q.weight");
+    b.to_k = lin("self_attention.to_k.weight");
+    b.to_v = lin("self_attention.to_v.weight");
+    b.to_out = lin("self_attention.to_out.0.weight");
     if (cfg.qk_layernorm) {
-      b.norm_q = bw(p + "self_attention.norm_q.weight");
-      b.norm_k = bw(p + "self_attention.norm_k.weight");
+      b.norm_q = bw("self_attention.norm_q.weight");
+      b.norm_k = bw("self_attention.norm_k.weight");
     }
-    b.gate_proj = bw(p + "mlp.gate_proj.weight");
-    b.up_proj = bw(p + "mlp.up_proj.weight");
-    b.linear_fc2 = bw(p + "mlp.linear_fc2.weight");
-    if (device.is_cuda() && b.to_q.dtype() == b.to_k.dtype() && b.to_q.dtype() == b.to_v.dtype()) {
-      b.to_qkv = ops::concat({b.to_q, b.to_k, b.to_v}, 0);  // one GEMM instead of three
-      b.to_q = b.to_k = b.to_v = Tensor();
+    b.gate_proj = lin("mlp.gate_proj.weight");
+    b.up_proj = lin("mlp.up_proj.weight");
+    b.linear_fc2 = lin("mlp.linear_fc2.weight");
+    auto stackable = [&](const ops::Weight& o) {
+      return o.w.dtype() == b.to_q.w.dtype() && o.w.device() == b.to_q.w.device() && o.quantized() == b.to_q.quantized();
+    };
+    if (device.is_cuda() && stackable(b.to_k) && stackable(b.to_v)) {  // one GEMM instead of three
+      b.to_qkv.w = ops::concat({b.to_q.w, b.to_k.w, b.to_v.w}, 0);
+      if (b.to_q.quantized()) b.to_qkv.scale = ops::concat({b.to_q.scale, b.to_k.scale, b.to_v.scale}, 0);
+      b.to_q = b.to_k = b.to_v = ops::Weight();
     }
     return b;
   };
   if (!stream_blocks) {
-    for (int l = 0; l < cfg.num_layers; ++l) d.layers_.push_back(block(l, w));
+    for (int l = 0; l < cfg.num_layers; ++l) d.layers_.push_back(block(l, false));
   } else if (cfg.num_layers > 0) {
     d.streamer_ = std::make_shared<BlockStreamer>(cfg.num_layers, device, [&](int l) {
-      Block b = block(l, streamed);
+      Block b = block(l, true);
       if (l == 0) d.slots_ = {b, b};  // the fields the slots have
       std::vector<Tensor> ts;
       for (Tensor* t : b.tensors())
@@ -113,10 +134,15 @@ ErnieDit ErnieDit::build(const DitConfig& cfg, Device device, DType act, const W
   return d;
 }
 
-ErnieDit ErnieDit::load(const ModelFolder& m, Device device, DType act, bool stream_blocks) {
+ErnieDit ErnieDit::load(const ModelFolder& m, Device device, DType act, bool stream_blocks,
+                        std::optional<DType> quantize, const QuantPolicy& policy) {
   m.require_ok("transformer");
   const Component& comp = m.transformer_c;
-  return build(m.dit, device, act, [&](const std::string& name) { return comp.tensor(name); }, stream_blocks);
+  auto source = [&](const std::string& name) {
+    auto [t, scale] = comp.quantized(name);
+    return ops::Weight(t, scale);
+  };
+  return build(m.dit, device, act, source, stream_blocks, quantize, policy);
 }
 
 size_t ErnieDit::weight_bytes() const {
@@ -265,7 +291,7 @@ Tensor ErnieDit::final_norm(const Tensor& x, const Tensor& c) const {
 // ---- forward ------------------------------------------------------------------------------------------------
 
 Tensor ErnieDit::forward(const Tensor& hidden_states, const std::vector<float>& timestep, const Tensor& text_bth,
-                         const std::vector<int64_t>& text_lens) const {
+                         const std::vector<int64_t>& text_lens, const LayerObserver& observe) const {
   const char* where = "ErnieDit::forward: ";
   ERNIE_CHECK(hidden_states.defined() && hidden_states.ndim() == 4 && dtype_is_float(hidden_states.dtype()), where,
               "hidden_states must be a float [B, C, H, W] tensor, got ", shape_str(hidden_states.shape()));
@@ -307,6 +333,7 @@ Tensor ErnieDit::forward(const Tensor& hidden_states, const std::vector<float>& 
     const Block& blk = streamer_ ? slots_[size_t(streamer_->acquire(l))] : layers_[size_t(l)];
     x = layer(blk, x, rotary_pos_emb, mod, kv_len);
     if (streamer_) streamer_->release(l);
+    if (observe) observe(l, x);
   }
 
   x = final_norm(ops::slice(x, 1, 0, N_img), c);  // per-token from here: keep only image tokens

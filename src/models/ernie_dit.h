@@ -10,11 +10,14 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "io/model_file.h"
 #include "io/model_folder.h"
 #include "models/block_streamer.h"
+#include "ops/ops.h"
 
 namespace ernie {
 
@@ -26,11 +29,16 @@ class ErnieDit {
   // With `stream_blocks` (CUDA, --offload blocks) the transformer blocks stay in pinned host memory and
   // are streamed to the GPU during each forward (BlockStreamer); the rest stays resident. Same kernels, so
   // the same result as resident.
-  static ErnieDit load(const ModelFolder& m, Device device, DType act, bool stream_blocks = false);
+  // 8-bit weights: linear weights stored quantized (a converted file) stay quantized (ops::Weight; fp8
+  // runs W8A8, int8 W8A16, see ops::linear). With `quantize` (I8 or F8_E4M3) the float linear weights that
+  // QuantPolicy picks are quantized at load, on the model's device.
+  static ErnieDit load(const ModelFolder& m, Device device, DType act, bool stream_blocks = false,
+                       std::optional<DType> quantize = std::nullopt, const QuantPolicy& policy = {});
   // The same model with deterministic random weights (linear weights and biases ~ U with std 0.02, norm
   // weights 1) built on the host as BF16 like the release, then placed as load() does. For speed tests:
   // speed does not depend on the values.
-  static ErnieDit random(const DitConfig& cfg, Device device, DType act, uint64_t seed, bool stream_blocks = false);
+  static ErnieDit random(const DitConfig& cfg, Device device, DType act, uint64_t seed, bool stream_blocks = false,
+                         std::optional<DType> quantize = std::nullopt, const QuantPolicy& policy = {});
 
   const DitConfig& config() const { return cfg_; }
   size_t weight_bytes() const;  // bytes of all weights as placed on the device (streamed: the two slots)
@@ -40,15 +48,19 @@ class ErnieDit {
   // text_bth [B, Tmax, text_in_dim] zero-padded, text_lens[B] <= Tmax. Inputs may live on the host in any
   // float dtype; they are moved to the model's device and activation dtype. Returns [B, out_channels, H, W]
   // on the model's device in the activation dtype. Throws Error naming the argument on bad shapes.
+  // `observe`, when set, sees the hidden states [B, S, hidden] after each block (diagnostics: the per-layer
+  // error of quantized weights).
+  using LayerObserver = std::function<void(int layer, const Tensor& hidden)>;
   Tensor forward(const Tensor& hidden_states, const std::vector<float>& timestep, const Tensor& text_bth,
-                 const std::vector<int64_t>& text_lens) const;
+                 const std::vector<int64_t>& text_lens, const LayerObserver& observe = {}) const;
 
   struct Block {
     Tensor adaLN_sa_ln, adaLN_mlp_ln;                    // RMSNorm weights [hidden]
-    Tensor to_q, to_k, to_v, to_out, norm_q, norm_k;     // self_attention (no biases); norms [head_dim]
-    Tensor to_qkv;  // on CUDA [to_q; to_k; to_v] as one [3·hidden, hidden] GEMM (to_q/k/v then unset)
-    Tensor gate_proj, up_proj, linear_fc2;               // mlp (no biases)
-    std::vector<Tensor*> tensors();                      // every field, in this order
+    ops::Weight to_q, to_k, to_v, to_out;                // self_attention (no biases)
+    Tensor norm_q, norm_k;                               // [head_dim]
+    ops::Weight to_qkv;  // on CUDA [to_q; to_k; to_v] as one [3·hidden, hidden] GEMM (to_q/k/v then unset)
+    ops::Weight gate_proj, up_proj, linear_fc2;          // mlp (no biases)
+    std::vector<Tensor*> tensors();                      // every tensor (weights and scales), in this order
   };
 
  private:
@@ -68,10 +80,11 @@ class ErnieDit {
     Rotary tables;
   };
 
-  // Fills every weight from `source` (tensor name as in the checkpoint -> host tensor of that name's shape).
-  using WeightSource = std::function<Tensor(const std::string& name)>;
+  // Fills every weight from `source` (tensor name as in the checkpoint -> host weight of that name's shape,
+  // float or already quantized); `quantize` as in load().
+  using WeightSource = std::function<ops::Weight(const std::string& name)>;
   static ErnieDit build(const DitConfig& cfg, Device device, DType act, const WeightSource& source,
-                        bool stream_blocks);
+                        bool stream_blocks, std::optional<DType> quantize, const QuantPolicy& policy);
   Tensor place(const Tensor& host) const;      // host weight -> device (cast to act on CUDA when BF16)
   Tensor to_act(const Tensor& input) const;    // user input -> device, activation dtype
 

@@ -67,7 +67,18 @@ decltype(auto) on_cuda(const char* name, F&& f) {
 
 namespace ernie::ops {
 
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) { ERNIE_OP(linear, x.device(), x, w, bias); }
+Tensor linear(const Tensor& x, const Weight& w, const Tensor& bias) {
+  if (!w.quantized()) ERNIE_OP(linear, x.device(), x, w.w, bias);
+  ERNIE_OP(linear_q, x.device(), x, w.w, w.scale, bias);
+}
+Weight quantize(const Tensor& x, DType q) {
+  ERNIE_CHECK(x.defined(), "quantize: input is undefined");
+  ERNIE_OP(quantize, x.device(), x, q);
+}
+Tensor dequantize(const Weight& w) {
+  ERNIE_CHECK(w.defined(), "dequantize: weight is undefined");
+  ERNIE_OP(dequantize, w.w.device(), w.w, w.scale);
+}
 Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps) { ERNIE_OP(rms_norm, x.device(), x, weight, eps); }
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps) {
   ERNIE_OP(layer_norm, x.device(), x, weight, bias, eps);

@@ -6,6 +6,7 @@
 // Layout conventions: row-major, contiguous. Token sequences are [B, S, C]; attention heads are
 // [B, S, heads, head_dim]; images are NCHW. "Per-row" vectors ([B, C]) broadcast over S.
 #pragma once
+#include <utility>
 #include <vector>
 
 #include "core/tensor.h"
@@ -13,8 +14,31 @@
 namespace ernie::ops {
 
 // ---- GEMM -------------------------------------------------------------------------------------------
+// A linear layer's weight [out, in]: a float tensor (F32, BF16, F16; `scale` undefined), or 8-bit with one
+// F32 scale per output row, w[o, :] ≈ q[o, :] · scale[o]: I8 (|q| <= 127) or F8_E4M3 (|q| <= 448).
+struct Weight {
+  Tensor w, scale;
+  Weight() = default;
+  Weight(Tensor t) : w(std::move(t)) {}  // NOLINT(google-explicit-constructor): a float weight
+  Weight(Tensor q, Tensor s) : w(std::move(q)), scale(std::move(s)) {}
+  bool defined() const { return w.defined(); }
+  bool quantized() const { return scale.defined(); }
+  size_t nbytes() const { return (w.defined() ? w.nbytes() : 0) + (scale.defined() ? scale.nbytes() : 0); }
+};
+
 // y[..., out] = x[..., in] · w[out, in]ᵀ (+ bias[out]).
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias = {});
+// I8 weights: weight-only quantization (W8A16), y = (x · qᵀ) · scale[out].
+// F8_E4M3 weights: x is quantized too, per row (token) with a dynamic scale, as quantize() does (W8A8),
+// y = (qx · qᵀ) · sx[row] · scale[out]; on Hopper with BF16 activations this runs on the fp8 tensor cores,
+// elsewhere as a float GEMM on the same quantized values.
+Tensor linear(const Tensor& x, const Weight& w, const Tensor& bias = {});
+
+// Row-wise symmetric quantization of a float [rows, cols] tensor (a weight, or activations) to `q` = I8 or
+// F8_E4M3, on its own device: scale[r] = max|x[r, :]| / qmax (qmax 127 or 448; 1 for an all-zero row),
+// q = x / scale rounded to nearest even (I8 clamped to ±127, F8 saturating, as f32_to_fp8_e4m3).
+Weight quantize(const Tensor& x, DType q);
+// q · scale as F32 [rows, cols] on the weight's device (a float weight: converted to F32).
+Tensor dequantize(const Weight& w);
 
 // ---- normalisation (over the last dim) ----------------------------------------------------------------
 // x * rsqrt(mean(x²) + eps) * weight; `weight` may be undefined (no affine).

@@ -134,4 +134,23 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attentio
   ERNIE_CHECK(mask.q_offset >= 0, "attention: negative q_offset ", str(mask.q_offset));
 }
 
+void quantized_weight(const Tensor& q, const Tensor& scale, const char* op) {
+  ERNIE_CHECK(q.defined() && q.ndim() == 2 && (q.dtype() == DType::I8 || q.dtype() == DType::F8_E4M3), op,
+              ": an 8-bit weight must be a 2-D I8 or F8_E4M3 tensor, got ", shape_str(q.shape()), " ",
+              q.defined() ? dtype_name(q.dtype()) : "undefined");
+  ERNIE_CHECK(scale.defined() && scale.dtype() == DType::F32 && scale.shape() == Shape{q.dim(0)} &&
+                  scale.device() == q.device(),
+              op, ": the scales of an 8-bit weight ", shape_str(q.shape()), " must be F32 [", str(q.dim(0)),
+              "] on ", q.device().str(), ", got ", shape_str(scale.shape()), " ", dtype_name(scale.dtype()), " on ",
+              scale.device().str());
+}
+
+float quantize(const Tensor& x, DType q) {
+  ERNIE_CHECK(q == DType::I8 || q == DType::F8_E4M3, "quantize: target dtype must be I8 or F8_E4M3, not ",
+              dtype_name(q));
+  ERNIE_CHECK(x.defined() && x.ndim() == 2 && dtype_is_float(x.dtype()), "quantize: input must be a 2-D float "
+              "tensor, got ", shape_str(x.shape()), " ", x.defined() ? dtype_name(x.dtype()) : "undefined");
+  return q == DType::I8 ? 127.f : kFp8E4m3Max;
+}
+
 }  // namespace ernie::ops::rules

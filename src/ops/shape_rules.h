@@ -50,4 +50,9 @@ void rope(const Tensor& x, const Tensor& cos, const Tensor& sin);
 // [0, Sk]; mask.q_offset >= 0.
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask);
 
+// An 8-bit weight: q [rows, cols] I8 or F8_E4M3 with scale [rows] F32 on q's device.
+void quantized_weight(const Tensor& q, const Tensor& scale, const char* op);
+// quantize(x, q): x a 2-D float tensor, q I8 or F8_E4M3; returns qmax (127 or 448).
+float quantize(const Tensor& x, DType q);
+
 }  // namespace ernie::ops::rules

@@ -324,7 +324,7 @@ class ErniePipeline final : public Pipeline {
   }
   void load_denoiser(const ProgressFn& progress) {
     load_component(!dit_, loads_.denoiser, progress, [&] {
-      dit_ = ErnieDit::load(m_, opt_.device, opt_.dtype, opt_.offload_blocks);
+      dit_ = ErnieDit::load(m_, opt_.device, opt_.dtype, opt_.offload_blocks, opt_.quantize);
       vae_ = Flux2Vae::load(m_, opt_.device, opt_.dtype);
     });
   }

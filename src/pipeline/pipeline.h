@@ -29,6 +29,9 @@ struct PipelineOptions {
   // and the denoiser is loaded after the first encoding, so one generation never holds the text encoder
   // and the DiT at once (later requests reload the text encoder next to the resident DiT).
   bool keep_text_encoder = true;
+  // --quantize fp8|int8: the DiT's linear weights that QuantPolicy picks are quantized at load (fp8 runs W8A8
+  // on Hopper's fp8 tensor cores, int8 W8A16; see ops::linear). A converted 8-bit file is used as stored.
+  std::optional<DType> quantize;
   bool offload_blocks = false;   // CUDA only (--offload blocks): DiT blocks stay in pinned host memory and
                                  // are streamed to the GPU block by block during each step
   size_t memory_limit = 0;       // CUDA: cap on the device memory the allocator takes (--max-vram), set for the

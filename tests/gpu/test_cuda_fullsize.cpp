@@ -54,5 +54,39 @@ TEST(CudaFullSize, DISABLED_DitForward256) {
   EXPECT_TRUE(r);
 }
 
+// Quantized weights against bf16, the same random full-size weights, one DiT forward at 1024² (4096 image +
+// 200 text tokens), default policy (first/last blocks and the non-block layers stay bf16): the issue's
+// targets, fp8 cosine >= 0.995 and rel L2 <= 0.1, int8 cosine >= 0.999; and the per-block table (hidden
+// states after each block against bf16's) for the issue note. Random weights are a proxy for the real ones.
+TEST(CudaFullSize, DISABLED_DitQuantized1024) {
+  ERNIE_REQUIRE_GPU();
+  const DitConfig dc{};
+  const Tensor x = rnd({1, dc.in_channels, 64, 64}, 41), text = rnd({1, 200, dc.text_in_dim}, 42);
+  const std::vector<float> t = {500.f};
+  const std::vector<int64_t> lens = {190};
+  std::vector<Tensor> ref_layers;
+  Tensor ref;
+  {
+    ErnieDit dit = ErnieDit::random(dc, kGPU, DType::BF16, 51);
+    ref = down(dit.forward(x, t, text, lens, [&](int, const Tensor& h) { ref_layers.push_back(h); }));
+  }
+  std::vector<std::vector<Closeness>> table(size_t(dc.num_layers));
+  for (DType qt : {DType::F8_E4M3, DType::I8}) {
+    ErnieDit dit = ErnieDit::random(dc, kGPU, DType::BF16, 51, false, qt);
+    Tensor got = down(dit.forward(x, t, text, lens, [&](int l, const Tensor& h) {
+      table[size_t(l)].push_back(closeness(down(h).to_vector(), down(ref_layers[size_t(l)]).to_vector()));
+    }));
+    const bool fp8 = qt == DType::F8_E4M3;
+    const auto r = tensors_close(got, ref, fp8 ? 0.1 : 0.05, fp8 ? 0.995 : 0.999);
+    std::printf("full-size DiT forward at 1024x1024, %s weights vs bf16: %s (weights %.2f GiB)\n", dtype_name(qt),
+                r.message(), double(dit.weight_bytes()) / double(1ull << 30));
+    EXPECT_TRUE(r);
+  }
+  std::printf("per-block hidden states vs bf16 | fp8 cosine | fp8 rel L2 | int8 cosine | int8 rel L2\n");
+  for (size_t l = 0; l < table.size(); ++l)
+    std::printf("block %2zu | %.6f | %.4f | %.6f | %.4f\n", l, table[l][0].cosine, table[l][0].rel_l2,
+                table[l][1].cosine, table[l][1].rel_l2);
+}
+
 }  // namespace
 }  // namespace ernie::test

@@ -1,5 +1,5 @@
 // ernie-image bench (--model DIR | --random) [-W 1024 -H 1024] [--steps N] [--cfg S] [--prompt-tokens N]
-//                   [--repeat R] [--dtype bf16] [--json] [--vae-tiling [--vae-tile PIXELS]]
+//                   [--repeat R] [--dtype bf16] [--quantize fp8|int8] [--json] [--vae-tiling [--vae-tile PIXELS]]
 //                   [--offload none|text-encoder|blocks | --max-vram GiB]
 // Times the stages of one generation on the GPU: loading, text encoding, the denoising loop (DiT
 // forward per step, CFG rows batched, Euler update) and the VAE decode. --random builds the released
@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "generate_util.h"
 #include "core/error.h"
 #include "io/memory_plan.h"
 #include "io/model_folder.h"
@@ -38,7 +39,7 @@ namespace ernie::cli {
 namespace {
 
 struct Opts {
-  std::string model, device = "cuda", dtype = "bf16", offload = "text-encoder";
+  std::string model, device = "cuda", dtype = "bf16", offload = "text-encoder", quantize;
   double max_vram = 0;
   bool random = false, json = false, vae_tiling = false;
   int width = 1024, height = 1024, steps = 8, prompt_tokens = 200, repeat = 3, vae_tile = 0;
@@ -182,6 +183,8 @@ int run(const Opts& o) {
   }
 #endif
   j["dtype"] = o.dtype;
+  const std::optional<DType> quantize = parse_quantize_option(o.quantize);
+  j["quantize"] = quantize ? o.quantize : "none";
   j["width"] = o.width;
   j["height"] = o.height;
   j["steps"] = o.steps;
@@ -275,7 +278,8 @@ int run(const Opts& o) {
   auto t0 = Clock::now();
   const DitConfig cfg = o.random ? DitConfig{} : folder->dit;
   const bool stream = mode == Offload::Blocks;
-  ErnieDit dit = o.random ? ErnieDit::random(cfg, dev, act, o.seed, stream) : ErnieDit::load(*folder, dev, act, stream);
+  ErnieDit dit = o.random ? ErnieDit::random(cfg, dev, act, o.seed, stream, quantize)
+                          : ErnieDit::load(*folder, dev, act, stream, quantize);
   sync(dev);
   j["dit_load_s"] = since(t0);
   j["dit_device_gib"] = double(dit.weight_bytes()) / double(size_t(1) << 30);
@@ -377,6 +381,7 @@ Register reg(60, [](CLI::App& app) {
   c->add_option("--prompt-tokens", o->prompt_tokens, "prompt length in tokens (default 200)");
   c->add_option("--repeat", o->repeat, "timed runs after the warm-up; the median is reported (default 3)");
   c->add_option("--dtype", o->dtype, "activations: bf16 (default) or f32");
+  c->add_option("--quantize", o->quantize, "quantize the DiT's linear weights at load: fp8 or int8 (default none)");
   c->add_option("--device", o->device, "cuda (default), cuda:N or cpu");
   c->add_option("--seed", o->seed, "seed of the random weights and inputs");
   c->add_flag("--json", o->json, "print the result as JSON");

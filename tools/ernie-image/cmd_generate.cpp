@@ -25,7 +25,7 @@ namespace ernie::cli {
 namespace {
 
 struct Opts {
-  std::string model, prompt, negative, out = "out.png", device = "cpu", dtype, init_latents, save_latents;
+  std::string model, prompt, negative, out = "out.png", device = "cpu", dtype, quantize, init_latents, save_latents;
   std::string progress = "bar", offload;
   double max_vram = 0;
   int width = 0, height = 0, steps = 0, batch = 1, threads = 0, vae_tile = 0;
@@ -42,6 +42,7 @@ int run(const Opts& o, const CLI::App& c) {
   popt.model_dir = o.model;
   popt.device = Device::parse(o.device);
   popt.dtype = parse_dtype_option(o.dtype, popt.device);
+  popt.quantize = parse_quantize_option(o.quantize);
   popt.threads = o.threads;
   popt.load_pe = o.pe;
   ERNIE_CHECK(o.threads >= 0, "--threads ", std::to_string(o.threads), " must not be negative");
@@ -162,6 +163,8 @@ Register reg(10, [](CLI::App& app) {
   c->add_option("--output,-o", o->out, "output PNG; %d (or %03d) is replaced by the image index (default out.png)");
   c->add_option("--device", o->device, "cpu, cuda or cuda:N (default cpu)");
   c->add_option("--dtype", o->dtype, "activation type: f32 (CPU) or bf16 (CUDA default)");
+  c->add_option("--quantize", o->quantize, "quantize the DiT's linear weights at load: fp8 (W8A8, Hopper fp8 tensor "
+                                           "cores) or int8 (weight-only); first/last blocks stay bf16");
   c->add_option("--threads", o->threads, "CPU threads (default: all cores)");
   c->add_option("--init-latents", o->init_latents, "safetensors file with tensor `latents` [B, C, H/s, W/s]: the initial noise");
   c->add_option("--save-latents", o->save_latents, "write the initial noise (tensor `latents`) to this safetensors file");

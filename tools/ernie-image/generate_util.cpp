@@ -21,6 +21,13 @@ DType parse_dtype_option(const std::string& s, Device device) {
   fail("--dtype: unknown type '", s, "' (use f32 or bf16)");
 }
 
+std::optional<DType> parse_quantize_option(const std::string& s) {
+  if (s.empty() || s == "none") return std::nullopt;
+  if (s == "fp8") return DType::F8_E4M3;
+  if (s == "int8") return DType::I8;
+  fail("--quantize: unknown format '", s, "' (use fp8, int8 or none)");
+}
+
 namespace {
 // Formats one pattern for index i; `has_index` tells whether the pattern had a %d.
 std::string format_index(const std::string& pat, int i, bool* has_index) {

@@ -5,6 +5,11 @@
 
 namespace ernie::cpu {
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias);
+Tensor linear_q(const Tensor& x, const Tensor& q, const Tensor& scale, const Tensor& bias);  // 8-bit weight
+ops::Weight quantize(const Tensor& x, DType q);
+Tensor dequantize(const Tensor& q, const Tensor& scale);  // scale undefined: q (float) to F32
+// The stored values of n 8-bit codes (I8 or F8_E4M3) as f32, unscaled.
+void convert_quantized(DType q, const void* in, float* out, size_t n);
 Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps);
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps);
 Tensor group_norm(const Tensor& x, int groups, const Tensor& weight, const Tensor& bias, float eps, bool silu);

@@ -1,7 +1,8 @@
-// linear: y = x · wᵀ + bias with OpenBLAS sgemm. F32 weights are used in place; BF16/F16 weights are
-// converted to f32 in blocks of output rows into a scratch buffer, so a large checkpoint is never
-// expanded as a whole; for a few x rows (token-by-token decoding) each weight row is converted and
-// dotted directly instead.
+// linear: y = x · wᵀ + bias with OpenBLAS sgemm. F32 weights are used in place; other weights (BF16, F16,
+// and the 8-bit codes of quantized ones) are converted to f32 in blocks of output rows into a scratch
+// buffer, so a large checkpoint is never expanded as a whole; for a few x rows (token-by-token decoding)
+// each weight row is converted and dotted directly instead. Quantized weights then scale the product:
+// y = (x' · qᵀ) · sx[row] · scale[out] (+ bias), x' = x (I8) or x quantized per row to fp8 (F8_E4M3).
 #include <cblas.h>
 
 #include <algorithm>
@@ -9,42 +10,28 @@
 
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cpu/cpu_util.h"
+#include "ops/shape_rules.h"
 
 namespace ernie::cpu {
 
 namespace {
 constexpr size_t kScratchFloats = size_t(4) << 20;  // 16 MiB of converted weight rows per block
 constexpr int64_t kGemvRows = 4;                     // up to this many x rows: convert-and-dot per weight row
+
+void convert_row(DType t, const void* in, float* out, size_t n) {
+  if (t == DType::I8 || t == DType::F8_E4M3) convert_quantized(t, in, out, n);
+  else convert_to_f32(t, in, out, n);
 }
 
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
-  detail::check_act(x, "linear", "x");
-  detail::check_weight(w, "linear", "weight");
-  ERNIE_CHECK(w.ndim() == 2, "linear: weight ", shape_str(w.shape()), " must be 2-D [out, in]");
-  ERNIE_CHECK(x.ndim() >= 1 && x.dim(-1) == w.dim(1), "linear: x ", shape_str(x.shape()), " last dim does not match weight ",
-              shape_str(w.shape()), " [out, in]");
-  const int64_t in = w.dim(1), out = w.dim(0), m = in ? x.numel() / in : 0;
-  std::vector<float> b = detail::vec_f32(bias, out, "linear", "bias");
-  Shape ys = x.shape();
-  ys.back() = out;
-  Tensor y = Tensor::empty(ys, DType::F32);
-  float* yp = y.f32();
-  if (m == 0 || out == 0) return y;
-  if (in == 0) {
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t o = 0; o < out; ++o) yp[i * out + o] = b.empty() ? 0.f : b[o];
-    return y;
-  }
-  const float* xp = x.f32();
-  float beta = 0.f;
-  if (!b.empty()) {
-    for (int64_t i = 0; i < m; ++i) std::copy(b.begin(), b.end(), yp + i * out);
-    beta = 1.f;
-  }
+// y[m, out] (+)= x[m, in] · w[out, in]ᵀ, w in any storage dtype read as its stored values; y already holds
+// the bias when `accumulate`.
+void gemm_rows(const float* xp, int64_t m, const Tensor& w, float* yp, bool accumulate) {
+  const int64_t in = w.dim(1), out = w.dim(0);
+  const float beta = accumulate ? 1.f : 0.f;
   if (w.dtype() == DType::F32) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(out), int(in), 1.f, xp, int(in),
                 w.data<float>(), int(in), beta, yp, int(out));
-    return y;
+    return;
   }
   const size_t esz = dtype_size(w.dtype());
   const char* wp = static_cast<const char*>(w.raw());
@@ -56,17 +43,17 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
       std::vector<float> row(static_cast<size_t>(in));
 #pragma omp for schedule(static)
       for (int64_t o = 0; o < out; ++o) {
-        convert_to_f32(w.dtype(), wp + size_t(o * in) * esz, row.data(), size_t(in));
+        convert_row(w.dtype(), wp + size_t(o * in) * esz, row.data(), size_t(in));
         for (int64_t i = 0; i < m; ++i) {
           const float* xi = xp + i * in;
           float s = 0.f;
 #pragma omp simd reduction(+ : s)
           for (int64_t k = 0; k < in; ++k) s += xi[k] * row[size_t(k)];
-          yp[i * out + o] = (b.empty() ? 0.f : b[size_t(o)]) + s;
+          yp[i * out + o] = beta * yp[i * out + o] + s;
         }
       }
     }
-    return y;
+    return;
   }
   const int64_t rows = std::max<int64_t>(1, std::min<int64_t>(out, int64_t(kScratchFloats) / in));
   std::vector<float> scratch(static_cast<size_t>(rows * in));
@@ -74,10 +61,60 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
     const int64_t nb = std::min(rows, out - o0);
 #pragma omp parallel for schedule(static) if (detail::worth_threads(nb * in))
     for (int64_t r = 0; r < nb; ++r)
-      convert_to_f32(w.dtype(), wp + size_t((o0 + r) * in) * esz, scratch.data() + r * in, size_t(in));
+      convert_row(w.dtype(), wp + size_t((o0 + r) * in) * esz, scratch.data() + r * in, size_t(in));
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(nb), int(in), 1.f, xp, int(in), scratch.data(),
                 int(in), beta, yp + o0, int(out));
   }
+}
+
+// The checks and the output of both linears: y [..., out] F32, and whether there is anything to multiply.
+Tensor output(const Tensor& x, const Tensor& w, int64_t& m) {
+  ERNIE_CHECK(w.ndim() == 2, "linear: weight ", shape_str(w.shape()), " must be 2-D [out, in]");
+  ERNIE_CHECK(x.ndim() >= 1 && x.dim(-1) == w.dim(1), "linear: x ", shape_str(x.shape()),
+              " last dim does not match weight ", shape_str(w.shape()), " [out, in]");
+  m = w.dim(1) ? x.numel() / w.dim(1) : 0;
+  Shape ys = x.shape();
+  ys.back() = w.dim(0);
+  return Tensor::zeros(ys, DType::F32);
+}
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  detail::check_act(x, "linear", "x");
+  detail::check_weight(w, "linear", "weight");
+  int64_t m = 0;
+  Tensor y = output(x, w, m);
+  const int64_t in = w.dim(1), out = w.dim(0);
+  std::vector<float> b = detail::vec_f32(bias, out, "linear", "bias");
+  float* yp = y.f32();
+  for (int64_t i = 0; !b.empty() && i < m; ++i) std::copy(b.begin(), b.end(), yp + i * out);
+  if (m > 0 && out > 0 && in > 0) gemm_rows(x.f32(), m, w, yp, !b.empty());
+  return y;
+}
+
+Tensor linear_q(const Tensor& x, const Tensor& q, const Tensor& scale, const Tensor& bias) {
+  detail::check_act(x, "linear", "x");
+  ops::rules::quantized_weight(q, scale, "linear");
+  ERNIE_CHECK(q.device().is_cpu(), "linear: weight is on ", q.device().str(), ", expected cpu");
+  int64_t m = 0;
+  Tensor y = output(x, q, m);
+  const int64_t in = q.dim(1), out = q.dim(0);
+  std::vector<float> b = detail::vec_f32(bias, out, "linear", "bias");
+  if (m == 0 || out == 0) return y;
+  std::vector<float> sx(static_cast<size_t>(m), 1.f);
+  Tensor xq = x;
+  if (q.dtype() == DType::F8_E4M3 && in > 0) {  // W8A8: the activations' fp8 codes, as float
+    ops::Weight a = quantize(x.reshape({m, in}), DType::F8_E4M3);
+    xq = dequantize(a.w, Tensor());
+    std::copy(a.scale.f32(), a.scale.f32() + m, sx.begin());
+  }
+  float* yp = y.f32();
+  if (in > 0) gemm_rows(xq.f32(), m, q, yp, false);
+  const float* sw = scale.f32();
+#pragma omp parallel for schedule(static) if (detail::worth_threads(m * out))
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t o = 0; o < out; ++o)
+      yp[i * out + o] = yp[i * out + o] * (sx[size_t(i)] * sw[o]) + (b.empty() ? 0.f : b[size_t(o)]);
   return y;
 }
 

@@ -7,6 +7,12 @@
 
 namespace ernie::cuda {
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias);
+Tensor linear_q(const Tensor& x, const Tensor& q, const Tensor& scale, const Tensor& bias);  // 8-bit weight
+ops::Weight quantize(const Tensor& x, DType q);
+Tensor dequantize(const Tensor& q, const Tensor& scale);
+// Whether linear_q runs fp8 weights on the fp8 tensor cores (cuBLASLt, compute capability >= 8.9, and not
+// turned off with ERNIE_FP8_GEMM=0); otherwise a float GEMM on the same quantized values.
+bool fp8_gemm_supported(int device);
 Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps);
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps);
 Tensor group_norm(const Tensor& x, int groups, const Tensor& weight, const Tensor& bias, float eps, bool silu);

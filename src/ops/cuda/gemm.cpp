@@ -1,11 +1,16 @@
 // linear: y[M, N] = x[M, K] · w[N, K]ᵀ (+ bias[N]) through cuBLASLt. BF16 in/out with fp32 accumulation
-// and a bias epilogue; F32 mode computes in plain fp32 (TF32 off) to match the CPU closely. Row-major y
+// and a bias epilogue; F32 mode computes in plain fp32 (TF32 off) to match the CPU closely. 8-bit weights
+// (linear_q): fp8 weights with BF16 activations run as an fp8 GEMM (activations quantized per token first)
+// with the weight's and the tokens' scales applied by cuBLASLt as outer-vector scales (or, where this
+// cuBLASLt lacks them, by one more pass over y); otherwise the codes are expanded to the activation dtype
+// for a float GEMM and scaled after it: the CPU's arithmetic (ops/cpu/gemm.cpp). Row-major y
 // is column-major yᵀ = w · xᵀ, so A = w (transposed), B = x. Descriptors, layouts and the algorithm are
 // cached per shape; the algorithm is the fastest of the heuristic's first candidates, timed on the first
 // call's operands and remembered across processes in the tuning cache (io/tuning_cache.h).
 #include <cublasLt.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cmath>
 #include <map>
 #include <mutex>
@@ -15,6 +20,8 @@
 #include "ops/cuda/common.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/gemm.h"
+#include "ops/cuda/quantize.h"
+#include "ops/shape_rules.h"
 #include "io/tuning_cache.h"
 
 namespace ernie::cuda {
@@ -29,6 +36,7 @@ namespace {
   } while (0)
 
 constexpr size_t kWorkspace = size_t(32) << 20;
+constexpr int kFp8 = 3;  // the Key's operand type for e4m3 operands (next to kF32, kBF16)
 
 struct Handle {
   cublasLtHandle_t lt = nullptr;
@@ -60,11 +68,13 @@ struct Plan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  bool post_scale = false;  // fp8 without outer-vector scales: y is scaled (and biased) after the GEMM
 };
 
-// The operands of the call a plan is made for: candidates are timed on them.
+// The operands of the call a plan is made for: candidates are timed on them. fp8: sw = the weight's row
+// scales (N), sx = the tokens' scales (M).
 struct Operands {
-  const void *w, *x, *bias;
+  const void *w, *x, *bias, *sw, *sx;
   void* y;
   void* workspace;
   cudaStream_t stream;
@@ -111,19 +121,32 @@ const Plan& plan_for(const Key& key, cublasLtHandle_t lt, const Operands& ops) {
   auto it = plans.find(key);
   if (it != plans.end()) return it->second;
   const auto [device, M, N, K, dt, has_bias, al_a, al_b, al_c, al_bias, out_dt] = key;
-  const cudaDataType_t type = dt == kF32 ? CUDA_R_32F : CUDA_R_16BF;
+  const bool fp8 = dt == kFp8;
+  const cudaDataType_t type = fp8 ? CUDA_R_8F_E4M3 : dt == kF32 ? CUDA_R_32F : CUDA_R_16BF;
   const cudaDataType_t out_type = out_dt == kF32 ? CUDA_R_32F : CUDA_R_16BF;
   Plan p;
-  ERNIE_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  ERNIE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-  ERNIE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-  if (has_bias) {
-    const cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
-    ERNIE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep));
-    ERNIE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &out_type, sizeof out_type));
-    ERNIE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ops.bias, sizeof ops.bias));
-  }
+  auto describe = [&](bool post_scale) {
+    if (p.op) cublasLtMatmulDescDestroy(p.op);
+    p.post_scale = post_scale;
+    ERNIE_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    ERNIE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    ERNIE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    if (has_bias && !post_scale) {
+      const cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
+      ERNIE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep));
+      ERNIE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &out_type, sizeof out_type));
+      ERNIE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ops.bias, sizeof ops.bias));
+    }
+    if (fp8 && !post_scale) {
+      const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+      ERNIE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode));
+      ERNIE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode));
+      ERNIE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &ops.sw, sizeof ops.sw));
+      ERNIE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &ops.sx, sizeof ops.sx));
+    }
+  };
+  describe(false);
   ERNIE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, type, uint64_t(K), uint64_t(N), K));  // w: K x N, ld K
   ERNIE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, type, uint64_t(K), uint64_t(M), K));  // x: K x M, ld K
   ERNIE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, out_type, uint64_t(N), uint64_t(M), N));  // y: N x M, ld N
@@ -158,12 +181,19 @@ const Plan& plan_for(const Key& key, cublasLtHandle_t lt, const Operands& ops) {
   constexpr int kCandidates = 8;
   cublasLtMatmulHeuristicResult_t res[kCandidates]{};
   int found = 0;
-  const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(lt, p.op, p.a, p.b, p.c, p.c, pref,
-                                                           tuning::enabled() ? kCandidates : 1, res, &found);
+  auto heuristic = [&] {
+    return cublasLtMatmulAlgoGetHeuristic(lt, p.op, p.a, p.b, p.c, p.c, pref, tuning::enabled() ? kCandidates : 1,
+                                          res, &found);
+  };
+  cublasStatus_t hs = heuristic();
+  if (fp8 && (hs != CUBLAS_STATUS_SUCCESS || found == 0)) {  // no outer-vector scales here: scale after
+    describe(true);
+    hs = heuristic();
+  }
   cublasLtMatmulPreferenceDestroy(pref);
   if (hs != CUBLAS_STATUS_SUCCESS || found == 0)
     fail("linear: cuBLASLt found no algorithm for M=", std::to_string(M), " N=", std::to_string(N), " K=",
-         std::to_string(K), " ", dt == kF32 ? "F32" : "BF16", " (alignments ", std::to_string(al_a), "/",
+         std::to_string(K), " ", fp8 ? "FP8" : dt == kF32 ? "F32" : "BF16", " (alignments ", std::to_string(al_a), "/",
          std::to_string(al_b), "/", std::to_string(al_c), "/", std::to_string(al_bias), ")");
   int best = 0;
   float best_s = INFINITY;
@@ -174,7 +204,8 @@ const Plan& plan_for(const Key& key, cublasLtHandle_t lt, const Operands& ops) {
   if (tuning::enabled()) {
     nlohmann::json algo = nlohmann::json::array();
     for (uint64_t v : p.algo.data) algo.push_back(v);
-    cache.store(ks, {{"algo", algo}, {"candidates", found}, {"us", std::isfinite(best_s) ? best_s * 1e6 : -1.0}});
+    cache.store(ks, {{"algo", algo}, {"candidates", found}, {"us", std::isfinite(best_s) ? best_s * 1e6 : -1.0},
+                     {"post_scale", p.post_scale}});
   }
   return plans.emplace(key, p).first->second;
 }
@@ -211,19 +242,83 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   return y;
 }
 
-void gemm_nt(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, int64_t M, int64_t N, int64_t K) {
+namespace {
+// y[M, N] = x[M, K] · w[N, K]ᵀ (+ b[N]) for operands of Key type `dt`; fp8: sx, sw the scales.
+void gemm(int dt, const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, int64_t M, int64_t N, int64_t K,
+          const Tensor& sx = {}, const Tensor& sw = {}) {
   const int device = detail::dev(x);
   cudaStream_t st = stream(device);
   Handle& h = handle(device);
-  const int dt = x.dtype() == DType::F32 ? kF32 : kBF16;
   const int out_dt = y.dtype() == DType::F32 ? kF32 : kBF16;
   const Key key{device, M, N, K, dt, b.defined(), alignment(w.raw()), alignment(x.raw()), alignment(y.raw()),
                 b.defined() ? alignment(b.raw()) : 0, out_dt};
-  const Operands ops{w.raw(), x.raw(), b.defined() ? b.raw() : nullptr, y.raw(), h.workspace.raw(), st};
+  auto ptr = [](const Tensor& t) -> const void* { return t.defined() ? t.raw() : nullptr; };
+  const Operands ops{w.raw(), x.raw(), ptr(b), ptr(sw), ptr(sx), y.raw(), h.workspace.raw(), st};
   const Plan& p = plan_for(key, h.lt, ops);
-  if (b.defined())
+  if (b.defined() && !p.post_scale)
     ERNIE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ops.bias, sizeof ops.bias));
+  if (dt == kFp8 && !p.post_scale) {
+    ERNIE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &ops.sw, sizeof ops.sw));
+    ERNIE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &ops.sx, sizeof ops.sx));
+  }
   ERNIE_CUBLAS_CHECK(run(h.lt, p, p.algo, ops));
+  if (p.post_scale) scale_rows_cols(y, sx, sw, b);
+}
+}  // namespace
+
+void gemm_nt(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, int64_t M, int64_t N, int64_t K) {
+  gemm(x.dtype() == DType::F32 ? kF32 : kBF16, x, w, b, y, M, N, K);
+}
+
+bool fp8_gemm_supported(int device) {
+  static std::mutex mu;
+  static std::map<int, bool> known;
+  std::lock_guard<std::mutex> lk(mu);
+  auto it = known.find(device);
+  if (it != known.end()) return it->second;
+  int major = 0, minor = 0;
+  ERNIE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  ERNIE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  const char* env = std::getenv("ERNIE_FP8_GEMM");
+  return known[device] = major * 10 + minor >= 89 && !(env && std::string(env) == "0");
+}
+
+Tensor linear_q(const Tensor& x, const Tensor& q, const Tensor& scale, const Tensor& bias) {
+  detail::check_act(x, "linear", "x");
+  ops::rules::quantized_weight(q, scale, "linear");
+  detail::check_same_device(x, q, "linear", "weight");
+  ERNIE_CHECK(x.ndim() >= 1 && x.dim(-1) == q.dim(1), "linear: x ", shape_str(x.shape()),
+              " last dim does not match weight ", shape_str(q.shape()), " [out, in]");
+  const int64_t K = q.dim(1), N = q.dim(0), M = K ? x.numel() / K : 0;
+  if (K == 0 || M == 0 || N == 0) return linear(x, Tensor::zeros({N, K}, x.dtype(), x.device()), bias);
+  ERNIE_CHECK(M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX, "linear: sizes too large");
+  Tensor b = bias;
+  if (b.defined()) {
+    detail::check_same_device(x, b, "linear", "bias");
+    detail::check_float(b, "linear", "bias");
+    ERNIE_CHECK(b.numel() == N, "linear: bias ", shape_str(b.shape()), " should have ", std::to_string(N), " elements");
+    if (b.dtype() != x.dtype()) b = cast(b, x.dtype());
+  }
+  Shape ys = x.shape();
+  ys.back() = N;
+  Tensor y = Tensor::empty(ys, x.dtype(), x.device());
+  const Tensor x2 = x.reshape({M, K});
+  const bool fp8 = q.dtype() == DType::F8_E4M3;
+  if (fp8 && x.dtype() == DType::BF16 && K % 16 == 0 && N % 16 == 0 && fp8_gemm_supported(detail::dev(x))) {
+    ops::Weight a = quantize(x2, DType::F8_E4M3);
+    gemm(kFp8, a.w, q, b, y, M, N, K, a.scale, scale);
+    return y;
+  }
+  // The same numbers through a float GEMM: the codes (exact in BF16) of the weight and, for fp8, of the
+  // activations, then the scales.
+  ops::Weight a{x2, Tensor()};
+  if (fp8) {
+    a = quantize(x2, DType::F8_E4M3);
+    a.w = dequantize_as(a.w, Tensor(), x.dtype());
+  }
+  gemm_nt(a.w, dequantize_as(q, Tensor(), x.dtype()), Tensor(), y, M, N, K);
+  scale_rows_cols(y, a.scale, scale, b);
+  return y;
 }
 
 Tensor matmul_nt(const Tensor& a, const Tensor& b, DType out) {

@@ -1,0 +1,72 @@
+// Row-wise symmetric 8-bit quantization (ops::quantize) and its inverse, the reference the CUDA kernels
+// match bit for bit: scale = max|row| / qmax, q = round-to-nearest-even(x / scale).
+#include <cmath>
+#include <vector>
+
+#include "ops/cpu/cpu_ops.h"
+#include "ops/cpu/cpu_util.h"
+#include "ops/shape_rules.h"
+
+namespace ernie::cpu {
+
+namespace {
+float scale_of(const float* row, int64_t cols, float qmax) {
+  float amax = 0.f;
+  for (int64_t c = 0; c < cols; ++c) amax = std::fmax(amax, std::fabs(row[c]));
+  return amax > 0.f ? amax / qmax : 1.f;
+}
+}  // namespace
+
+ops::Weight quantize(const Tensor& x, DType qt) {
+  const float qmax = ops::rules::quantize(x, qt);
+  ERNIE_CHECK(x.device().is_cpu(), "quantize: input is on ", x.device().str(), ", expected cpu");
+  const int64_t rows = x.dim(0), cols = x.dim(1);
+  Tensor q = Tensor::empty(x.shape(), qt), scale = Tensor::empty({rows}, DType::F32);
+  const size_t esz = dtype_size(x.dtype());
+  const char* src = static_cast<const char*>(x.raw());
+  float* sc = scale.f32();
+#pragma omp parallel if (detail::worth_threads(rows * cols))
+  {
+    std::vector<float> row(static_cast<size_t>(cols));
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      convert_to_f32(x.dtype(), src + size_t(r * cols) * esz, row.data(), size_t(cols));
+      const float s = sc[r] = scale_of(row.data(), cols, qmax);
+      if (qt == DType::F8_E4M3) {
+        uint8_t* dst = q.data<uint8_t>() + r * cols;
+        for (int64_t c = 0; c < cols; ++c) dst[c] = f32_to_fp8_e4m3(row[size_t(c)] / s);
+      } else {
+        int8_t* dst = q.data<int8_t>() + r * cols;
+        for (int64_t c = 0; c < cols; ++c)
+          dst[c] = int8_t(std::nearbyint(std::fmax(-127.f, std::fmin(127.f, row[size_t(c)] / s))));
+      }
+    }
+  }
+  return {q, scale};
+}
+
+void convert_quantized(DType qt, const void* q, float* out, size_t n) {
+  if (qt == DType::I8) {
+    const int8_t* p = static_cast<const int8_t*>(q);
+    for (size_t i = 0; i < n; ++i) out[i] = float(p[i]);
+  } else {
+    convert_to_f32(qt, q, out, n);
+  }
+}
+
+Tensor dequantize(const Tensor& q, const Tensor& scale) {
+  if (!scale.defined()) return q.to_f32();
+  ops::rules::quantized_weight(q, scale, "dequantize");
+  const int64_t rows = q.dim(0), cols = q.dim(1);
+  Tensor out = Tensor::empty(q.shape(), DType::F32);
+  const float* sc = scale.f32();
+  float* o = out.f32();
+#pragma omp parallel for schedule(static) if (detail::worth_threads(rows * cols))
+  for (int64_t r = 0; r < rows; ++r) {
+    convert_quantized(q.dtype(), static_cast<const char*>(q.raw()) + r * cols, o + r * cols, size_t(cols));
+    for (int64_t c = 0; c < cols; ++c) o[r * cols + c] *= sc[r];
+  }
+  return out;
+}
+
+}  // namespace ernie::cpu

@@ -1,0 +1,167 @@
+// Row-wise symmetric 8-bit quantization on the GPU (ops::quantize; the CPU twin is ops/cpu/quantize.cpp,
+// matched bit for bit: the same scale = max|row| / qmax, a correctly rounded division, and round-to-nearest-
+// even conversion, saturating for fp8), dequantization, and the scaling epilogue of the fp8 GEMM fallback.
+#include <cuda_fp8.h>
+
+#include <vector>
+
+#include "ops/cuda/common.h"
+#include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/quantize.h"
+#include "ops/shape_rules.h"
+
+namespace ernie::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+template <class Q>
+__device__ __forceinline__ Q encode(float v);
+template <>
+__device__ __forceinline__ uint8_t encode<uint8_t>(float v) {  // e4m3, nearest even, saturating
+  return uint8_t(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
+}
+template <>
+__device__ __forceinline__ int8_t encode<int8_t>(float v) {
+  return int8_t(__float2int_rn(fminf(127.f, fmaxf(-127.f, v))));
+}
+__device__ __forceinline__ float decode(uint8_t q) {
+  return float(__nv_fp8_e4m3(__nv_fp8_storage_t(q)));
+}
+__device__ __forceinline__ float decode(int8_t q) { return float(q); }
+
+__device__ __forceinline__ float block_max(float v) {
+  __shared__ float part[kThreads / 32];
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = v;
+  __syncthreads();
+  v = part[0];
+  for (int w = 1; w < kThreads / 32; ++w) v = fmaxf(v, part[w]);
+  return v;
+}
+
+// One block per row of P-element packs (P = 1 unless the row is 16-byte aligned).
+template <class T, class Q, int P>
+__global__ void quantize_kernel(const T* __restrict__ x, Q* __restrict__ q, float* __restrict__ scale, int64_t cols,
+                                float qmax) {
+  struct alignas(sizeof(T) * P) In { T v[P]; };
+  struct alignas(sizeof(Q) * P) Out { Q v[P]; };
+  const int64_t row = blockIdx.x, packs = cols / P;
+  const In* xr = reinterpret_cast<const In*>(x + row * cols);
+  Out* qr = reinterpret_cast<Out*>(q + row * cols);
+  float amax = 0.f;
+  for (int64_t i = threadIdx.x; i < packs; i += kThreads) {
+    const In a = xr[i];
+#pragma unroll
+    for (int e = 0; e < P; ++e) amax = fmaxf(amax, fabsf(to_f(a.v[e])));
+  }
+  amax = block_max(amax);
+  const float s = amax > 0.f ? __fdiv_rn(amax, qmax) : 1.f;
+  if (threadIdx.x == 0) scale[row] = s;
+  for (int64_t i = threadIdx.x; i < packs; i += kThreads) {
+    const In a = xr[i];
+    Out r;
+#pragma unroll
+    for (int e = 0; e < P; ++e) r.v[e] = encode<Q>(__fdiv_rn(to_f(a.v[e]), s));
+    qr[i] = r;
+  }
+}
+
+template <class Q, class T>
+__global__ void dequantize_kernel(const Q* __restrict__ q, const float* __restrict__ scale, T* __restrict__ y,
+                                  int64_t n, int64_t cols) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = from_f<T>(decode(q[i]) * (scale ? scale[i / cols] : 1.f));
+}
+
+template <class T>
+__global__ void scale_rows_cols_kernel(T* __restrict__ y, const float* __restrict__ sx, const float* __restrict__ sw,
+                                       VecF bias, int64_t n, int64_t cols) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / cols, c = i % cols;
+    y[i] = from_f<T>(to_f(y[i]) * ((sx ? sx[r] : 1.f) * sw[c]) + (bias.defined() ? bias[c] : 0.f));
+  }
+}
+
+template <class T, class Q>
+void launch_quantize(const Tensor& x, const Tensor& q, const Tensor& scale, float qmax, cudaStream_t st) {
+  const int64_t rows = x.dim(0), cols = x.dim(1);
+  constexpr int P = 16 / sizeof(T);
+  auto* xp = static_cast<const T*>(x.raw());
+  auto* qp = static_cast<Q*>(q.raw());
+  if (cols % P == 0 && aligned16(xp) && reinterpret_cast<uintptr_t>(qp) % P == 0)
+    quantize_kernel<T, Q, P><<<unsigned(rows), kThreads, 0, st>>>(xp, qp, static_cast<float*>(scale.raw()), cols, qmax);
+  else
+    quantize_kernel<T, Q, 1><<<unsigned(rows), kThreads, 0, st>>>(xp, qp, static_cast<float*>(scale.raw()), cols, qmax);
+  ERNIE_CUDA_LAUNCH("quantize");
+}
+
+template <class Q>
+void launch_dequantize(const Tensor& q, const float* scale, Tensor& y, cudaStream_t st) {
+  const int64_t n = q.numel();
+  if (y.dtype() == DType::F32)
+    dequantize_kernel<<<detail::blocks_for(n, kThreads), kThreads, 0, st>>>(
+        static_cast<const Q*>(q.raw()), scale, static_cast<float*>(y.raw()), n, q.dim(1));
+  else
+    dequantize_kernel<<<detail::blocks_for(n, kThreads), kThreads, 0, st>>>(
+        static_cast<const Q*>(q.raw()), scale, static_cast<__nv_bfloat16*>(y.raw()), n, q.dim(1));
+  ERNIE_CUDA_LAUNCH("dequantize");
+}
+
+}  // namespace
+
+ops::Weight quantize(const Tensor& x, DType qt) {
+  const float qmax = ops::rules::quantize(x, qt);
+  ERNIE_CHECK(x.device().is_cuda(), "quantize: input is on ", x.device().str(), ", expected a CUDA device");
+  const int64_t rows = x.dim(0);
+  ERNIE_CHECK(rows <= INT32_MAX, "quantize: too many rows");
+  Tensor q = Tensor::empty(x.shape(), qt, x.device()), scale = Tensor::empty({rows}, DType::F32, x.device());
+  if (q.numel() == 0) {
+    if (rows) scale = Tensor::from_vector(std::vector<float>(size_t(rows), 1.f), {rows}).to(x.device());
+    return {q, scale};
+  }
+  cudaStream_t st = stream(detail::dev(x));
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    if (qt == DType::F8_E4M3) launch_quantize<T, uint8_t>(x, q, scale, qmax, st);
+    else launch_quantize<T, int8_t>(x, q, scale, qmax, st);
+  };
+  switch (elem_type(x.dtype(), "quantize")) {
+    case kF32: run(float()); break;
+    case kBF16: run(__nv_bfloat16()); break;
+    default: run(__half()); break;
+  }
+  return {q, scale};
+}
+
+Tensor dequantize_as(const Tensor& q, const Tensor& scale, DType out) {
+  ERNIE_CHECK(out == DType::F32 || out == DType::BF16, "dequantize: output must be F32 or BF16");
+  Tensor y = Tensor::empty(q.shape(), out, q.device());
+  if (y.numel() == 0) return y;
+  cudaStream_t st = stream(detail::dev(q));
+  const float* s = scale.defined() ? static_cast<const float*>(scale.raw()) : nullptr;
+  if (q.dtype() == DType::F8_E4M3) launch_dequantize<uint8_t>(q, s, y, st);
+  else launch_dequantize<int8_t>(q, s, y, st);
+  return y;
+}
+
+Tensor dequantize(const Tensor& q, const Tensor& scale) {
+  if (!scale.defined()) return cast(q, DType::F32);
+  ops::rules::quantized_weight(q, scale, "dequantize");
+  return dequantize_as(q, scale, DType::F32);
+}
+
+void scale_rows_cols(Tensor& y, const Tensor& sx, const Tensor& sw, const Tensor& bias) {
+  const int64_t n = y.numel(), cols = y.dim(-1);
+  if (n == 0) return;
+  cudaStream_t st = stream(detail::dev(y));
+  ERNIE_DISPATCH_ACT(y.dtype(), "linear", {
+    scale_rows_cols_kernel<<<detail::blocks_for(n, kThreads), kThreads, 0, st>>>(
+        static_cast<T*>(y.raw()), sx.defined() ? static_cast<const float*>(sx.raw()) : nullptr, static_cast<const float*>(sw.raw()), vec(bias),
+        n, cols);
+  });
+  ERNIE_CUDA_LAUNCH("scale_rows_cols");
+}
+
+}  // namespace ernie::cuda

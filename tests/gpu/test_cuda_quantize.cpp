@@ -1,0 +1,71 @@
+// 8-bit weights on CUDA against the CPU twin: quantization bit for bit, the quantized linear (fp8 tensor-core
+// GEMM with outer-vector scales, and the float fallback on the same codes), and the tiny DiT.
+#include <cstring>
+
+#include "gpu_util.h"
+#include "models/ernie_dit.h"
+#include "ops/cpu/cpu_ops.h"
+
+namespace ernie::test {
+namespace {
+
+TEST(CudaQuantize, MatchesCpuBitForBit) {
+  ERNIE_REQUIRE_GPU();
+  for (DType dt : {DType::F32, DType::BF16, DType::F16})
+    for (DType qt : {DType::F8_E4M3, DType::I8})
+      for (Shape s : {Shape{40, 96}, Shape{7, 50}, Shape{3, 4096}}) {
+        SCOPED_TRACE(std::string(dtype_name(dt)) + " -> " + dtype_name(qt) + " " + shape_str(s));
+        Tensor h = rnd(s, 3, 2.f).cast(dt);
+        if (s[0] == 7) h = Tensor::zeros(s, dt);  // all-zero rows too
+        ops::Weight c = cpu::quantize(h, qt), g = ops::quantize(h.to(kGPU), qt);
+        Tensor gq = g.w.to(kCPU), gs = g.scale.to(kCPU);
+        ASSERT_EQ(gq.dtype(), qt);
+        EXPECT_EQ(std::memcmp(gq.raw(), c.w.raw(), c.w.nbytes()), 0);
+        EXPECT_EQ(std::memcmp(gs.raw(), c.scale.raw(), c.scale.nbytes()), 0);
+        EXPECT_TRUE(tensors_close(down(ops::dequantize(g)), cpu::dequantize(c.w, c.scale), 0));
+      }
+}
+
+// y = linear(x, 8-bit w): the fp8 tensor-core path (BF16, K and N multiples of 16), the fallback (F32
+// activations, or K = 40) and int8, each against cpu::linear_q on the same values.
+TEST(CudaQuantize, LinearMatchesCpuTwin) {
+  ERNIE_REQUIRE_GPU();
+  std::printf("fp8 GEMM on the tensor cores: %s\n", cuda::fp8_gemm_supported(0) ? "yes" : "no");
+  for (DType dt : {DType::F32, DType::BF16})
+    for (DType qt : {DType::F8_E4M3, DType::I8})
+      for (int64_t K : {96, 40})
+        for (bool with_bias : {false, true}) {
+          SCOPED_TRACE(std::string(dtype_name(dt)) + " " + dtype_name(qt) + " K=" + std::to_string(K) +
+                       (with_bias ? " bias" : ""));
+          const int64_t N = 48;
+          Tensor x = as_dtype(rnd({2, 77, K}, 1), dt), w = rnd({N, K}, 2, 0.05f);
+          Tensor b = with_bias ? as_dtype(rnd({N}, 3), dt) : Tensor();
+          ops::Weight q = cpu::quantize(w, qt);
+          Tensor ref = cpu::linear_q(x, q.w, q.scale, b);
+          Tensor got = ops::linear(up(x, dt), ops::Weight(q.w.to(kGPU), q.scale.to(kGPU)), with_bias ? up(b, dt) : Tensor());
+          EXPECT_EQ(got.dtype(), dt);
+          EXPECT_TRUE(tensors_close(down(got), ref, tol(dt, 1e-5), min_cos(dt)));
+        }
+}
+
+TEST(CudaQuantize, TinyDitTracksCpu) {
+  ERNIE_REQUIRE_GPU();
+  ModelFolder m = ModelFolder::open(tiny_model(), false);
+  QuantPolicy all;
+  all.keep_first_last_dit_blocks = false;
+  const Tensor x = golden_tensor("dit.x").to_f32(), text = golden_tensor("dit.text").to_f32();
+  const std::vector<float> t = golden_tensor("dit.t").to_vector();
+  const std::vector<int64_t> lens = golden_ids("dit.text_lens");
+  for (DType qt : {DType::F8_E4M3, DType::I8}) {
+    Tensor ref = ErnieDit::load(m, kCPU, DType::F32, false, qt, all).forward(x, t, text, lens);
+    for (DType dt : {DType::F32, DType::BF16}) {
+      Tensor got = down(ErnieDit::load(m, kGPU, dt, false, qt, all).forward(x, t, text, lens));
+      auto r = tensors_close(got, ref, dt == DType::F32 ? 1e-4 : 3e-2, 0.999);
+      std::printf("dit.out %s weights, CUDA %s vs CPU: %s\n", dtype_name(qt), dtype_name(dt), r.message());
+      EXPECT_TRUE(r);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ernie::test
