@@ -11,6 +11,9 @@
  *   ernie_image* imgs; int n;
  *   if (ernie_generate(m, &r, NULL, NULL, &imgs, &n, &err) == ERNIE_OK) { ...; ernie_free_images(imgs, n); }
  *   ernie_free(m);
+ *
+ * Low-VRAM modes and VAE tiling: ernie_memory_options mem; ernie_memory_options_init(&mem);
+ *   mem.offload = ERNIE_OFFLOAD_TEXT_ENCODER; (or mem.max_vram_gib = 12;) ernie_load_ex(&opt, &mem, &m, &err);
  */
 #ifndef ERNIE_IMAGE_H
 #define ERNIE_IMAGE_H
@@ -37,9 +40,42 @@ typedef struct ernie_options {
   const char* device;    /* "cpu" (default), "cuda", "cuda:N" */
   const char* dtype;     /* NULL: f32 on the CPU, bf16 on CUDA; or "f32", "bf16" */
   int threads;           /* CPU threads, 0 = all cores */
-  int keep_text_encoder; /* 1 (default): keep it loaded between requests */
+  int keep_text_encoder; /* 1 (default): keep it loaded between requests; 0: ERNIE_OFFLOAD_TEXT_ENCODER (below) */
   int load_pe;           /* 1: load the prompt enhancer (pe/) */
 } ernie_options;
+
+/* Low-VRAM modes and VAE tiling, the choices of `ernie-image generate/serve --offload --max-vram --vae-tiling
+ * --vae-tile`. ernie_options has no size field, so they come in a struct of their own that can grow:
+ * set it up with ernie_memory_options_init and pass it to ernie_load_ex. */
+typedef enum ernie_offload {
+  ERNIE_OFFLOAD_DEFAULT = 0,      /* ernie_options.keep_text_encoder decides: 1 = NONE, 0 = TEXT_ENCODER */
+  ERNIE_OFFLOAD_NONE = 1,         /* every component loaded by ernie_load and resident */
+  ERNIE_OFFLOAD_TEXT_ENCODER = 2, /* the prompt enhancer and the text encoder are loaded for each use and freed
+                                     after it, the DiT loads with the first generation: one generation never holds
+                                     the text encoder and the DiT at once (each request reloads the text encoder) */
+  ERNIE_OFFLOAD_BLOCKS = 3        /* that, and the DiT's blocks stay in pinned host memory and stream to the GPU
+                                     during each step (CUDA only; an error on the CPU) */
+} ernie_offload;
+
+typedef enum ernie_vae_tiling {
+  ERNIE_VAE_TILING_AUTO = 0, /* CUDA: tiled only when the whole decode would not fit in free memory; CPU: never */
+  ERNIE_VAE_TILING_ON = 1,   /* always decode in tiles (same image up to float rounding, less memory) */
+  ERNIE_VAE_TILING_OFF = 2   /* never */
+} ernie_vae_tiling;
+
+typedef struct ernie_memory_options {
+  size_t struct_size;  /* sizeof(ernie_memory_options), set by ernie_memory_options_init; later versions only
+                          append fields, and a library takes the sizes of its own and earlier versions */
+  int offload;         /* an ernie_offload (default ERNIE_OFFLOAD_DEFAULT) */
+  double max_vram_gib; /* > 0 (CUDA only): GiB of device memory to stay under. Picks the least offloading (none,
+                          text-encoder, blocks, each first untiled then with a tiled decode unless vae_tiling is
+                          OFF) whose estimated peak fits one image at the model's default size and guidance with the
+                          longest prompt the tokenizer keeps, and caps the device's allocator there (process-wide;
+                          past it a generation fails with ERNIE_ERR_OOM). Fails when even blocks does not fit.
+                          Leave offload at ERNIE_OFFLOAD_DEFAULT and keep_text_encoder at 1 with it. 0: no cap */
+  int vae_tiling;      /* an ernie_vae_tiling (default AUTO) */
+  int vae_tile;        /* tile side in image pixels, a multiple of the VAE's 8; 0 (default): 512 or less to fit */
+} ernie_memory_options;
 
 typedef struct ernie_request {
   const char* prompt;          /* UTF-8 (required) */
@@ -66,8 +102,15 @@ typedef int (*ernie_progress_fn)(const char* phase, int step, int total, double 
 
 void ernie_options_init(ernie_options* opt);
 void ernie_request_init(ernie_request* req);
+void ernie_memory_options_init(ernie_memory_options* mem);
 
 ernie_status ernie_load(const ernie_options* opt, ernie_model** out, char** err);
+/* ernie_load with low-VRAM and VAE tiling options; mem NULL is ernie_load. Bad values (an unknown mode, a
+ * negative max_vram_gib, both offload and max_vram_gib, BLOCKS or max_vram_gib on the CPU, a struct_size this
+ * library does not know) are ERNIE_ERR_INVALID with a message naming the field. */
+ernie_status ernie_load_ex(const ernie_options* opt, const ernie_memory_options* mem, ernie_model** out, char** err);
+/* The offload mode the model was loaded with (NONE, TEXT_ENCODER or BLOCKS; DEFAULT for NULL). */
+ernie_offload ernie_model_offload(const ernie_model* model);
 ernie_status ernie_generate(ernie_model* model, const ernie_request* req, ernie_progress_fn progress, void* user,
                             ernie_image** out_images, int* out_count, char** err);
 /* The text encoder output for a prompt: *out_data is [*out_tokens, *out_dim] float32 (free with ernie_free_floats). */

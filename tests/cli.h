@@ -13,8 +13,10 @@ struct CliRun {
   std::string out;  // stdout and stderr together
 };
 
-inline CliRun run_cli(const std::string& args) {
-  std::string cmd = std::string(ERNIE_CLI) + " " + args + " 2>&1";
+// timeout_s > 0: killed after that many seconds (status 124), for commands that would otherwise run on (serve).
+inline CliRun run_cli(const std::string& args, int timeout_s = 0) {
+  std::string cmd = (timeout_s > 0 ? "timeout -k 5 " + std::to_string(timeout_s) + " " : std::string()) +
+                    std::string(ERNIE_CLI) + " " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   CliRun r;
   if (!p) return r;

@@ -141,3 +141,126 @@ TEST(CApi, TextEncoderReloadsAfterBeingFreed) {
   }
   ernie_free(m);
 }
+
+// ernie_memory_options: the low-VRAM mode and VAE tiling of ernie_load_ex.
+namespace {
+
+struct Loaded {
+  ernie_status status = ERNIE_ERR_INTERNAL;
+  ernie_model* model = nullptr;
+  std::string err;
+};
+
+Loaded load_with(const ernie_memory_options* mem, int keep_text_encoder = 1) {
+  ernie_options o;
+  ernie_options_init(&o);
+  std::string dir = ernie::test::tiny_model();
+  o.model_dir = dir.c_str();
+  o.threads = 1;
+  o.keep_text_encoder = keep_text_encoder;
+  Loaded l;
+  char* err = nullptr;
+  l.status = ernie_load_ex(&o, mem, &l.model, &err);
+  if (err) l.err = err;
+  ernie_free_string(err);
+  return l;
+}
+
+// Golden case 2 through `m`: the largest difference from the reference image in 8-bit steps.
+int golden_case_2_max_diff(ernie_model* m) {
+  std::vector<float> init = ernie::test::golden_tensor("case.2.latents_init").to_vector();
+  ernie_request r;
+  ernie_request_init(&r);
+  r.prompt = "a cat";
+  r.negative_prompt = "blurry";
+  r.width = r.height = 16;
+  r.steps = 2;
+  r.cfg = 2.5f;
+  r.init_latents = init.data();
+  r.init_latents_count = init.size();
+  ernie_image* imgs = nullptr;
+  int n = 0;
+  EXPECT_EQ(ernie_generate(m, &r, nullptr, nullptr, &imgs, &n, nullptr), ERNIE_OK) << ernie_last_error();
+  if (n != 1) return 256;
+  std::vector<float> golden = ernie::test::golden_tensor("case.2.image").to_vector();
+  int maxd = 0;
+  for (size_t i = 0; i < golden.size(); ++i)
+    maxd = std::max(maxd, std::abs(int(imgs[0].data[i]) - int(std::nearbyint(golden[i] * 255.0f))));
+  ernie_free_images(imgs, n);
+  return maxd;
+}
+
+}  // namespace
+
+TEST(CApi, MemoryOptionsDefaults) {
+  ernie_memory_options mem;
+  std::memset(&mem, 0x5a, sizeof mem);
+  ernie_memory_options_init(&mem);
+  EXPECT_EQ(mem.struct_size, sizeof(ernie_memory_options));
+  EXPECT_EQ(mem.offload, ERNIE_OFFLOAD_DEFAULT);
+  EXPECT_EQ(mem.max_vram_gib, 0.0);
+  EXPECT_EQ(mem.vae_tiling, ERNIE_VAE_TILING_AUTO);
+  EXPECT_EQ(mem.vae_tile, 0);
+  ernie_memory_options_init(nullptr);  // no crash
+  EXPECT_EQ(ernie_model_offload(nullptr), ERNIE_OFFLOAD_DEFAULT);
+  // ernie_load: everything resident; keep_text_encoder = 0: the text encoder offloaded.
+  EXPECT_EQ(ernie_model_offload(load_tiny()), ERNIE_OFFLOAD_NONE);
+  Loaded l = load_with(nullptr, 0);
+  ASSERT_EQ(l.status, ERNIE_OK) << l.err;
+  EXPECT_EQ(ernie_model_offload(l.model), ERNIE_OFFLOAD_TEXT_ENCODER);
+  ernie_free(l.model);
+}
+
+// An offloaded text encoder and a tiled decode give the golden image; the text encoder reloads per use.
+TEST(CApi, OffloadAndTilingGiveTheGoldenImage) {
+  ernie_memory_options mem;
+  ernie_memory_options_init(&mem);
+  mem.offload = ERNIE_OFFLOAD_TEXT_ENCODER;
+  mem.vae_tiling = ERNIE_VAE_TILING_ON;
+  mem.vae_tile = 8;  // 16x16 images: four tiles
+  Loaded l = load_with(&mem);
+  ASSERT_EQ(l.status, ERNIE_OK) << l.err;
+  EXPECT_EQ(ernie_model_offload(l.model), ERNIE_OFFLOAD_TEXT_ENCODER);
+  for (int i = 0; i < 2; ++i) EXPECT_LE(golden_case_2_max_diff(l.model), 1) << "run " << i;
+  ernie_free(l.model);
+  mem.offload = ERNIE_OFFLOAD_NONE;
+  mem.vae_tiling = ERNIE_VAE_TILING_OFF;
+  mem.vae_tile = 0;
+  l = load_with(&mem);
+  ASSERT_EQ(l.status, ERNIE_OK) << l.err;
+  EXPECT_EQ(ernie_model_offload(l.model), ERNIE_OFFLOAD_NONE);
+  EXPECT_LE(golden_case_2_max_diff(l.model), 1);
+  ernie_free(l.model);
+}
+
+TEST(CApi, BadMemoryOptionsAreErrors) {
+  struct Case {
+    const char* what;
+    void (*set)(ernie_memory_options&);
+    int keep_text_encoder;
+    const char* want;
+  } cases[] = {
+      {"blocks on the CPU", [](ernie_memory_options& m) { m.offload = ERNIE_OFFLOAD_BLOCKS; }, 1,
+       "--offload blocks: streaming DiT blocks needs a CUDA device"},
+      {"max_vram on the CPU", [](ernie_memory_options& m) { m.max_vram_gib = 8; }, 1, "applies to a CUDA device"},
+      {"negative max_vram", [](ernie_memory_options& m) { m.max_vram_gib = -1; }, 1, "positive size in GiB"},
+      {"both", [](ernie_memory_options& m) { m.offload = ERNIE_OFFLOAD_NONE, m.max_vram_gib = 8; }, 1, "not both"},
+      {"unknown offload", [](ernie_memory_options& m) { m.offload = 7; }, 1, "ernie_memory_options.offload 7"},
+      {"unknown tiling", [](ernie_memory_options& m) { m.vae_tiling = -1; }, 1, "ernie_memory_options.vae_tiling -1"},
+      {"negative tile", [](ernie_memory_options& m) { m.vae_tile = -8; }, 1, "ernie_memory_options.vae_tile -8"},
+      {"tile off the VAE grid", [](ernie_memory_options& m) { m.vae_tile = 3; }, 1, "vae tile 3 must be a multiple"},
+      {"struct_size", [](ernie_memory_options& m) { m.struct_size = 8; }, 1, "ernie_memory_options.struct_size 8"},
+      {"keep_text_encoder 0 and none", [](ernie_memory_options& m) { m.offload = ERNIE_OFFLOAD_NONE; }, 0,
+       "keep_text_encoder = 0 contradicts"},
+  };
+  for (const Case& c : cases) {
+    ernie_memory_options mem;
+    ernie_memory_options_init(&mem);
+    c.set(mem);
+    Loaded l = load_with(&mem, c.keep_text_encoder);
+    EXPECT_EQ(l.status, ERNIE_ERR_INVALID) << c.what;
+    EXPECT_EQ(l.model, nullptr) << c.what;
+    EXPECT_NE(l.err.find(c.want), std::string::npos) << c.what << ": " << l.err;
+    ernie_free(l.model);
+  }
+}

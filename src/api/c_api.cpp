@@ -8,10 +8,13 @@
 #include <string>
 
 #include "core/error.h"
+#include "io/model_folder.h"
+#include "pipeline/offload_plan.h"
 #include "pipeline/pipeline.h"
 
 struct ernie_model {
   std::unique_ptr<ernie::Pipeline> pipe;
+  ernie_offload offload = ERNIE_OFFLOAD_NONE;
 };
 
 namespace {
@@ -60,6 +63,41 @@ ernie::DType parse_dtype(const char* s, ernie::Device d) {
   ernie::fail("dtype: unknown type '", v, "' (use f32 or bf16)");
 }
 
+// ernie_memory_options -> the planner's flags and the pipeline's tiling options; throws naming the field.
+ernie::MemoryFlags memory_flags(const ernie_memory_options& m, const ernie_options& opt, ernie::PipelineOptions& po) {
+  ernie::MemoryFlags f;
+  switch (m.offload) {
+    case ERNIE_OFFLOAD_DEFAULT: break;
+    case ERNIE_OFFLOAD_NONE: f.offload = "none"; break;
+    case ERNIE_OFFLOAD_TEXT_ENCODER: f.offload = "text-encoder"; break;
+    case ERNIE_OFFLOAD_BLOCKS: f.offload = "blocks"; break;
+    default: ernie::fail("ernie_memory_options.offload ", std::to_string(m.offload), ": not an ernie_offload (0-3)");
+  }
+  if (m.max_vram_gib != 0) f.max_vram_gib = m.max_vram_gib;
+  // keep_text_encoder = 0 is ERNIE_OFFLOAD_TEXT_ENCODER: fine with a mode that frees the text encoder too.
+  ERNIE_CHECK(opt.keep_text_encoder != 0 || (m.offload != ERNIE_OFFLOAD_NONE && !f.max_vram_gib),
+              "ernie_options.keep_text_encoder = 0 contradicts ", f.max_vram_gib ? "max_vram_gib (it picks the mode)"
+              : "offload ERNIE_OFFLOAD_NONE", ": leave keep_text_encoder at 1");
+  switch (m.vae_tiling) {
+    case ERNIE_VAE_TILING_AUTO: po.vae_tiling = ernie::VaeTilingMode::Auto; break;
+    case ERNIE_VAE_TILING_ON: po.vae_tiling = ernie::VaeTilingMode::On; break;
+    case ERNIE_VAE_TILING_OFF: po.vae_tiling = ernie::VaeTilingMode::Off; break;
+    default: ernie::fail("ernie_memory_options.vae_tiling ", std::to_string(m.vae_tiling), ": not an ernie_vae_tiling (0-2)");
+  }
+  ERNIE_CHECK(m.vae_tile >= 0, "ernie_memory_options.vae_tile ", std::to_string(m.vae_tile), " must not be negative");
+  po.vae_tile = m.vae_tile;
+  return f;
+}
+
+ernie_offload c_offload(ernie::Offload o) {
+  switch (o) {
+    case ernie::Offload::None: return ERNIE_OFFLOAD_NONE;
+    case ernie::Offload::TextEncoder: return ERNIE_OFFLOAD_TEXT_ENCODER;
+    case ernie::Offload::Blocks: return ERNIE_OFFLOAD_BLOCKS;
+  }
+  return ERNIE_OFFLOAD_DEFAULT;
+}
+
 }  // namespace
 
 extern "C" {
@@ -77,10 +115,23 @@ void ernie_request_init(ernie_request* req) {
   req->num_images = 1;
 }
 
+void ernie_memory_options_init(ernie_memory_options* mem) {
+  if (!mem) return;
+  std::memset(mem, 0, sizeof *mem);
+  mem->struct_size = sizeof *mem;
+}
+
 ernie_status ernie_load(const ernie_options* opt, ernie_model** out, char** err) {
+  return ernie_load_ex(opt, nullptr, out, err);
+}
+
+ernie_status ernie_load_ex(const ernie_options* opt, const ernie_memory_options* mem, ernie_model** out, char** err) {
   if (out) *out = nullptr;
   return guarded(err, [&] {
     ERNIE_CHECK(opt && out, "ernie_load: options and out must not be NULL");
+    ERNIE_CHECK(!mem || mem->struct_size == sizeof(ernie_memory_options), "ernie_memory_options.struct_size ",
+                std::to_string(mem ? mem->struct_size : 0), ": this library takes ",
+                std::to_string(sizeof(ernie_memory_options)), " (set it up with ernie_memory_options_init)");
     ERNIE_CHECK(opt->model_dir && *opt->model_dir, "ernie_load: model_dir is required");
     ernie::PipelineOptions po;
     po.model_dir = opt->model_dir;
@@ -88,9 +139,17 @@ ernie_status ernie_load(const ernie_options* opt, ernie_model** out, char** err)
     po.dtype = parse_dtype(opt->dtype, po.device);
     ERNIE_CHECK(opt->threads >= 0, "ernie_load: threads must not be negative");
     po.threads = opt->threads;
-    po.keep_text_encoder = opt->keep_text_encoder != 0;
     po.load_pe = opt->load_pe != 0;
+    ernie_memory_options defaults;
+    ernie_memory_options_init(&defaults);
+    const ernie::MemoryFlags flags = memory_flags(mem ? *mem : defaults, *opt, po);
+    ernie::check_memory_flags(flags, po.device);
+    const ernie::ModelFolder folder = ernie::ModelFolder::open(po.model_dir, po.load_pe);
+    const ernie::Offload fallback = opt->keep_text_encoder ? ernie::Offload::None : ernie::Offload::TextEncoder;
+    const ernie::OffloadChoice c =
+        ernie::plan_pipeline_memory(folder, ernie::serving_shape(folder, po), flags, fallback, po);
     auto m = std::make_unique<ernie_model>();
+    m->offload = c_offload(c.mode);
     m->pipe = ernie::Pipeline::load(po);
     *out = m.release();
   });
@@ -176,6 +235,8 @@ ernie_status ernie_encode_prompt(ernie_model* model, const char* prompt, float**
     *out_dim = int(h.dim(1));
   });
 }
+
+ernie_offload ernie_model_offload(const ernie_model* model) { return model ? model->offload : ERNIE_OFFLOAD_DEFAULT; }
 
 int ernie_scale_factor(const ernie_model* model) { return model && model->pipe ? model->pipe->scale_factor() : 0; }
 

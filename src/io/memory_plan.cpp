@@ -128,4 +128,37 @@ MemoryPlan plan_memory(const ModelShapes& m, const GenerationShape& g, size_t bu
   return {};
 }
 
+void check_memory_flags(const MemoryFlags& f, Device device) {
+  ERNIE_CHECK(!(f.offload && f.max_vram_gib), "give --offload or --max-vram, not both (--max-vram picks the offload mode)");
+  if (f.offload) parse_offload(*f.offload);
+  if (f.max_vram_gib) {
+    const double gib = *f.max_vram_gib;
+    ERNIE_CHECK(gib > 0, "--max-vram must be a positive size in GiB");  // NaN fails too
+    ERNIE_CHECK(gib < 1 << 20, "--max-vram ", std::to_string(gib), ": not a size in GiB");
+  }
+  if (device.is_cpu()) {
+    ERNIE_CHECK(!f.max_vram_gib, "--max-vram: applies to a CUDA device (--device cuda); the CPU computes in host memory");
+    ERNIE_CHECK(!f.offload || parse_offload(*f.offload) != Offload::Blocks, "--offload blocks: streaming DiT blocks "
+                "needs a CUDA device; on the CPU the weights already stay in host memory (use --offload text-encoder or none)");
+  }
+}
+
+OffloadChoice choose_offload(const ModelShapes& m, const GenerationShape& g, Device device, const MemoryFlags& f,
+                             Offload fallback, bool allow_tiling) {
+  check_memory_flags(f, device);
+  OffloadChoice c;
+  c.mode = f.offload ? parse_offload(*f.offload) : fallback;
+  if (device.is_cpu()) return c;
+  if (f.max_vram_gib) {
+    c.limit_bytes = size_t(*f.max_vram_gib * double(size_t(1) << 30));
+    const MemoryPlan p = plan_memory(m, g, c.limit_bytes, allow_tiling);
+    c.mode = p.offload;
+    c.vae_tiling = p.vae_tiling;
+    c.estimate_bytes = p.peak;
+    return c;
+  }
+  c.estimate_bytes = estimate_memory(m, g).peak(c.mode);
+  return c;
+}
+
 }  // namespace ernie

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/dtype.h"
+#include "core/tensor.h"
 #include "io/configs.h"
 
 namespace ernie {
@@ -59,5 +60,28 @@ struct MemoryPlan {
 MemoryPlan plan_memory(const ModelShapes& m, const GenerationShape& g, size_t budget_bytes, bool allow_tiling);
 
 std::string gib_str(size_t bytes);  // "7.42 GiB"
+
+// What the user asked for (generate and serve's --offload / --max-vram, the C API's ernie_memory_options):
+// an offload mode, or a budget for the planner to pick one, or neither (the caller's default mode).
+struct MemoryFlags {
+  std::optional<std::string> offload;      // "none", "text-encoder", "blocks"
+  std::optional<double> max_vram_gib;      // > 0
+};
+// Throws naming the flag on: both given, a budget that is not a positive size, an unknown mode, a budget
+// or --offload blocks on a CPU device (the CPU computes in host memory).
+void check_memory_flags(const MemoryFlags& f, Device device);
+
+// The low-VRAM mode to load with. With a budget: the least offloading (and VAE tiling, when
+// `allow_tiling`) whose estimated peak fits (plan_memory), the budget to cap the allocator at, and that
+// peak; else the mode given, or `fallback`, with its estimated peak. On the CPU nothing is estimated.
+// Throws as check_memory_flags does, and when nothing fits the budget.
+struct OffloadChoice {
+  Offload mode = Offload::TextEncoder;
+  bool vae_tiling = false;    // the plan counts on a tiled decode (automatic under the allocator cap)
+  size_t limit_bytes = 0;     // the budget in bytes (0: none)
+  size_t estimate_bytes = 0;  // estimated peak of `mode` for the planned shape (0 on the CPU)
+};
+OffloadChoice choose_offload(const ModelShapes& m, const GenerationShape& g, Device device, const MemoryFlags& f,
+                             Offload fallback, bool allow_tiling);
 
 }  // namespace ernie

@@ -45,7 +45,7 @@ JobQueue::JobQueue(std::unique_ptr<Pipeline> pipeline, QueueOptions opt, Metrics
     : pipeline_(std::move(pipeline)), opt_(std::move(opt)), metrics_(metrics) {
   ERNIE_CHECK(pipeline_ != nullptr, "server: no pipeline");
   ERNIE_CHECK(opt_.max_queue >= 1, "server: --max-queue must be at least 1, got ", std::to_string(opt_.max_queue));
-  int cap = pipeline_->max_batch_images();
+  int cap = opt_.batching ? pipeline_->max_batch_images() : 1;
   opt_.batch.max_images = opt_.batch.max_images > 1 ? std::min(opt_.batch.max_images, cap) : cap;
   id_salt_ = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
   worker_thread_ = std::thread([this] { worker(); });

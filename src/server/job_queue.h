@@ -64,6 +64,7 @@ struct QueueOptions {
   size_t max_records = 512;    // job records (status only) kept after their results are gone
   double record_ttl_s = 3600;
   BatchPolicy batch;           // max_images is taken from the pipeline unless set lower
+  bool batching = true;        // false: every request runs alone (serve --max-vram plans for one request)
   std::string model_name;      // for the PNG metadata
 };
 
@@ -73,6 +74,7 @@ class JobQueue {
   ~JobQueue();  // cancels what is left and joins the worker
 
   const Pipeline& pipeline() const { return *pipeline_; }
+  int max_batch_images() const { return opt_.batch.max_images; }  // images one pipeline call may take
 
   // Queues a resolved request; throws ApiException: 429 queue full, 503 shutting down.
   JobPtr submit(const GenerateRequest& resolved);

@@ -36,6 +36,14 @@ std::string param_of(const std::string& msg) {
   return "";
 }
 
+double gib(size_t bytes) { return double(bytes) / double(size_t(1) << 30); }
+
+json memory_json(const MemoryMode& m) {
+  return {{"offload", m.offload}, {"vae_tiling", m.vae_tiling},
+          {"max_vram_gib", m.memory_limit ? json(gib(m.memory_limit)) : json(nullptr)},
+          {"estimated_peak_gib", m.estimated_peak ? json(gib(m.estimated_peak)) : json(nullptr)}};
+}
+
 bool constant_time_equal(const std::string& a, const std::string& b) {
   if (a.size() != b.size()) return false;
   unsigned char d = 0;
@@ -179,7 +187,8 @@ json Server::model_info() const {
             {"max_side", opt_.limits.max_side},
             {"max_queue", opt_.queue.max_queue},
             {"max_body_bytes", opt_.max_body_bytes}}},
-          {"max_batch_images", p.max_batch_images()},
+          {"max_batch_images", queue_->max_batch_images()},
+          {"memory", memory_json(opt_.memory)},
           {"api_key_required", !opt_.api_key.empty()}};
 }
 
@@ -316,7 +325,7 @@ void Server::routes() {
     QueueGauges g = queue_->gauges();
     send_json(res, g.shutting_down ? 503 : 200,
               {{"status", g.shutting_down ? "shutting_down" : "ok"}, {"model", model_name_}, {"queued", g.queued},
-               {"running", g.running}});
+               {"running", g.running}, {"offload", opt_.memory.offload}});
   }));
   s.Get("/metrics", guard([this](auto&, auto& res) {
     res.status = 200;

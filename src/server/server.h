@@ -28,6 +28,14 @@ struct Response;
 
 namespace ernie::server {
 
+// How the pipeline was loaded (serve --offload / --max-vram / --vae-tiling): /health and /v1/info say it.
+struct MemoryMode {
+  std::string offload = "none";     // none (all resident), text-encoder (loaded per request), blocks (streamed)
+  std::string vae_tiling = "auto";  // auto, on
+  size_t memory_limit = 0;          // allocator cap in bytes (--max-vram); 0: none
+  size_t estimated_peak = 0;        // bytes for the planned request (offload_plan.h serving_shape); 0: not estimated
+};
+
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;                     // 0: any free port (tests)
@@ -37,6 +45,7 @@ struct ServerOptions {
   QueueOptions queue;
   ParseLimits limits;
   bool log_requests = true;            // one line per request on stderr
+  MemoryMode memory;
 };
 
 class Server {

@@ -16,6 +16,7 @@
 #include "io/safetensors.h"
 #include "pipeline/metadata.h"
 #include "pipeline/noise.h"
+#include "pipeline/offload_plan.h"
 #include "pipeline/pipeline.h"
 #include "pipeline/progress.h"
 #include "pipeline/request.h"
@@ -25,7 +26,7 @@ namespace {
 
 struct Opts {
   std::string model, prompt, negative, out = "out.png", device = "cpu", dtype, quantize, init_latents, save_latents;
-  std::string progress = "bar", offload = "text-encoder";
+  std::string progress = "bar", offload;
   double max_vram = 0;
   int width = 0, height = 0, steps = 0, batch = 1, threads = 0, vae_tile = 0;
   float cfg = kCfgDefault;
@@ -45,10 +46,10 @@ int run(const Opts& o, const CLI::App& c) {
   popt.threads = o.threads;
   popt.load_pe = o.pe;
   ERNIE_CHECK(o.threads >= 0, "--threads ", std::to_string(o.threads), " must not be negative");
-  ERNIE_CHECK(!(c.count("--offload") && c.count("--max-vram")), "give --offload or --max-vram, not both "
-              "(--max-vram picks the offload mode)");
-  ERNIE_CHECK(!c.count("--max-vram") || o.max_vram > 0, "--max-vram must be a positive size in GiB");
-  parse_offload(o.offload);
+  MemoryFlags mem;
+  if (c.count("--offload")) mem.offload = o.offload;
+  if (c.count("--max-vram")) mem.max_vram_gib = o.max_vram;
+  check_memory_flags(mem, popt.device);
   if (o.vae_tiling) popt.vae_tiling = VaeTilingMode::On;
   popt.vae_tile = o.vae_tile;
 
@@ -109,13 +110,12 @@ int run(const Opts& o, const CLI::App& c) {
 
   // Low-VRAM mode: as given, or the least offloading that fits --max-vram.
   int prompt_tokens = 0;
-  if (popt.device.is_cuda() && o.max_vram > 0) {
+  if (popt.device.is_cuda() && mem.max_vram_gib) {
     Tokenizer tok = load_model_tokenizer(folder, "tokenizer");
     prompt_tokens = int(std::max(tok.encode(r.prompt).size(), tok.encode(r.negative_prompt).size()));
   }
-  const OffloadChoice oc =
-      choose_offload(folder, r, popt.device, popt.dtype, o.offload, o.max_vram, o.pe, prompt_tokens, popt.vae_tiling);
-  apply_offload(oc, popt);
+  const OffloadChoice oc = plan_pipeline_memory(folder, request_shape(r, popt.dtype, prompt_tokens, popt.vae_tiling),
+                                                mem, Offload::TextEncoder, popt);
   if (!o.quiet && oc.limit_bytes)
     std::fprintf(stderr, "--max-vram %s: --offload %s%s (estimated peak %s)\n", gib_str(oc.limit_bytes).c_str(),
                  offload_name(oc.mode), oc.vae_tiling ? " with a tiled VAE decode" : "",

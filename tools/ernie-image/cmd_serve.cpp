@@ -1,9 +1,11 @@
 // ernie-image serve --model DIR [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--max-queue N]
 //   [--device auto|cpu|cuda[:i]] [--dtype f32|bf16] [--threads N] [--no-pe] [--max-body-bytes N]
-//   [--shutdown-grace S] [--vae-tiling] [--vae-tile PIXELS]
+//   [--shutdown-grace S] [--vae-tiling] [--vae-tile PIXELS] [--offload none|text-encoder|blocks | --max-vram GiB]
 // Loads the model once and serves the HTTP API and web page (src/server/server.h). SIGTERM or SIGINT:
 // new work gets 503, waiting jobs are cancelled, the running one may finish within the grace period,
-// then the process exits 0. A second signal exits at once.
+// then the process exits 0. A second signal exits at once. The low-VRAM mode is chosen as generate chooses
+// it (pipeline/offload_plan.h), for the request the server plans for (serving_shape); the default is
+// everything resident.
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -17,6 +19,7 @@
 #include "core/error.h"
 #include "core/system_info.h"
 #include "generate_util.h"
+#include "pipeline/offload_plan.h"
 #include "pipeline/pipeline.h"
 #include "pipeline/progress.h"
 #include "server/server.h"
@@ -25,10 +28,10 @@ namespace ernie::cli {
 namespace {
 
 struct Opts {
-  std::string model, host = "127.0.0.1", api_key, device = "auto", dtype;
+  std::string model, host = "127.0.0.1", api_key, device = "auto", dtype, offload;
   int port = 8080, max_queue = 16, threads = 0, vae_tile = 0;
   size_t max_body = 1 << 20;
-  double grace = 30;
+  double grace = 30, max_vram = 0;
   bool no_pe = false, quiet = false, vae_tiling = false;
 };
 
@@ -38,12 +41,21 @@ Device pick_device(const std::string& s) {
   return si.cuda_built && !si.gpus.empty() ? Device::parse("cuda") : kCPU;
 }
 
-int run(const Opts& o) {
+int run(const Opts& o, const CLI::App& c) {
   ERNIE_CHECK(o.port >= 0 && o.port <= 65535, "--port ", std::to_string(o.port), " is not a TCP port");
   ERNIE_CHECK(o.max_queue >= 1, "--max-queue ", std::to_string(o.max_queue), " must be at least 1");
   ERNIE_CHECK(o.threads >= 0, "--threads ", std::to_string(o.threads), " must not be negative");
   ERNIE_CHECK(o.max_body >= 1024, "--max-body-bytes must be at least 1024");
   ERNIE_CHECK(o.grace >= 0, "--shutdown-grace must not be negative");
+  PipelineOptions popt;
+  popt.model_dir = o.model;
+  popt.device = pick_device(o.device);
+  popt.dtype = parse_dtype_option(o.dtype, popt.device);
+  popt.threads = o.threads;
+  MemoryFlags mem;
+  if (c.count("--offload")) mem.offload = o.offload;
+  if (c.count("--max-vram")) mem.max_vram_gib = o.max_vram;
+  check_memory_flags(mem, popt.device);
 
   // Signals are taken by one thread with sigwait: block them before any other thread exists.
   sigset_t sigs;
@@ -52,17 +64,19 @@ int run(const Opts& o) {
   sigaddset(&sigs, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
-  PipelineOptions popt;
-  popt.model_dir = o.model;
-  popt.device = pick_device(o.device);
-  popt.dtype = parse_dtype_option(o.dtype, popt.device);
-  popt.threads = o.threads;
-  popt.keep_text_encoder = true;
-  popt.load_pe = !o.no_pe && ModelFolder::open(o.model, true).pe_c.has_value();  // a folder or a converted file
+  const ModelFolder folder = ModelFolder::open(o.model, true);  // a folder or a converted file
+  popt.load_pe = !o.no_pe && folder.pe_c.has_value();
   if (o.vae_tiling) popt.vae_tiling = VaeTilingMode::On;
   popt.vae_tile = o.vae_tile;
+  // Low-VRAM mode: everything resident unless --offload or --max-vram says otherwise.
+  const OffloadChoice oc = plan_pipeline_memory(folder, serving_shape(folder, popt), mem, Offload::None, popt);
 
-  std::fprintf(stderr, "loading %s on %s\n", o.model.c_str(), popt.device.str().c_str());
+  std::fprintf(stderr, "loading %s on %s (offload %s)\n", o.model.c_str(), popt.device.str().c_str(),
+               offload_name(oc.mode));
+  if (oc.limit_bytes)
+    std::fprintf(stderr, "--max-vram %s: --offload %s%s (estimated peak %s for one default-size image)\n",
+                 gib_str(oc.limit_bytes).c_str(), offload_name(oc.mode),
+                 oc.vae_tiling ? " with a tiled VAE decode" : "", gib_str(oc.estimate_bytes).c_str());
   ProgressPrinter printer(o.quiet ? ProgressMode::Quiet : ProgressMode::Bar);
   std::unique_ptr<Pipeline> pipe = Pipeline::load(popt, printer.fn());
   printer.finish();
@@ -75,6 +89,9 @@ int run(const Opts& o) {
   so.queue.max_queue = o.max_queue;
   so.http_threads = std::max(32, o.max_queue + 16);
   so.log_requests = !o.quiet;
+  so.memory = {offload_name(oc.mode), popt.vae_tiling == VaeTilingMode::On ? "on" : "auto", oc.limit_bytes,
+               oc.estimate_bytes};
+  so.queue.batching = oc.limit_bytes == 0;  // under a cap, the plan covers one request at a time
   server::Server srv(std::move(pipe), so);
   const int port = srv.bind();
   std::string host = o.host.find(':') != std::string::npos ? "[" + o.host + "]" : o.host;
@@ -120,9 +137,20 @@ Register reg(30, [](CLI::App& app) {
               "when the whole decode would not fit)");
   c->add_option("--vae-tile", o->vae_tile, "tile side in pixels when tiling, a multiple of the VAE's 8 (default: 512 "
                 "or less to fit)");
+  c->add_option("--offload", o->offload,
+                "low-VRAM mode: none (default: every component loaded at start and resident), text-encoder (the "
+                "prompt enhancer and text encoder are loaded for each request and freed after it, and the DiT loads "
+                "with the first request: never the text encoder and the DiT at once, at the cost of reloading the "
+                "text encoder every request), blocks (that, and the DiT blocks stream from pinned host memory each "
+                "step; CUDA only)");
+  c->add_option("--max-vram", o->max_vram,
+                "GiB of device memory to stay under: picks the least offloading (and VAE tiling) whose estimated "
+                "peak fits one image at the model's default size and guidance with the longest prompt, caps the "
+                "allocator there, and runs requests one at a time (no batching); larger requests may fail with "
+                "out_of_memory (CUDA only)");
   c->add_flag("--no-pe", o->no_pe, "do not load the prompt enhancer (requests with use_pe then fail)");
   c->add_flag("--quiet,-q", o->quiet, "no loading bar, no request log");
-  return std::function<int()>([o] { return run(*o); });
+  return std::function<int()>([o, c] { return run(*o, *c); });
 });
 
 }  // namespace

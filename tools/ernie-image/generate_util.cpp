@@ -100,45 +100,6 @@ void check_writable(const std::string& path, const std::string& ext) {
     ERNIE_CHECK(::access(p.c_str(), W_OK) == 0, path, ": exists and is not writable (", std::strerror(errno), ")");
 }
 
-OffloadChoice choose_offload(const ModelFolder& m, const GenerateRequest& r, Device device, DType act,
-                             const std::string& offload, double max_vram_gib, bool use_pe, int prompt_tokens,
-                             VaeTilingMode vae_tiling) {
-  OffloadChoice c;
-  c.mode = parse_offload(offload);
-  if (device.is_cpu()) {
-    ERNIE_CHECK(max_vram_gib <= 0, "--max-vram: applies to a CUDA device (--device cuda); the CPU computes in host memory");
-    ERNIE_CHECK(c.mode != Offload::Blocks, "--offload blocks: streaming DiT blocks needs a CUDA device; on the CPU the "
-                "weights already stay in host memory (use --offload text-encoder or none)");
-    return c;
-  }
-  GenerationShape g;
-  g.width = r.width;
-  g.height = r.height;
-  g.rows = r.num_images * (r.cfg > 1.0f ? 2 : 1);
-  g.text_tokens = use_pe ? 2048 : std::max(prompt_tokens, 1);  // the enhancer may write up to 2048 tokens
-  g.act = act;
-  g.vae_tiling = vae_tiling == VaeTilingMode::On;
-  const ModelShapes shapes{m.dit, m.text_encoder, m.vae, use_pe ? m.pe : std::nullopt};
-  if (max_vram_gib > 0) {
-    ERNIE_CHECK(max_vram_gib < 1 << 20, "--max-vram ", std::to_string(max_vram_gib), ": not a size in GiB");
-    c.limit_bytes = size_t(max_vram_gib * double(size_t(1) << 30));
-    const MemoryPlan p = plan_memory(shapes, g, c.limit_bytes, vae_tiling != VaeTilingMode::Off);
-    c.mode = p.offload;
-    c.vae_tiling = p.vae_tiling;
-    c.estimate_bytes = p.peak;
-    return c;
-  }
-  c.estimate_bytes = estimate_memory(shapes, g).peak(c.mode);
-  return c;
-}
-
-void apply_offload(const OffloadChoice& c, PipelineOptions& popt) {
-  popt.keep_text_encoder = c.mode == Offload::None;
-  popt.offload_blocks = c.mode == Offload::Blocks;
-  popt.memory_limit = c.limit_bytes;
-  if (c.vae_tiling) popt.vae_tiling = VaeTilingMode::On;
-}
-
 InitLatents load_init_latents(const std::string& path) {
   auto f = SafeTensorsFile::open(path);
   const TensorInfo* ti = f->find("latents");

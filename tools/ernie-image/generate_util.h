@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "io/memory_plan.h"
 #include "io/model_folder.h"
 #include "pipeline/pipeline.h"
 
@@ -23,21 +22,6 @@ std::vector<std::string> expand_output_paths(const std::string& pattern, int n);
 
 // Throws unless `path` ends with `ext`, is not a folder, and its folder exists and is writable.
 void check_writable(const std::string& path, const std::string& ext);
-
-// --offload / --max-vram for a resolved request: the offload mode to load with. With `max_vram_gib` > 0
-// the least offloading (and VAE tiling, unless it is Off) whose estimated peak fits (io/memory_plan.h),
-// else `offload` as given. Throws on a CPU device with --max-vram or --offload blocks, and when nothing fits.
-struct OffloadChoice {
-  Offload mode = Offload::TextEncoder;
-  bool vae_tiling = false;  // the plan counts on a tiled decode (automatic under the allocator cap)
-  size_t limit_bytes = 0;   // --max-vram in bytes (0: none)
-  size_t estimate_bytes = 0;
-};
-OffloadChoice choose_offload(const ModelFolder& m, const GenerateRequest& r, Device device, DType act,
-                             const std::string& offload, double max_vram_gib, bool use_pe, int prompt_tokens,
-                             VaeTilingMode vae_tiling);
-// Sets the pipeline options that carry an offload choice.
-void apply_offload(const OffloadChoice& c, PipelineOptions& popt);
 
 struct InitLatents {
   Tensor latents;               // F32 on the host (owned copy)

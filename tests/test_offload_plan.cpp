@@ -1,0 +1,170 @@
+// The one low-VRAM choice every front end uses (io/memory_plan.h choose_offload, pipeline/offload_plan.h):
+// flags checked the same way, a budget planned as plan_memory plans it, the mode written into
+// PipelineOptions, and the shapes planned for (a request; what a server plans for at load).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+
+#include "core/error.h"
+#include "golden.h"
+#include "io/model_tokenizer.h"
+#include "pipeline/offload_plan.h"
+
+using namespace ernie;
+
+namespace {
+
+const Device kCuda = Device::parse("cuda");  // planning only: nothing here touches a GPU
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+MemoryFlags offload(const std::string& m) { return {m, std::nullopt}; }
+MemoryFlags budget(double gib) { return {std::nullopt, gib}; }
+
+}  // namespace
+
+TEST(OffloadPlan, FlagsAreCheckedOnce) {
+  EXPECT_NO_THROW(check_memory_flags({}, kCPU));
+  EXPECT_NO_THROW(check_memory_flags(offload("text-encoder"), kCPU));
+  EXPECT_NO_THROW(check_memory_flags(offload("blocks"), kCuda));
+  EXPECT_NO_THROW(check_memory_flags(budget(8), kCuda));
+  EXPECT_NE(error_of([] { check_memory_flags(offload("vae"), kCuda); }).find("--offload: unknown mode 'vae'"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { check_memory_flags({"none", 8.0}, kCuda); }).find("not both"), std::string::npos);
+  for (double bad : {0.0, -1.0, std::nan("")})
+    EXPECT_NE(error_of([&] { check_memory_flags(budget(bad), kCuda); }).find("positive size"), std::string::npos) << bad;
+  EXPECT_NE(error_of([] { check_memory_flags(budget(1e9), kCuda); }).find("not a size in GiB"), std::string::npos);
+  EXPECT_NE(error_of([] { check_memory_flags(budget(8), kCPU); }).find("applies to a CUDA device"), std::string::npos);
+  EXPECT_NE(error_of([] { check_memory_flags(offload("blocks"), kCPU); }).find("needs a CUDA device"),
+            std::string::npos);
+}
+
+TEST(OffloadPlan, ChoiceFollowsFlagsAndBudget) {
+  const ModelShapes released{DitConfig{}, MistralConfig{}, VaeConfig{}, std::nullopt};
+  const GenerationShape g;
+  // Nothing given: the caller's default; a mode given: that mode, with its estimate on CUDA only.
+  OffloadChoice c = choose_offload(released, g, kCPU, {}, Offload::None, true);
+  EXPECT_EQ(c.mode, Offload::None);
+  EXPECT_EQ(c.estimate_bytes, 0u);
+  c = choose_offload(released, g, kCuda, offload("blocks"), Offload::None, true);
+  EXPECT_EQ(c.mode, Offload::Blocks);
+  EXPECT_EQ(c.limit_bytes, 0u);
+  EXPECT_EQ(c.estimate_bytes, estimate_memory(released, g).peak(Offload::Blocks));
+  // A budget: plan_memory's answer, and the budget as the cap.
+  for (double gib : {40.0, 24.0, 8.0}) {
+    const size_t bytes = size_t(gib * double(size_t(1) << 30));
+    for (bool tiling : {true, false}) {
+      const MemoryPlan p = plan_memory(released, g, bytes, tiling);
+      c = choose_offload(released, g, kCuda, budget(gib), Offload::None, tiling);
+      EXPECT_EQ(c.mode, p.offload) << gib;
+      EXPECT_EQ(c.vae_tiling, p.vae_tiling) << gib;
+      EXPECT_EQ(c.estimate_bytes, p.peak) << gib;
+      EXPECT_EQ(c.limit_bytes, bytes) << gib;
+    }
+  }
+  EXPECT_NE(error_of([&] { choose_offload(released, g, kCuda, budget(4), Offload::None, true); })
+                .find("even with --offload blocks"),
+            std::string::npos);
+}
+
+TEST(OffloadPlan, ChoiceIsWrittenIntoPipelineOptions) {
+  ModelFolder m = ModelFolder::open(test::tiny_model(), false);
+  struct Case {
+    MemoryFlags f;
+    Offload fallback;
+    bool keep, blocks;
+  } cases[] = {{{}, Offload::None, true, false},
+               {{}, Offload::TextEncoder, false, false},
+               {offload("none"), Offload::TextEncoder, true, false},
+               {offload("text-encoder"), Offload::None, false, false},
+               {offload("blocks"), Offload::None, false, true}};
+  for (const Case& k : cases) {
+    PipelineOptions po;
+    po.device = kCuda;
+    po.dtype = DType::BF16;
+    po.keep_text_encoder = !k.keep;  // overwritten
+    const OffloadChoice c = plan_pipeline_memory(m, serving_shape(m, po), k.f, k.fallback, po);
+    EXPECT_EQ(po.keep_text_encoder, k.keep) << offload_name(c.mode);
+    EXPECT_EQ(po.offload_blocks, k.blocks) << offload_name(c.mode);
+    EXPECT_EQ(po.memory_limit, 0u);
+    EXPECT_EQ(po.vae_tiling, VaeTilingMode::Auto);
+  }
+  // A budget sets the cap; a budget too small for an untiled decode turns tiling on (unless it is off).
+  PipelineOptions po;
+  po.device = kCuda;
+  po.dtype = DType::BF16;
+  const GenerationShape g = serving_shape(m, po);
+  const ModelShapes shapes = model_shapes(m, false);
+  GenerationShape gt = g;
+  gt.vae_tiling = true;
+  // The tiny model needs little: a budget between its tiled and untiled resident peaks.
+  const size_t untiled = estimate_memory(shapes, g).peak(Offload::None);
+  const size_t tiled = estimate_memory(shapes, gt).peak(Offload::None);
+  ASSERT_LT(tiled, untiled);
+  const double gib = double(tiled + untiled) / 2 / double(size_t(1) << 30);
+  const OffloadChoice c = plan_pipeline_memory(m, g, budget(gib), Offload::TextEncoder, po);
+  EXPECT_EQ(c.mode, Offload::None);
+  EXPECT_TRUE(po.keep_text_encoder);
+  EXPECT_EQ(po.memory_limit, c.limit_bytes);
+  EXPECT_GT(po.memory_limit, 0u);
+  EXPECT_EQ(po.vae_tiling, VaeTilingMode::On);
+  // VaeTilingMode::Off: planned without tiling, as choose_offload(..., allow_tiling = false) plans.
+  PipelineOptions off;
+  off.device = kCuda;
+  off.dtype = DType::BF16;
+  off.vae_tiling = VaeTilingMode::Off;
+  auto describe = [](const std::function<OffloadChoice()>& f) {
+    std::string out;
+    const std::string err = error_of([&] {
+      const OffloadChoice c = f();
+      out = std::string(offload_name(c.mode)) + (c.vae_tiling ? " tiled" : "");
+    });
+    return out.empty() ? err : out;
+  };
+  const std::string planned = describe([&] { return plan_pipeline_memory(m, g, budget(gib), Offload::None, off); });
+  EXPECT_EQ(planned, describe([&] { return choose_offload(shapes, g, kCuda, budget(gib), Offload::None, false); }));
+  EXPECT_NE(planned, "none tiled");
+  EXPECT_EQ(off.vae_tiling, VaeTilingMode::Off);
+}
+
+TEST(OffloadPlan, Shapes) {
+  ModelFolder m = ModelFolder::open(test::tiny_model(), true);
+  GenerateRequest r;
+  r.width = 64;
+  r.height = 32;
+  r.num_images = 3;
+  r.cfg = 2.5f;
+  GenerationShape g = request_shape(r, DType::BF16, 7, VaeTilingMode::Auto);
+  EXPECT_EQ(g.width, 64);
+  EXPECT_EQ(g.height, 32);
+  EXPECT_EQ(g.rows, 6);  // guidance doubles the rows
+  EXPECT_EQ(g.text_tokens, 7);
+  EXPECT_FALSE(g.vae_tiling);
+  r.cfg = 1;
+  r.use_pe = true;
+  g = request_shape(r, DType::BF16, 7, VaeTilingMode::On);
+  EXPECT_EQ(g.rows, 3);
+  EXPECT_EQ(g.text_tokens, 2048);  // the enhancer may write that many
+  EXPECT_TRUE(g.vae_tiling);
+  // What a server plans for: the model's default request (1024², guidance 4 for non-Turbo), the longest prompt.
+  PipelineOptions po;
+  po.device = kCuda;
+  po.dtype = DType::BF16;
+  g = serving_shape(m, po);
+  EXPECT_EQ(g.width, 1024);
+  EXPECT_EQ(g.height, 1024);
+  EXPECT_EQ(g.rows, 2);
+  EXPECT_EQ(g.act, DType::BF16);
+  const size_t max_len = load_model_tokenizer(m, "tokenizer").model_max_length();
+  EXPECT_EQ(size_t(g.text_tokens), max_len > 0 ? max_len : 2048u);
+  po.load_pe = true;
+  EXPECT_EQ(serving_shape(m, po).text_tokens, std::max<int>(2048, int(max_len)));
+}
