@@ -202,6 +202,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"bad_utf8", "generate --model '{M}' -p \"$(printf 'a \\377')\" -W 16 -H 16 --progress json -o '{D}/x.png'",
                 "prompt is not valid UTF-8"},
         BadCase{"bad_dtype", kGen + "-W 16 -H 16 --dtype f64 -o '{D}/x.png'", "unknown type 'f64'"},
+        BadCase{"bad_quantize", kGen + "-W 16 -H 16 --quantize fp4 -o '{D}/x.png'", "--quantize: unknown format 'fp4'"},
         BadCase{"bad_device", kGen + "-W 16 -H 16 --device tpu -o '{D}/x.png'", "tpu"},
         BadCase{"bad_vae_tile", kGen + "-W 16 -H 16 --vae-tiling --vae-tile 3 -o '{D}/x.png'",
                 "--vae-tile 3 must be a positive multiple of the VAE's 2"},
@@ -226,6 +227,31 @@ TEST(CliGenerate, VaeTilingGivesTheSameImage) {
   EXPECT_FALSE(nlohmann::json::parse(a.text["ernie-image"]).contains("vae_tiled"));
   EXPECT_EQ(nlohmann::json::parse(b.text["ernie-image"])["vae_tiled"], true);
   EXPECT_NE(b.text["parameters"].find("VAE tiling: true"), std::string::npos) << b.text["parameters"];
+}
+
+// Round trip through an fp8 file (every block quantized: the tiny DiT has only the first and last): the
+// image stays close to the folder's, and the metadata says which weights ran.
+TEST(CliGenerate, Fp8ConvertedFileGivesANearbyImage) {
+  TempDir d;
+  auto c = run_cli("convert --model '" + test::tiny_model() + "' -o '" + d.str() + "/fp8.safetensors' --dtype fp8 "
+                   "--quantize-all-blocks --no-pe --quiet");
+  ASSERT_EQ(c.status, 0) << c.out;
+  const std::string args = " -p 'a cat' -W 32 -H 32 --steps 2 --seed 4 --threads 1 ";
+  auto r = run_cli("generate --model '" + test::tiny_model() + "'" + args + "-o '" + d.str() + "/a.png'");
+  ASSERT_EQ(r.status, 0) << r.out;
+  r = run_cli("generate --model '" + d.str() + "/fp8.safetensors'" + args + "-o '" + d.str() + "/b.png'");
+  ASSERT_EQ(r.status, 0) << r.out;
+  PngImage a = read_png(d.str() + "/a.png"), b = read_png(d.str() + "/b.png");
+  ASSERT_EQ(a.rgb.size(), b.rgb.size());
+  double sum = 0;
+  for (size_t i = 0; i < a.rgb.size(); ++i) sum += std::abs(int(a.rgb[i]) - int(b.rgb[i]));
+  const double mean = sum / double(a.rgb.size());
+  std::printf("fp8 file vs folder: mean |diff| %.3f of 255\n", mean);
+  EXPECT_GT(mean, 0.0);  // the weights did change
+  EXPECT_LT(mean, 4.0);
+  EXPECT_FALSE(nlohmann::json::parse(a.text["ernie-image"]).contains("dit_weights"));
+  EXPECT_EQ(nlohmann::json::parse(b.text["ernie-image"])["dit_weights"], "fp8");
+  EXPECT_NE(b.text["parameters"].find("DiT weights: fp8"), std::string::npos) << b.text["parameters"];
 }
 
 // The unwritable-output case needs a read-only folder (root ignores permissions: skip then).

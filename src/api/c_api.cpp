@@ -1,6 +1,7 @@
 // The C API over ernie::Pipeline: every entry point catches everything and returns a status.
 #include "ernie_image.h"
 
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -86,6 +87,12 @@ ernie::MemoryFlags memory_flags(const ernie_memory_options& m, const ernie_optio
   }
   ERNIE_CHECK(m.vae_tile >= 0, "ernie_memory_options.vae_tile ", std::to_string(m.vae_tile), " must not be negative");
   po.vae_tile = m.vae_tile;
+  if (m.struct_size > offsetof(ernie_memory_options, quantize)) switch (m.quantize) {
+      case ERNIE_QUANTIZE_NONE: break;
+      case ERNIE_QUANTIZE_FP8: po.quantize = ernie::DType::F8_E4M3; break;
+      case ERNIE_QUANTIZE_INT8: po.quantize = ernie::DType::I8; break;
+      default: ernie::fail("ernie_memory_options.quantize ", std::to_string(m.quantize), ": not an ernie_quantize (0-2)");
+    }
   return f;
 }
 
@@ -129,9 +136,11 @@ ernie_status ernie_load_ex(const ernie_options* opt, const ernie_memory_options*
   if (out) *out = nullptr;
   return guarded(err, [&] {
     ERNIE_CHECK(opt && out, "ernie_load: options and out must not be NULL");
-    ERNIE_CHECK(!mem || mem->struct_size == sizeof(ernie_memory_options), "ernie_memory_options.struct_size ",
-                std::to_string(mem ? mem->struct_size : 0), ": this library takes ",
-                std::to_string(sizeof(ernie_memory_options)), " (set it up with ernie_memory_options_init)");
+    constexpr size_t kFirstVersion = offsetof(ernie_memory_options, quantize);  // before `quantize`
+    ERNIE_CHECK(!mem || mem->struct_size == sizeof(ernie_memory_options) || mem->struct_size == kFirstVersion,
+                "ernie_memory_options.struct_size ", std::to_string(mem ? mem->struct_size : 0),
+                ": this library takes ", std::to_string(sizeof(ernie_memory_options)), " or ",
+                std::to_string(kFirstVersion), " (set it up with ernie_memory_options_init)");
     ERNIE_CHECK(opt->model_dir && *opt->model_dir, "ernie_load: model_dir is required");
     ernie::PipelineOptions po;
     po.model_dir = opt->model_dir;

@@ -163,6 +163,13 @@ size_t ErnieDit::weight_bytes() const {
   return n + (streamer_ ? streamer_->device_bytes() : 0);
 }
 
+std::optional<DType> ErnieDit::quantized_dtype() const {
+  for (Block b : streamer_ ? std::vector<Block>(slots_.begin(), slots_.end()) : layers_)
+    for (const ops::Weight* w : {&b.to_q, &b.to_k, &b.to_v, &b.to_qkv, &b.to_out, &b.gate_proj, &b.up_proj, &b.linear_fc2})
+      if (w->quantized()) return w->w.dtype();
+  return std::nullopt;
+}
+
 // ---- modules ------------------------------------------------------------------------------------------------
 
 Tensor ErnieDit::to_act(const Tensor& input) const {

@@ -41,7 +41,8 @@ class ErnieDit {
                          std::optional<DType> quantize = std::nullopt, const QuantPolicy& policy = {});
 
   const DitConfig& config() const { return cfg_; }
-  size_t weight_bytes() const;  // bytes of all weights as placed on the device (streamed: the two slots)
+  size_t weight_bytes() const;
+  std::optional<DType> quantized_dtype() const;  // I8 or F8_E4M3 when some block weight is 8-bit, else none  // bytes of all weights as placed on the device (streamed: the two slots)
   BlockStreamer* block_streamer() const { return streamer_.get(); }  // null unless streaming blocks
 
   // hidden_states [B, C, H, W] (patchified latents), timestep [B] (sigma*1000 as the reference passes it),

@@ -20,6 +20,7 @@ struct ImageMeta {
   std::optional<uint64_t> seed;      // this image's seed; none when the noise came from a file without one
   int batch_index = 0, batch_size = 1;
   bool vae_tiled = false;            // the VAE decoded in tiles (GenerateResult::vae_tiled)
+  std::string dit_weights;           // "fp8" / "int8" when the DiT ran 8-bit weights (GenerateResult), else empty
 };
 
 std::string engine_version();  // "ernie-image 0.1.0"

@@ -41,7 +41,9 @@ GenerationShape serving_shape(const ModelFolder& m, const PipelineOptions& popt)
 
 OffloadChoice plan_pipeline_memory(const ModelFolder& m, const GenerationShape& g, const MemoryFlags& f,
                                    Offload fallback, PipelineOptions& popt) {
-  const OffloadChoice c = choose_offload(model_shapes(m, popt.load_pe), g, popt.device, f, fallback,
+  GenerationShape gq = g;
+  gq.quantize = popt.quantize;
+  const OffloadChoice c = choose_offload(model_shapes(m, popt.load_pe), gq, popt.device, f, fallback,
                                          popt.vae_tiling != VaeTilingMode::Off);
   popt.keep_text_encoder = c.mode == Offload::None;
   popt.offload_blocks = c.mode == Offload::Blocks;

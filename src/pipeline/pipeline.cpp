@@ -220,6 +220,7 @@ class ErniePipeline final : public Pipeline {
         bool tiled = false;
         Tensor decoded = decode_latent(z, tiled);
         x.vae_tiled = x.vae_tiled || tiled;
+        if (const std::optional<DType> q = dit_->quantized_dtype()) x.dit_weights = *q == DType::I8 ? "int8" : "fp8";
         ERNIE_CHECK(decoded.dim(1) == 3 && decoded.dim(2) == r.height && decoded.dim(3) == r.width,
                     "vae decode returned ", shape_str(decoded.shape()));
         Image img{r.width, r.height, {}};

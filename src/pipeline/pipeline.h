@@ -75,6 +75,7 @@ struct GenerateResult {
   GenerateRequest resolved;    // the request with defaults filled in
   double encode_s = 0, denoise_s = 0, decode_s = 0;
   bool vae_tiled = false;      // the decode ran tiled (PipelineOptions::vae_tiling)
+  std::string dit_weights;     // "fp8" / "int8": the DiT's blocks ran 8-bit weights (quantized or stored); else empty
 };
 
 // How many times each component was loaded onto the device (offloaded ones reload per request).

@@ -1,5 +1,5 @@
 // ernie-image generate --model DIR -p PROMPT [-n NEGATIVE] [-W 1024 -H 1024] [--steps N] [--cfg S] [--seed N]
-//   [--batch N] [-o out.png] [--device cpu|cuda[:i]] [--dtype f32|bf16] [--threads N] [--init-latents F]
+//   [--batch N] [-o out.png] [--device cpu|cuda[:i]] [--dtype f32|bf16] [--quantize fp8|int8] [--threads N] [--init-latents F]
 //   [--save-latents F] [--quiet] [--progress bar|json] [--pe] [--offload none|text-encoder|blocks] [--max-vram GiB]
 //   [--vae-tiling] [--vae-tile PIXELS]
 // Everything a user can get wrong is checked before the weights are loaded.
@@ -129,7 +129,7 @@ int run(const Opts& o, const CLI::App& c) {
   const std::string model_name = model_display_name(folder.root);
   for (int b = 0; b < r.num_images; ++b) {
     ImageMeta meta{res.resolved, res.revised_prompt, model_name, seed ? std::optional<uint64_t>(*seed + b) : std::nullopt,
-                   b, r.num_images, res.vae_tiled};
+                   b, r.num_images, res.vae_tiled, res.dit_weights};
     const Image& img = res.images[size_t(b)];
     write_png(outs[size_t(b)], img.width, img.height, img.rgb, png_metadata(meta));
   }

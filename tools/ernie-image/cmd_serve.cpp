@@ -1,5 +1,5 @@
 // ernie-image serve --model DIR [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--max-queue N]
-//   [--device auto|cpu|cuda[:i]] [--dtype f32|bf16] [--threads N] [--no-pe] [--max-body-bytes N]
+//   [--device auto|cpu|cuda[:i]] [--dtype f32|bf16] [--quantize fp8|int8] [--threads N] [--no-pe] [--max-body-bytes N]
 //   [--shutdown-grace S] [--vae-tiling] [--vae-tile PIXELS] [--offload none|text-encoder|blocks | --max-vram GiB]
 // Loads the model once and serves the HTTP API and web page (src/server/server.h). SIGTERM or SIGINT:
 // new work gets 503, waiting jobs are cancelled, the running one may finish within the grace period,
@@ -28,7 +28,7 @@ namespace ernie::cli {
 namespace {
 
 struct Opts {
-  std::string model, host = "127.0.0.1", api_key, device = "auto", dtype, offload;
+  std::string model, host = "127.0.0.1", api_key, device = "auto", dtype, offload, quantize;
   int port = 8080, max_queue = 16, threads = 0, vae_tile = 0;
   size_t max_body = 1 << 20;
   double grace = 30, max_vram = 0;
@@ -51,6 +51,7 @@ int run(const Opts& o, const CLI::App& c) {
   popt.model_dir = o.model;
   popt.device = pick_device(o.device);
   popt.dtype = parse_dtype_option(o.dtype, popt.device);
+  popt.quantize = parse_quantize_option(o.quantize);
   popt.threads = o.threads;
   MemoryFlags mem;
   if (c.count("--offload")) mem.offload = o.offload;
@@ -132,6 +133,7 @@ Register reg(30, [](CLI::App& app) {
   c->add_option("--shutdown-grace", o->grace, "seconds a running job may take to finish on SIGTERM (default 30)");
   c->add_option("--device", o->device, "auto (default: CUDA when present), cpu, cuda or cuda:N");
   c->add_option("--dtype", o->dtype, "activation type: f32 (CPU) or bf16 (CUDA default)");
+  c->add_option("--quantize", o->quantize, "quantize the DiT's linear weights at load: fp8 or int8 (as generate)");
   c->add_option("--threads", o->threads, "CPU threads (default: all cores)");
   c->add_flag("--vae-tiling", o->vae_tiling, "decode every image in tiles (less memory; on CUDA it is automatic "
               "when the whole decode would not fit)");
