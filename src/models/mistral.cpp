@@ -150,7 +150,15 @@ MistralModel MistralModel::load(const Component& comp, const MistralConfig& cfg,
     const std::string full = outside ? comp.root + name.substr(1) : comp.prefix + name;
     ERNIE_CHECK(comp.ckpt.contains(full), comp.name, ": missing tensor '", full, "' ", shape_str(shape), " in ",
                 where);
-    // Component::tensor de-quantizes fp8/int8 weights of a converted file to F32.
+    if (!outside && comp.is_quantized(name)) {
+      // An 8-bit weight of a converted file: expanded on the device (the host would take seconds for the
+      // text encoder), to the activation dtype.
+      auto [q, scale] = comp.quantized(name);
+      ERNIE_CHECK(q.shape() == shape, comp.name, ": tensor '", full, "' has shape ", shape_str(q.shape()),
+                  " but the config (", where, ") implies ", shape_str(shape));
+      Tensor w = ops::dequantize({q.to(device), scale.to(device)});
+      return device.is_cuda() && act == DType::BF16 ? ops::cast(w, DType::BF16) : w;
+    }
     Tensor t = outside ? comp.ckpt.tensor(full) : comp.tensor(name);
     ERNIE_CHECK(t.shape() == shape, comp.name, ": tensor '", full, "' has shape ", shape_str(t.shape()),
                 " but the config (", where, ") implies ", shape_str(shape));

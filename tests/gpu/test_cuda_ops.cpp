@@ -28,6 +28,22 @@ TEST(CudaOps, Linear) {
   }
 }
 
+// A few rows (decoding) go through the GEMV kernel when K is a multiple of the pack (3072), else cuBLASLt (100).
+TEST(CudaOps, LinearFewRows) {
+  ERNIE_REQUIRE_GPU();
+  FOR_DTYPES {
+    for (int64_t M : {1, 2, 3, 4, 5})
+      for (int64_t K : {3072, 100})
+        for (bool with_bias : {false, true}) {
+          Tensor x = as_dtype(rnd({1, M, K}, 11), dt), w = as_dtype(rnd({1003, K}, 12, 0.05f), dt);
+          Tensor b = with_bias ? as_dtype(rnd({1003}, 13), dt) : Tensor();
+          Tensor got = ops::linear(up(x, dt), up(w, dt), with_bias ? up(b, dt) : Tensor());
+          EXPECT_TRUE(tensors_close(down(got), cpu::linear(x, w, b), tol(dt, 1e-5), min_cos(dt)))
+              << "M=" << M << " K=" << K << (with_bias ? " bias" : "");
+        }
+  }
+}
+
 TEST(CudaOps, LinearLargeAndMixedWeightDtype) {
   ERNIE_REQUIRE_GPU();
   Tensor x = as_dtype(rnd({300, 512}, 4), DType::BF16), w = as_dtype(rnd({384, 512}, 5, 0.05f), DType::BF16);

@@ -254,7 +254,8 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   }
   ERNIE_CHECK(M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX, "linear: sizes too large");
   const Tensor wc = w.dtype() == x.dtype() ? w : cast(w, x.dtype());  // weights are normally stored in act dtype
-  gemm_nt(x, wc, b, y, M, N, K);
+  if (gemv_supported(x, wc, M)) gemv(x, wc, b, y, M, N, K);  // decoding: cuBLASLt's host cost would dominate
+  else gemm_nt(x, wc, b, y, M, N, K);
   return y;
 }
 
