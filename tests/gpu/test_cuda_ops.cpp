@@ -198,6 +198,9 @@ TEST(CudaOps, AttentionFlashAndSimple) {
       {3, 129, 260, 2, 2, 128, false, 0, {0, 260, 131}},  // an empty row, a full one, one key past a tile
       {1, 200, 200, 8, 2, 128, true, 0, {}},            // text encoder: causal, GQA
       {1, 1, 50, 4, 1, 128, true, 49, {50}},            // decoding one token against a cache
+      {1, 1, 1100, 32, 8, 128, true, 1099, {1100}},     // decoding: many key chunks, the PE's heads
+      {2, 4, 300, 4, 2, 64, false, 0, {300, 0}},        // a few rows, an empty batch row
+      {1, 2, 130, 2, 1, 256, true, 128, {}},            // head_dim 256, a ragged last chunk
       {1, 3, 40, 4, 2, 64, true, 30, {}},               // causal at an offset
       {2, 70, 130, 2, 2, 64, false, 0, {0, 129}},       // an empty row (zeros) and a ragged one
       {2, 65, 65, 3, 3, 32, false, 0, {}},

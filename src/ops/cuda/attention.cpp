@@ -1,5 +1,5 @@
-// attention: checks, then the Hopper wgmma kernel (bf16, head_dim 128, not causal, sm_90), the mma.sync
-// flash kernel (bf16, head_dim 16/32/64/128) or the simple kernel (F32, or any other head_dim <= 256). Batches beyond kMaxBatch run in slices (kv_len travels by value).
+// attention: checks, then the split-key decode kernel (up to 4 query rows), the Hopper wgmma kernel (bf16,
+// head_dim 128, not causal, sm_90), the mma.sync flash kernel (bf16, head_dim 16/32/64/128) or the simple kernel (F32, or any other head_dim <= 256). Batches beyond kMaxBatch run in slices (kv_len travels by value).
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -42,6 +42,8 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
     return out;
   }
   const bool wgmma = flash && !forced("mma") && attn::wgmma_supported(int(D), mask.causal, scale, detail::dev(q));
+  const bool decode = attn::decode_supported(int(Sq), int(D)) && !forced("mma") && !forced("simple");
+  Tensor workspace = Tensor::empty({0}, DType::F32, q.device());
   const size_t q_batch = size_t(Sq * Hq * D) * dtype_size(q.dtype()), k_batch = size_t(Sk * Hkv * D) * dtype_size(q.dtype());
   for (int64_t b0 = 0; b0 < B; b0 += attn::kMaxBatch) {
     const int nb = int(std::min<int64_t>(attn::kMaxBatch, B - b0));
@@ -56,7 +58,8 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
     p.causal = mask.causal;
     p.q_offset = mask.q_offset;
     for (int i = 0; i < nb; ++i) p.kv_len[i] = int(mask.kv_len.empty() ? Sk : mask.kv_len[size_t(b0 + i)]);
-    if (wgmma) attn::flash_wgmma(p, st);
+    if (decode) attn::decode(p, q.dtype() == DType::BF16, workspace, st);
+    else if (wgmma) attn::flash_wgmma(p, st);
     else if (flash) attn::flash_bf16(p, st);
     else attn::simple(p, bf16, st);
   }
