@@ -58,8 +58,9 @@ TEST(CudaOps, LinearLargeAndMixedWeightDtype) {
 TEST(CudaOps, Norms) {
   ERNIE_REQUIRE_GPU();
   FOR_DTYPES {
-    for (int64_t c : {int64_t(16), int64_t(100), int64_t(4096)}) {
-      Tensor x = as_dtype(rnd({3, 5, c}, 7, 2.f, 0.5f), dt), w = as_dtype(rnd({c}, 8), dt), b = as_dtype(rnd({c}, 9), dt);
+    for (int64_t c : {int64_t(16), int64_t(100), int64_t(4096)}) for (int64_t s : {int64_t(1), int64_t(5), int64_t(70)}) {
+      // 3 and 15 rows: a block per row (rms_norm); 210: a warp per row
+      Tensor x = as_dtype(rnd({3, s, c}, 7, 2.f, 0.5f), dt), w = as_dtype(rnd({c}, 8), dt), b = as_dtype(rnd({c}, 9), dt);
       EXPECT_TRUE(tensors_close(down(ops::rms_norm(up(x, dt), up(w, dt), 1e-6f)), cpu::rms_norm(x, w, 1e-6f), tol(dt),
                                 min_cos(dt)));
       EXPECT_TRUE(tensors_close(down(ops::rms_norm(up(x, dt), Tensor(), 1e-5f)), cpu::rms_norm(x, Tensor(), 1e-5f),

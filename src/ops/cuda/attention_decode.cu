@@ -3,6 +3,7 @@
 // online softmax per warp, merges its warps, and writes (max, sum, unnormalised output) to a workspace; a
 // second kernel merges the chunks. The flash kernels give each head a single block for Sq = 1 (~90 us per
 // layer on the H200 at 1,000 keys, half of a decode step); this spreads the keys over the whole GPU.
+#include <algorithm>
 #include <cmath>
 
 #include "ops/cuda/attention_internal.h"
@@ -12,11 +13,11 @@ namespace ernie::cuda::attn {
 
 namespace {
 
-constexpr int kWarps = 4, kMaxPerLane = 8, kKeysPerSplit = 64;
+constexpr int kWarps = 8, kMaxPerLane = 8, kMinKeysPerSplit = 64, kMaxSplits = 1024;
 
 // The partial result of one chunk: m, l, then D accumulator values.
 template <class T>
-__global__ void decode_partial_kernel(const Params p, float* __restrict__ part, int splits) {
+__global__ void decode_partial_kernel(const Params p, float* __restrict__ part, int splits, int keys_per_split) {
   __shared__ float sm[kWarps], sl[kWarps], sacc[kWarps][32 * kMaxPerLane];
   const int split = blockIdx.x, h = blockIdx.y, b = blockIdx.z / p.Sq, row = blockIdx.z % p.Sq;
   const int lane = threadIdx.x, warp = threadIdx.y, D = p.D, kh = h / (p.Hq / p.Hkv);
@@ -26,7 +27,7 @@ __global__ void decode_partial_kernel(const Params p, float* __restrict__ part, 
   const T* V = static_cast<const T*>(p.v) + int64_t(b) * p.Sk * ks + int64_t(kh) * D;
   int64_t n = p.kv_len[b];
   if (p.causal) n = min(n, p.q_offset + row + 1);
-  const int64_t j0 = int64_t(split) * kKeysPerSplit, j1 = min(n, j0 + kKeysPerSplit);
+  const int64_t j0 = int64_t(split) * keys_per_split, j1 = min(n, j0 + keys_per_split);
   float qv[kMaxPerLane], acc[kMaxPerLane];
 #pragma unroll
   for (int i = 0; i < kMaxPerLane; ++i) {
@@ -72,23 +73,34 @@ __global__ void decode_partial_kernel(const Params p, float* __restrict__ part, 
   if (lane == 0) out[0] = M, out[1] = L;
 }
 
-// One warp per (batch row, query row, head): merges the chunks into the output row.
+// One block per (batch row, query row, head): the chunks' weights e^(m_s - M) once (first warp), then each
+// thread merges the chunks for its output dims.
 template <class T>
 __global__ void decode_combine_kernel(const Params p, const float* __restrict__ part, int splits) {
-  const int h = blockIdx.x, z = blockIdx.y, lane = threadIdx.x, D = p.D;
+  __shared__ float w[kMaxSplits];
+  __shared__ float inv_l;
+  const int h = blockIdx.x, z = blockIdx.y, t = threadIdx.x, D = p.D;
   const float* in = part + (int64_t(z) * p.Hq + h) * splits * (D + 2);
-  float M = -INFINITY;
-  for (int s = 0; s < splits; ++s) M = fmaxf(M, in[s * (D + 2)]);
-  float L = 0.f;
-  for (int s = 0; s < splits; ++s)
-    if (in[s * (D + 2)] != -INFINITY) L += in[s * (D + 2) + 1] * __expf(in[s * (D + 2)] - M);
-  const float inv = L > 0.f ? 1.f / L : 0.f;
+  if (t < 32) {
+    float M = -INFINITY;
+    for (int s = t; s < splits; s += 32) M = fmaxf(M, in[s * (D + 2)]);
+    for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+    float L = 0.f;
+    for (int s = t; s < splits; s += 32) {
+      const float m = in[s * (D + 2)], ws = m == -INFINITY ? 0.f : __expf(m - M);
+      w[s] = ws;
+      L += in[s * (D + 2) + 1] * ws;
+    }
+    L = warp_sum(L);
+    if (t == 0) inv_l = L > 0.f ? 1.f / L : 0.f;
+  }
+  __syncthreads();
   T* o = static_cast<T*>(p.o) + int64_t(z) * p.Hq * D + int64_t(h) * D;
-  for (int d = lane; d < D; d += 32) {
+  for (int d = t; d < D; d += blockDim.x) {
     float a = 0.f;
-    for (int s = 0; s < splits; ++s)
-      if (in[s * (D + 2)] != -INFINITY) a += in[s * (D + 2) + 2 + d] * __expf(in[s * (D + 2)] - M);
-    o[d] = from_f<T>(a * inv);
+#pragma unroll 4
+    for (int s = 0; s < splits; ++s) a += in[s * (D + 2) + 2 + d] * w[s];
+    o[d] = from_f<T>(a * inv_l);
   }
 }
 
@@ -97,18 +109,19 @@ __global__ void decode_combine_kernel(const Params p, const float* __restrict__ 
 bool decode_supported(int Sq, int D) { return Sq <= 4 && D <= 32 * kMaxPerLane; }
 
 void decode(const Params& p, bool bf16, Tensor& workspace, cudaStream_t st) {
-  const int splits = std::max(1, (p.Sk + kKeysPerSplit - 1) / kKeysPerSplit);
+  const int keys_per_split = std::max(kMinKeysPerSplit, (p.Sk + kMaxSplits - 1) / kMaxSplits);
+  const int splits = std::max(1, (p.Sk + keys_per_split - 1) / keys_per_split);
   const int64_t floats = int64_t(p.B) * p.Sq * p.Hq * splits * (p.D + 2);
   if (workspace.numel() < floats) workspace = Tensor::empty({floats}, DType::F32, workspace.device());
   float* part = static_cast<float*>(workspace.raw());
   const dim3 grid(unsigned(splits), unsigned(p.Hq), unsigned(p.B * p.Sq)), block(32, kWarps);
   const dim3 cgrid(unsigned(p.Hq), unsigned(p.B * p.Sq));
   if (bf16) {
-    decode_partial_kernel<__nv_bfloat16><<<grid, block, 0, st>>>(p, part, splits);
-    decode_combine_kernel<__nv_bfloat16><<<cgrid, 32, 0, st>>>(p, part, splits);
+    decode_partial_kernel<__nv_bfloat16><<<grid, block, 0, st>>>(p, part, splits, keys_per_split);
+    decode_combine_kernel<__nv_bfloat16><<<cgrid, 128, 0, st>>>(p, part, splits);
   } else {
-    decode_partial_kernel<float><<<grid, block, 0, st>>>(p, part, splits);
-    decode_combine_kernel<float><<<cgrid, 32, 0, st>>>(p, part, splits);
+    decode_partial_kernel<float><<<grid, block, 0, st>>>(p, part, splits, keys_per_split);
+    decode_combine_kernel<float><<<cgrid, 128, 0, st>>>(p, part, splits);
   }
   ERNIE_CUDA_LAUNCH("attention (decode)");
 }
