@@ -1,5 +1,6 @@
 // 8-bit weights on CUDA against the CPU twin: quantization bit for bit, the quantized linear (fp8 tensor-core
 // GEMM with outer-vector scales, and the float fallback on the same codes), and the tiny DiT.
+#include <cstdlib>
 #include <cstring>
 
 #include "gpu_util.h"
@@ -46,6 +47,20 @@ TEST(CudaQuantize, LinearMatchesCpuTwin) {
           EXPECT_EQ(got.dtype(), dt);
           EXPECT_TRUE(tensors_close(down(got), ref, tol(dt, 1e-5), min_cos(dt)));
         }
+  // The fp8 GEMM without cuBLASLt's outer-vector scales (scaled and biased after it), forced on shapes no
+  // other test plans (plans are cached per shape).
+  setenv("ERNIE_FP8_POST_SCALE", "1", 1);
+  for (bool with_bias : {false, true}) {
+    SCOPED_TRACE(with_bias ? "post-scale, bias" : "post-scale");
+    const int64_t N = 64, K = 112;
+    Tensor x = as_dtype(rnd({1, 33, K}, 4), DType::BF16), w = rnd({N, K}, 5, 0.05f);
+    Tensor b = with_bias ? as_dtype(rnd({N}, 6), DType::BF16) : Tensor();
+    ops::Weight q = cpu::quantize(w, DType::F8_E4M3);
+    Tensor got = ops::linear(up(x, DType::BF16), ops::Weight(q.w.to(kGPU), q.scale.to(kGPU)),
+                             with_bias ? up(b, DType::BF16) : Tensor());
+    EXPECT_TRUE(tensors_close(down(got), cpu::linear_q(x, q.w, q.scale, b), 1e-2, 0.9999));
+  }
+  unsetenv("ERNIE_FP8_POST_SCALE");
 }
 
 TEST(CudaQuantize, TinyDitTracksCpu) {
