@@ -28,19 +28,21 @@ TEST(CudaOps, Linear) {
   }
 }
 
-// A few rows (decoding) go through the GEMV kernel when K is a multiple of the pack (3072), else cuBLASLt (100).
+// A few rows (decoding) go through the GEMV kernel when K is a multiple of the pack (3072), else cuBLASLt (100);
+// 1003 columns share each column among 8 warps, 4500 give each its own.
 TEST(CudaOps, LinearFewRows) {
   ERNIE_REQUIRE_GPU();
   FOR_DTYPES {
-    for (int64_t M : {1, 2, 3, 4, 5})
-      for (int64_t K : {3072, 100})
-        for (bool with_bias : {false, true}) {
-          Tensor x = as_dtype(rnd({1, M, K}, 11), dt), w = as_dtype(rnd({1003, K}, 12, 0.05f), dt);
-          Tensor b = with_bias ? as_dtype(rnd({1003}, 13), dt) : Tensor();
-          Tensor got = ops::linear(up(x, dt), up(w, dt), with_bias ? up(b, dt) : Tensor());
-          EXPECT_TRUE(tensors_close(down(got), cpu::linear(x, w, b), tol(dt, 1e-5), min_cos(dt)))
-              << "M=" << M << " K=" << K << (with_bias ? " bias" : "");
-        }
+    for (int64_t N : {1003, 4500})
+      for (int64_t M : {1, 2, 3, 4, 5})
+        for (int64_t K : {3072, 100})
+          for (bool with_bias : {false, true}) {
+            Tensor x = as_dtype(rnd({1, M, K}, 11), dt), w = as_dtype(rnd({N, K}, 12, 0.05f), dt);
+            Tensor b = with_bias ? as_dtype(rnd({N}, 13), dt) : Tensor();
+            Tensor got = ops::linear(up(x, dt), up(w, dt), with_bias ? up(b, dt) : Tensor());
+            EXPECT_TRUE(tensors_close(down(got), cpu::linear(x, w, b), tol(dt, 1e-5), min_cos(dt)))
+                << "N=" << N << " M=" << M << " K=" << K << (with_bias ? " bias" : "");
+          }
   }
 }
 
