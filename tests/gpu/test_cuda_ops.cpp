@@ -29,7 +29,7 @@ TEST(CudaOps, Linear) {
 }
 
 // A few rows (decoding) go through the GEMV kernel when K is a multiple of the pack (3072), else cuBLASLt (100);
-// 1003 columns share each column among 8 warps, 4500 give each its own.
+// column counts that do and do not fill the last block of 8 warps.
 TEST(CudaOps, LinearFewRows) {
   ERNIE_REQUIRE_GPU();
   FOR_DTYPES {
