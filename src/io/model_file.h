@@ -17,8 +17,9 @@ enum class WeightFormat { BF16, FP8, INT8 };
 WeightFormat parse_weight_format(const std::string& s);  // "bf16", "fp8", "int8"
 const char* weight_format_name(WeightFormat f);
 
-// Which tensors are quantized. A tensor is quantized when it is a 2-D linear weight of the DiT or the
-// text encoder / prompt enhancer, its name matches none of `keep`, and it is not in the first or last
+// Which tensors are quantized (by convert, and by --quantize at load). A tensor is quantized when it is a
+// 2-D linear weight of the DiT or the text encoder / prompt enhancer, its name matches none of `keep`, and
+// it is not in the first or last
 // DiT block (those, the time embedding, AdaLN modulation, text projection, patch embedding and final
 // layer are known to break under naive 8-bit, see competitors.md "convert_to_quant #32").
 struct QuantPolicy {
