@@ -19,9 +19,9 @@ const char* weight_format_name(WeightFormat f);
 
 // Which tensors are quantized (by convert, and by --quantize at load). A tensor is quantized when it is a
 // 2-D linear weight of the DiT or the text encoder / prompt enhancer, its name matches none of `keep`, and
-// it is not in the first or last
-// DiT block (those, the time embedding, AdaLN modulation, text projection, patch embedding and final
-// layer are known to break under naive 8-bit, see competitors.md "convert_to_quant #32").
+// it is not in the first or last DiT block (those, the time embedding, AdaLN modulation, text projection,
+// patch embedding and final layer are known to break under naive 8-bit, see competitors.md
+// "convert_to_quant #32").
 struct QuantPolicy {
   std::vector<std::string> keep = {"time_embedding.", "adaLN_modulation.", "text_proj.", "x_embedder.",
                                    "final_norm.", "final_linear.", "embed_tokens.", "lm_head."};
