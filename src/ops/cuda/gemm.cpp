@@ -42,6 +42,7 @@ constexpr size_t kWorkspace = size_t(32) << 20;
 // DiT step, and the full-size fp8 error unchanged (cosine 0.98921 vs 0.98930 against bf16, far below the
 // e4m3 rounding itself). ERNIE_FP8_FAST_ACCUM=0 turns it off.
 constexpr int kFp8 = 3, kFp8Fast = 4;
+bool is_fp8(int dt) { return dt == kFp8 || dt == kFp8Fast; }
 int fp8_type() {
   static const bool fast = [] {
     const char* e = std::getenv("ERNIE_FP8_FAST_ACCUM");
@@ -133,7 +134,7 @@ const Plan& plan_for(const Key& key, cublasLtHandle_t lt, const Operands& ops) {
   auto it = plans.find(key);
   if (it != plans.end()) return it->second;
   const auto [device, M, N, K, dt, has_bias, al_a, al_b, al_c, al_bias, out_dt] = key;
-  const bool fp8 = dt == kFp8 || dt == kFp8Fast;
+  const bool fp8 = is_fp8(dt);
   const cudaDataType_t type = fp8 ? CUDA_R_8F_E4M3 : dt == kF32 ? CUDA_R_32F : CUDA_R_16BF;
   const cudaDataType_t out_type = out_dt == kF32 ? CUDA_R_32F : CUDA_R_16BF;
   Plan p;
@@ -228,6 +229,16 @@ const Plan& plan_for(const Key& key, cublasLtHandle_t lt, const Operands& ops) {
   return plans.emplace(key, p).first->second;
 }
 
+// The bias of linear / linear_q: checked against N outputs, in x's dtype (undefined stays undefined).
+Tensor checked_bias(const Tensor& x, const Tensor& bias, int64_t N) {
+  if (!bias.defined()) return bias;
+  detail::check_same_device(x, bias, "linear", "bias");
+  detail::check_float(bias, "linear", "bias");
+  ERNIE_CHECK(bias.numel() == N, "linear: bias ", shape_str(bias.shape()), " should have ", std::to_string(N),
+              " elements");
+  return bias.dtype() == x.dtype() ? bias : cast(bias, x.dtype());
+}
+
 }  // namespace
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
@@ -238,13 +249,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   ERNIE_CHECK(x.ndim() >= 1 && x.dim(-1) == w.dim(1), "linear: x ", shape_str(x.shape()),
               " last dim does not match weight ", shape_str(w.shape()), " [out, in]");
   const int64_t K = w.dim(1), N = w.dim(0), M = K ? x.numel() / K : 0;
-  Tensor b = bias;
-  if (b.defined()) {
-    detail::check_same_device(x, b, "linear", "bias");
-    detail::check_float(b, "linear", "bias");
-    ERNIE_CHECK(b.numel() == N, "linear: bias ", shape_str(b.shape()), " should have ", std::to_string(N), " elements");
-    if (b.dtype() != x.dtype()) b = cast(b, x.dtype());
-  }
+  const Tensor b = checked_bias(x, bias, N);
   Shape ys = x.shape();
   ys.back() = N;
   Tensor y = Tensor::empty(ys, x.dtype(), x.device());
@@ -276,7 +281,7 @@ void gemm(int dt, const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, 
   const Plan& p = plan_for(key, h.lt, ops);
   if (b.defined() && !p.post_scale)
     ERNIE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ops.bias, sizeof ops.bias));
-  if ((dt == kFp8 || dt == kFp8Fast) && !p.post_scale) {
+  if (is_fp8(dt) && !p.post_scale) {
     ERNIE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &ops.sw, sizeof ops.sw));
     ERNIE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &ops.sx, sizeof ops.sx));
   }
@@ -311,13 +316,7 @@ Tensor linear_q(const Tensor& x, const Tensor& q, const Tensor& scale, const Ten
   const int64_t K = q.dim(1), N = q.dim(0), M = K ? x.numel() / K : 0;
   if (K == 0 || M == 0 || N == 0) return linear(x, Tensor::zeros({N, K}, x.dtype(), x.device()), bias);
   ERNIE_CHECK(M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX, "linear: sizes too large");
-  Tensor b = bias;
-  if (b.defined()) {
-    detail::check_same_device(x, b, "linear", "bias");
-    detail::check_float(b, "linear", "bias");
-    ERNIE_CHECK(b.numel() == N, "linear: bias ", shape_str(b.shape()), " should have ", std::to_string(N), " elements");
-    if (b.dtype() != x.dtype()) b = cast(b, x.dtype());
-  }
+  const Tensor b = checked_bias(x, bias, N);
   Shape ys = x.shape();
   ys.back() = N;
   Tensor y = Tensor::empty(ys, x.dtype(), x.device());
