@@ -226,10 +226,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 bool wgmma_supported(int D, bool causal, float scale, int device) {
   if (D != kD || causal || !(scale > 0.f)) return false;
-  int major = 0, minor = 0;
-  ERNIE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  ERNIE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  return major == 9 && minor == 0;  // sm_90a machine code runs on compute capability 9.0 only
+  return compute_capability(device) == 90;  // sm_90a machine code runs on compute capability 9.0 only
 }
 
 namespace {

@@ -295,16 +295,8 @@ void gemm_nt(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, int64
 }
 
 bool fp8_gemm_supported(int device) {
-  static std::mutex mu;
-  static std::map<int, bool> known;
-  std::lock_guard<std::mutex> lk(mu);
-  auto it = known.find(device);
-  if (it != known.end()) return it->second;
-  int major = 0, minor = 0;
-  ERNIE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  ERNIE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
   const char* env = std::getenv("ERNIE_FP8_GEMM");
-  return known[device] = major * 10 + minor >= 89 && !(env && std::string(env) == "0");
+  return compute_capability(device) >= 89 && !(env && std::string(env) == "0");
 }
 
 Tensor linear_q(const Tensor& x, const Tensor& q, const Tensor& scale, const Tensor& bias) {
