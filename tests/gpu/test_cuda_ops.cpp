@@ -229,13 +229,6 @@ TEST(CudaOps, AttentionFlashAndSimple) {
   setenv("ERNIE_FLASH_BC", "32", 1);
   for (const AttnCase& c : cases) check_attention(c, DType::BF16, seed += 3);
   unsetenv("ERNIE_FLASH_BC");
-  // The Hopper kernel's variants: three stages, no ping-pong between its warpgroups.
-  for (const char* variant : {"s3", "nopp"}) {
-    SCOPED_TRACE(variant);
-    setenv("ERNIE_WGMMA_VARIANT", variant, 1);
-    for (const AttnCase& c : cases) check_attention(c, DType::BF16, seed += 3);
-  }
-  unsetenv("ERNIE_WGMMA_VARIANT");
   // The mma.sync flash kernel where the Hopper wgmma kernel would run.
   setenv("ERNIE_ATTENTION", "mma", 1);
   for (const AttnCase& c : cases) check_attention(c, DType::BF16, seed += 3);
@@ -250,9 +243,6 @@ TEST(CudaOps, AttentionLongSequence) {
   ERNIE_REQUIRE_GPU();
   check_attention({1, 1100, 1100, 2, 2, 128, false, 0, {1030}}, DType::BF16, 7);
   check_attention({2, 4296, 4296, 4, 4, 128, false, 0, {4296, 4100}}, DType::BF16, 8);
-  setenv("ERNIE_WGMMA_VARIANT", "s3", 1);  // three stages: the ring wraps at other tiles
-  check_attention({1, 1100, 1100, 2, 2, 128, false, 0, {1030}}, DType::BF16, 9);
-  unsetenv("ERNIE_WGMMA_VARIANT");
 }
 
 TEST(CudaOps, Conv2dCudnnAndIm2col) {

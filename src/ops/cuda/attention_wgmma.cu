@@ -4,16 +4,16 @@
 // stages, "full" and "empty" mbarriers per stage; rows past the tensor are zero-filled), and two consumer
 // warpgroups of 64 rows each compute. Per tile j a consumer issues S_j = Q·K_jᵀ (one m64n128 wgmma chain
 // from shared memory) and the previous tile's O += P_j-1·V_j-1 (P in registers as the A operand, V read
-// MN-major), then runs the online softmax (log2 domain) on S_j while the tensor cores work. With kPingPong
-// the two warpgroups take turns issuing (named barriers), so one's softmax overlaps the other's MMAs.
+// MN-major), then runs the online softmax (log2 domain) on S_j while the tensor cores work. The two
+// warpgroups take turns issuing (named barriers: "ping-pong"), so one's softmax overlaps the other's MMAs.
+// Measured on the H200 (S 4296, 32 heads): 545 TFLOP/s at batch 1, 582 at batch 2; without the ping-pong
+// 450 / 479, with three stages instead of two no faster.
 // Masks: per-batch kv_len.
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cudaTypedefs.h>
 
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 
 #include "ops/cuda/attention_internal.h"
 #include "ops/cuda/common.h"
@@ -28,7 +28,7 @@ constexpr int kD = 128, kBr = 128, kBc = 128;
 constexpr int kConsumers = 256, kThreads = kConsumers + 128;  // two consumer warpgroups, one producer
 constexpr int kTileBytes = kBc * kD * 2;                     // one 128x128 bf16 tile: two 64-column halves
 constexpr int kHalfBytes = kTileBytes / 2;                   // [128 rows][128 bytes]: one TMA box
-template <int kStages>
+constexpr int kStages = 2;
 constexpr int kSmem = kTileBytes + 2 * kStages * kTileBytes + 1024;  // Q, K and V stages, alignment slack
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -40,7 +40,6 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 
 #endif
 
-template <int kStages, bool kPingPong>
 __global__ void __launch_bounds__(kThreads, 1)
     wgmma_flash_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                        const __grid_constant__ CUtensorMap tv, const Params p) {
@@ -98,7 +97,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Ping-pong: warpgroup w issues its MMAs after waiting on named barrier 1 + w, then lets the other one
   // go (arrives on 2 - w). Warpgroup 1 lets warpgroup 0 start, and skips its last hand-over so that every
   // arrival is matched.
-  if (kPingPong && wg == 1 && n_tiles > 0) wgmma::named_arrive(1, kConsumers);
+  if (wg == 1 && n_tiles > 0) wgmma::named_arrive(1, kConsumers);
 
   // Accumulator layout of m64nN (per warp 16 rows): d[4n + 2i + j] is row g + 8i, column 8n + 2t + j.
   float o[64], s[64];
@@ -112,7 +111,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int j = 0; j < n_tiles; ++j) {
     const int st = j % kStages, pst = (j + kStages - 1) % kStages;
     wgmma::mbar_wait(&k_full[st], uint32_t(j / kStages) & 1);
-    if (kPingPong) wgmma::named_sync(1 + wg, kConsumers);
+    wgmma::named_sync(1 + wg, kConsumers);
 
     // S_j = Q K_jᵀ over head_dim in 8 steps of 16 (4 per 64-column half of the swizzled tiles), then
     // O += P_j-1 V_j-1 (keys in steps of 16; V's 16-key slabs are 2 KB apart in each half), both async.
@@ -135,7 +134,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         wgmma::mma_rs_m64n128k16_tb(o, pa[kk], wgmma::desc_sw128(vt + kk * 16 * 128, 128 * 128, 1024));
     }
     wgmma::commit();
-    if (kPingPong && !(wg == 1 && j == n_tiles - 1)) wgmma::named_arrive(2 - wg, kConsumers);
+    if (!(wg == 1 && j == n_tiles - 1)) wgmma::named_arrive(2 - wg, kConsumers);
     wgmma::wait<1>();  // S_j is ready (K_j is free again); P_j-1 V_j-1 may still run
     wgmma::fence_regs(s);
     wgmma::mbar_arrive(&k_empty[st]);
@@ -252,29 +251,19 @@ CUtensorMap tensor_map(const void* base, int rows, int heads, int batch) {
   return m;
 }
 
-template <int kStages, bool kPingPong>
-void launch(const Params& p, cudaStream_t st) {
+}  // namespace
+
+void flash_wgmma(const Params& p, cudaStream_t st) {
   static bool configured = [] {
-    ERNIE_CUDA_CHECK(cudaFuncSetAttribute(wgmma_flash_kernel<kStages, kPingPong>,
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem<kStages>));
+    ERNIE_CUDA_CHECK(cudaFuncSetAttribute(wgmma_flash_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
     return true;
   }();
   (void)configured;
   const dim3 grid(unsigned((p.Sq + kBr - 1) / kBr), unsigned(p.Hq), unsigned(p.B));
   const CUtensorMap tq = tensor_map(p.q, p.Sq, p.Hq, p.B), tk = tensor_map(p.k, p.Sk, p.Hkv, p.B),
                     tv = tensor_map(p.v, p.Sk, p.Hkv, p.B);
-  wgmma_flash_kernel<kStages, kPingPong><<<grid, kThreads, kSmem<kStages>, st>>>(tq, tk, tv, p);
+  wgmma_flash_kernel<<<grid, kThreads, kSmem, st>>>(tq, tk, tv, p);
   ERNIE_CUDA_LAUNCH("attention (wgmma)");
-}
-
-}  // namespace
-
-// ERNIE_WGMMA_VARIANT=s3 (three stages) | nopp (no ping-pong) picks a variant for measurements.
-void flash_wgmma(const Params& p, cudaStream_t st) {
-  const char* v = std::getenv("ERNIE_WGMMA_VARIANT");
-  if (v && std::strcmp(v, "s3") == 0) launch<3, true>(p, st);
-  else if (v && std::strcmp(v, "nopp") == 0) launch<2, false>(p, st);
-  else launch<2, true>(p, st);
 }
 
 }  // namespace ernie::cuda::attn
