@@ -34,8 +34,8 @@ struct Weight {
 Tensor linear(const Tensor& x, const Weight& w, const Tensor& bias = {});
 
 // residual[B, S, out] + gate · linear(x, w), gate [1, out] or [B, out] per row as gated_residual takes it: the
-// DiT's gated residual after a projection. On CUDA, with one gate for every row, the GEMM's epilogue adds
-// it (cuBLASLt: the gate as a per-output alpha vector, the residual as C with beta 1; y is rounded once);
+// DiT's gated residual after a projection. On CUDA with fp8 weights and one gate for every row, the fp8
+// GEMM does it (the gate folded into the weight's row scales, the residual added as C; y rounded once);
 // elsewhere the composition gated_residual(residual, gate, linear(x, w)).
 Tensor linear_gated_residual(const Tensor& residual, const Tensor& gate, const Tensor& x, const Weight& w);
 
