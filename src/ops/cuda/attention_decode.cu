@@ -19,6 +19,7 @@ namespace {
 constexpr int kWarps = 4, kHeads = 4, kMinKeysPerSplit = 32, kMaxSplits = 256;
 constexpr int kMaxGroups = 32;                         // kv heads × head chunks per launch
 constexpr int kMaxTickets = kMaxBatch * 4 * kMaxGroups;  // × (batch row, query row)
+static_assert(kHeads <= kWarps, "the merge gives each head of a block one warp");
 
 // Finished blocks per (batch row · query row, head group) of the launch in flight; 0 between launches.
 __device__ unsigned g_tickets[kMaxTickets];
