@@ -1,6 +1,7 @@
 // ErnieImageTransformer2DModel forward (diffusers transformer_ernie_image.py), against the op set.
 #include "models/ernie_dit.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -255,7 +256,8 @@ ErnieDit::Rotary ErnieDit::cached_pos_embed(const std::vector<int64_t>& text_len
 }
 
 // ErnieImageAttention with ErnieImageSingleStreamAttnProcessor: per-head RMSNorm on q and k, rotate-half
-// RoPE, joint attention over image + valid text keys, to_out.0.
+// RoPE, joint attention over image + valid text keys; to_out.0 is applied by layer() together with the
+// gated residual.
 Tensor ErnieDit::self_attention(const Block& blk, const Tensor& x, const Rotary& rope,
                                 const std::vector<int64_t>& kv_len) const {
   const int64_t B = x.dim(0), S = x.dim(1), heads = cfg_.num_attention_heads, D = cfg_.head_dim();
@@ -275,22 +277,23 @@ Tensor ErnieDit::self_attention(const Block& blk, const Tensor& x, const Rotary&
   }
   ops::AttentionMask mask;
   mask.kv_len = kv_len;
-  Tensor out = ops::attention(query, key, value, 1.0f / std::sqrt(float(D)), mask);
-  return ops::linear(out.reshape({B, S, heads * D}), blk.to_out);
+  return ops::attention(query, key, value, 1.0f / std::sqrt(float(D)), mask).reshape({B, S, heads * D});
 }
 
-// ErnieImageFeedForward: linear_fc2(up_proj(x) * gelu(gate_proj(x))).
+// ErnieImageFeedForward: linear_fc2(up_proj(x) * gelu(gate_proj(x))); linear_fc2 is applied by layer()
+// together with the gated residual.
 Tensor ErnieDit::mlp(const Block& blk, const Tensor& x) const {
-  return ops::linear(ops::geglu(ops::linear(x, blk.gate_proj), ops::linear(x, blk.up_proj)), blk.linear_fc2);
+  return ops::geglu(ops::linear(x, blk.gate_proj), ops::linear(x, blk.up_proj));
 }
 
-// ErnieImageSharedAdaLNBlock.
+// ErnieImageSharedAdaLNBlock: x + gate_msa · to_out(attention), then + gate_mlp · linear_fc2(mlp), each
+// projection and its gated residual in one op (linear_gated_residual: the GEMM's epilogue on CUDA).
 Tensor ErnieDit::layer(const Block& blk, const Tensor& x, const Rotary& rope, const Modulation& mod,
                        const std::vector<int64_t>& kv_len) const {
   Tensor h = ops::rms_norm_modulate(x, blk.adaLN_sa_ln, cfg_.eps, mod.shift_msa, mod.scale_msa);
-  Tensor y = ops::gated_residual(x, mod.gate_msa, self_attention(blk, h, rope, kv_len));
+  Tensor y = ops::linear_gated_residual(x, mod.gate_msa, self_attention(blk, h, rope, kv_len), blk.to_out);
   h = ops::rms_norm_modulate(y, blk.adaLN_mlp_ln, cfg_.eps, mod.shift_mlp, mod.scale_mlp);
-  return ops::gated_residual(y, mod.gate_mlp, mlp(blk, h));
+  return ops::linear_gated_residual(y, mod.gate_mlp, mlp(blk, h), blk.linear_fc2);
 }
 
 // ErnieImageAdaLNContinuous: LayerNorm without affine, then x·(1 + scale) + shift with
@@ -341,7 +344,10 @@ Tensor ErnieDit::forward(const Tensor& hidden_states, const std::vector<float>& 
     x = ops::concat({img, text}, 1);
   }
   const Rotary rotary_pos_emb = cached_pos_embed(text_lens, Hp, Wp, Tmax);
-  const Tensor c = time_embedding(time_proj(timestep));
+  // Every row at the same timestep (the sampler's batches: cfg's two rows, several images): one time
+  // embedding whose modulation vectors broadcast over the rows, which lets the GEMM epilogues take the gates.
+  const bool shared_t = std::all_of(timestep.begin(), timestep.end(), [&](float t) { return t == timestep[0]; });
+  const Tensor c = time_embedding(time_proj(shared_t ? std::vector<float>{timestep[0]} : timestep));
   const Modulation mod = adaLN_modulation(c);
   for (int l = 0; l < cfg_.num_layers; ++l) {
     const Block& blk = streamer_ ? slots_[size_t(streamer_->acquire(l))] : layers_[size_t(l)];

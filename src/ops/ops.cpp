@@ -71,6 +71,13 @@ Tensor linear(const Tensor& x, const Weight& w, const Tensor& bias) {
   if (!w.quantized()) ERNIE_OP(linear, x.device(), x, w.w, bias);
   ERNIE_OP(linear_q, x.device(), x, w.w, w.scale, bias);
 }
+Tensor linear_gated_residual(const Tensor& residual, const Tensor& gate, const Tensor& x, const Weight& w) {
+#ifdef ERNIE_HAVE_CUDA
+  if (x.device().is_cuda())
+    return on_cuda("linear_gated_residual", [&] { return cuda::linear_gated_residual(residual, gate, x, w.w, w.scale); });
+#endif
+  return gated_residual(residual, gate, linear(x, w));
+}
 Weight quantize(const Tensor& x, DType q) {
   ERNIE_CHECK(x.defined(), "quantize: input is undefined");
   ERNIE_OP(quantize, x.device(), x, q);

@@ -33,6 +33,12 @@ struct Weight {
 // elsewhere as a float GEMM on the same quantized values.
 Tensor linear(const Tensor& x, const Weight& w, const Tensor& bias = {});
 
+// residual[B, S, out] + gate · linear(x, w), gate [1, out] or [B, out] per row as gated_residual takes it: the
+// DiT's gated residual after a projection. On CUDA, with one gate for every row, the GEMM's epilogue adds
+// it (cuBLASLt: the gate as a per-output alpha vector, the residual as C with beta 1; y is rounded once);
+// elsewhere the composition gated_residual(residual, gate, linear(x, w)).
+Tensor linear_gated_residual(const Tensor& residual, const Tensor& gate, const Tensor& x, const Weight& w);
+
 // Row-wise symmetric quantization of a float [rows, cols] tensor (a weight, or activations) to `q` = I8 or
 // F8_E4M3, on its own device: scale[r] = max|x[r, :]| / qmax (qmax 127 or 448; 1 for an all-zero row),
 // q = x / scale rounded to nearest even (I8 clamped to ±127, F8 saturating, as f32_to_fp8_e4m3).

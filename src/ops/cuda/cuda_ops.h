@@ -8,6 +8,9 @@
 namespace ernie::cuda {
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias);
 Tensor linear_q(const Tensor& x, const Tensor& q, const Tensor& scale, const Tensor& bias);  // 8-bit weight
+// residual + gate · linear(x, w (8-bit when `scale` is defined)), as the GEMM's epilogue where it can.
+Tensor linear_gated_residual(const Tensor& residual, const Tensor& gate, const Tensor& x, const Tensor& w,
+                             const Tensor& scale);
 ops::Weight quantize(const Tensor& x, DType q);
 Tensor dequantize(const Tensor& q, const Tensor& scale);
 // Whether linear_q runs fp8 weights on the fp8 tensor cores (cuBLASLt, compute capability >= 8.9, and not
