@@ -1,8 +1,9 @@
 // The decode-step kernels against their CPU twins, in F32 and BF16: add_rms_norm, qkv_rope (into KV-cache
 // rows), swiglu_linear (the GEMV with the activation in its input, and the fallback), the GEMV's grid of a
-// few warps per column, and the one-kernel split-key decode attention (GQA groups, chunk counts around its
+// few warps per column, GEMVs launched as programmatic dependents (ERNIE_PDL=1), and the one-kernel split-key decode attention (GQA groups, chunk counts around its
 // 32-key chunks, 1..4 query rows).
 #include <cmath>
+#include <cstdlib>
 
 #include "gpu_util.h"
 #include "ops/cpu/cpu_ops.h"
@@ -95,6 +96,39 @@ TEST(CudaDecode, GemvManyColumnsPerWarp) {
           << "M " << M;
     }
   }
+}
+
+// ERNIE_PDL=1: GEMVs launched as programmatic dependents right after the kernels that feed them (add_rms_norm,
+// another GEMV, attention) still see their finished inputs; a chain like one MLP step, several times over.
+TEST(CudaDecode, ProgrammaticDependentLaunchChain) {
+  ERNIE_REQUIRE_GPU();
+  setenv("ERNIE_PDL", "1", 1);
+  const DType dt = DType::BF16;
+  const int64_t C = 512, I = 1024;
+  Tensor h = as_dtype(rnd({1, C}, 40, 1.f), dt), nw = as_dtype(rnd({C}, 41, 0.5f, 1.f), dt);
+  Tensor wgu = as_dtype(rnd({2 * I, C}, 42, 0.05f), dt), wd = as_dtype(rnd({C, I}, 43, 0.05f), dt);
+  Tensor gh = up(h, dt), gnw = up(nw, dt), gwgu = up(wgu, dt), gwd = up(wd, dt);
+  Tensor ref_h = h;
+  for (int step = 0; step < 4; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    Tensor delta = as_dtype(rnd({1, C}, 50 + step), dt);
+    ops::SumNorm g = ops::add_rms_norm(gh, up(delta, dt), gnw, 1e-5f);
+    Tensor out = ops::swiglu_linear(ops::linear(g.normed, gwgu), gwd);
+    gh = g.sum;
+    // The CPU twin from the GPU's own rounded intermediates, so only this step's error counts.
+    Tensor normed = down(g.normed), gate_up = as_dtype(cpu::linear(normed, wgu, {}), dt);
+    Tensor act = as_dtype(cpu::swiglu(cpu::slice(gate_up, 1, 0, I), cpu::slice(gate_up, 1, I, I)), dt);
+    EXPECT_TRUE(tensors_close(down(g.sum), as_dtype(cpu::add(ref_h, delta), dt), 5e-3, 0.9999));
+    EXPECT_TRUE(tensors_close(down(out), cpu::linear(act, wd, {}), 2e-2, 0.999));
+    ref_h = down(g.sum);
+  }
+  // attention (the split-key decode kernel) -> GEMV.
+  Tensor q = as_dtype(rnd({1, 1, 4, 64}, 60), dt), k = as_dtype(rnd({1, 300, 2, 64}, 61), dt);
+  Tensor v = as_dtype(rnd({1, 300, 2, 64}, 62), dt), wo = as_dtype(rnd({C, 256}, 63, 0.05f), dt);
+  Tensor attn = ops::attention(up(q, dt), up(k, dt), up(v, dt), 0.125f);
+  Tensor o = ops::linear(attn.reshape({1, 256}), up(wo, dt));
+  EXPECT_TRUE(tensors_close(down(o), cpu::linear(down(attn).reshape({1, 256}), wo, {}), 2e-2, 0.999));
+  unsetenv("ERNIE_PDL");
 }
 
 struct DecodeCase {

@@ -5,6 +5,7 @@
 
 #include "ops/cuda/common.h"
 #include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/pdl.cuh"
 #include "ops/shape_rules.h"
 
 namespace ernie::cuda {
@@ -23,6 +24,7 @@ template <class T, int P>
 __global__ void add_rms_norm_kernel(const Elems<T, P>* __restrict__ x, const Elems<T, P>* __restrict__ y, VecF w,
                                     Elems<T, P>* sum, Elems<T, P>* __restrict__ normed, int n, float eps) {
   __shared__ float part[kThreads / 32];
+  pdl_launch_dependents();  // a GEMV launched with PDL next may start its weight prefetch (it waits for us)
   const int64_t row = int64_t(blockIdx.x) * n;
   x += row, y += row, sum += row, normed += row;
   float ss = 0.f;

@@ -11,6 +11,7 @@
 #include "ops/cuda/attention_internal.h"
 #include "ops/cuda/attention_row.cuh"
 #include "ops/cuda/common.h"
+#include "ops/cuda/pdl.cuh"
 
 namespace ernie::cuda::attn {
 
@@ -30,6 +31,7 @@ __global__ void __launch_bounds__(32 * kWarps) decode_kernel(const Params p, flo
   __shared__ float sm[kWarps][kHeads], sl[kWarps][kHeads], sacc[kWarps][kHeads][32 * kMaxPerLane];
   __shared__ float wsplit[kHeads][kMaxSplits], inv_l[kHeads];
   __shared__ bool last;
+  pdl_launch_dependents();  // a GEMV launched with PDL next may start its weight prefetch (it waits for us)
   const int split = blockIdx.x, kh = blockIdx.y / chunks, chunk = blockIdx.y % chunks, z = blockIdx.z;
   const int b = z / p.Sq, row = z % p.Sq, G = p.Hq / p.Hkv, h0 = kh * G + chunk * kHeads;
   const int hb = min(kHeads, G - chunk * kHeads), lane = threadIdx.x, warp = threadIdx.y, D = p.D;

@@ -7,6 +7,8 @@
 // The grid is sized to what fits on the GPU at once, each warp taking every W-th column (W warps in all,
 // chosen so every warp gets the same number of columns give or take one): no second, mostly idle wave of
 // blocks (a 9216-column matrix took 1.09 waves of 8-warp blocks).
+// ERNIE_PDL=1 launches it as a programmatic dependent (pdl.cuh): it prefetches a prefix of its weight rows
+// into L2 while the kernel before it finishes.
 // swiglu_linear: the same kernel whose x rows are silu(gate)·up of a stacked gate|up row, staged (rounded to
 // the activation dtype, as swiglu stores it) in shared memory by each block first.
 #include <algorithm>
@@ -17,6 +19,7 @@
 #include "ops/cuda/common.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/gemm.h"
+#include "ops/cuda/pdl.cuh"
 #include "ops/shape_rules.h"
 
 namespace ernie::cuda {
@@ -26,12 +29,19 @@ namespace {
 constexpr int kWarps = 8;
 constexpr int kMaxRows = 4;
 constexpr size_t kMaxStagedBytes = 48 * 1024;  // the default dynamic shared memory limit
+constexpr int64_t kPrefetchBytes = 24 << 20;    // L2 prefetch budget per GEMV under PDL (H200: 50 MB of L2)
 
 // kSwiglu: x is [M, 2·kp] packs (gate then up), staged to shared memory as silu(gate)·up [M, kp].
+// prefetch: with PDL (pdl.cuh), bytes of each warp's first weight row asked into L2 before the previous kernel
+// has finished (0: none).
 template <class T, int M, bool kSwiglu>
 __global__ void gemv_kernel(const Pack<T>* __restrict__ x, const Pack<T>* __restrict__ w, VecF bias,
-                            T* __restrict__ y, int64_t n_out, int kp) {
+                            T* __restrict__ y, int64_t n_out, int kp, unsigned prefetch) {
   extern __shared__ __align__(16) unsigned char staged_bytes[];
+  pdl_launch_dependents();
+  if (prefetch && threadIdx.x == 0 && blockIdx.x * int64_t(kWarps) + threadIdx.y < n_out)
+    prefetch_l2(w + (blockIdx.x * int64_t(kWarps) + threadIdx.y) * kp, prefetch);
+  pdl_wait();  // x (and y's memory) belong to earlier kernels
   const Pack<T>* xin = x;
   if constexpr (kSwiglu) {
     Pack<T>* xs = reinterpret_cast<Pack<T>*>(staged_bytes);
@@ -110,12 +120,17 @@ void launch(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, int64_
   const int kp = int(K / kPack<T>);
   const size_t smem = kSwiglu ? size_t(M * K) * sizeof(T) : 0;
   const dim3 block(32, kWarps);
+  const bool pdl = pdl_enabled();
   auto args = [&](auto kernel) {
     // As many warps as fit at once, then as few as give every warp the same number of columns (±1).
     const int64_t fit = int64_t(resident_blocks(reinterpret_cast<const void*>(kernel), smem, device)) * kWarps;
     const int64_t per_warp = (N + fit - 1) / fit, warps = (N + per_warp - 1) / per_warp;
     const unsigned grid = unsigned((warps + kWarps - 1) / kWarps);
-    kernel<<<grid, block, smem, st>>>(x.data<Pack<T>>(), w.data<Pack<T>>(), vec(b), y.data<T>(), N, kp);
+    // PDL: the first rows' prefix, within kPrefetchBytes in all (a part of L2).
+    const int64_t row_bytes = K * int64_t(sizeof(T));
+    const unsigned prefetch = pdl ? unsigned(std::min(row_bytes, kPrefetchBytes / warps) / 16 * 16) : 0u;
+    launch_kernel(pdl, kernel, dim3(grid), block, smem, st, x.data<Pack<T>>(), w.data<Pack<T>>(), vec(b), y.data<T>(),
+                  N, kp, prefetch);
   };
   switch (M) {
     case 1: args(gemv_kernel<T, 1, kSwiglu>); break;
