@@ -71,6 +71,12 @@ Tensor linear(const Tensor& x, const Weight& w, const Tensor& bias) {
   if (!w.quantized()) ERNIE_OP(linear, x.device(), x, w.w, bias);
   ERNIE_OP(linear_q, x.device(), x, w.w, w.scale, bias);
 }
+Tensor linear(const Weight& x, const Weight& w, DType out, const Tensor& bias) {
+  ERNIE_CHECK(x.quantized(), "linear: x is a float tensor here; a pre-quantized activation needs its row scales ",
+              "(use quantize(x, F8_E4M3), or linear(x, w) for a float x)");
+  ERNIE_CHECK(w.quantized(), "linear: a pre-quantized activation needs an fp8 weight, got a float one");
+  ERNIE_OP(linear_fp8, x.w.device(), x.w, x.scale, w.w, w.scale, bias, out);
+}
 Weight quantize(const Tensor& x, DType q) {
   ERNIE_CHECK(x.defined(), "quantize: input is undefined");
   ERNIE_OP(quantize, x.device(), x, q);
@@ -122,6 +128,16 @@ Tensor rms_norm_modulate(const Tensor& x, const Tensor& weight, float eps, const
     return on_cuda("rms_norm_modulate", [&] { return cuda::rms_norm_modulate(x, weight, eps, shift, scale); });
 #endif
   return modulate(rms_norm(x, weight, eps), shift, scale);
+}
+
+Weight rms_norm_modulate_fp8(const Tensor& x, const Tensor& weight, float eps, const Tensor& shift,
+                             const Tensor& scale) {
+  ERNIE_CHECK(x.defined(), "rms_norm_modulate_fp8: x is undefined");
+  ERNIE_OP(rms_norm_modulate_fp8, x.device(), x, weight, eps, shift, scale);
+}
+Weight geglu_fp8(const Tensor& gate, const Tensor& up) {
+  ERNIE_CHECK(gate.defined(), "geglu_fp8: gate is undefined");
+  ERNIE_OP(geglu_fp8, gate.device(), gate, up);
 }
 
 Qkv qkv_norm_rope(const Tensor& qkv, int64_t heads, const Tensor& norm_q, const Tensor& norm_k, float eps,
