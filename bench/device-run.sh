@@ -5,7 +5,7 @@
 # folder converted to fp8 and bf16 files, and their load speed from the page cache; bench/convert-stage.sh),
 # profile (per-kernel GPU time from ncu; bench/profile-stage.sh).
 # Logs go to $OUT (at most 8 files come back): build.log, tests.log, doctor.txt, perf.log, bench.log,
-# quant.log, convert.log, profile.log. NO_BUILD=1 skips the build (an existing build/ is used, e.g. to try a stage on the CPU).
+# quant.log, convert.log, profile.log, power.csv. NO_BUILD=1 skips the build (an existing build/ is used, e.g. to try a stage on the CPU).
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/ernie-out}
@@ -41,12 +41,18 @@ for stage in "$@"; do
         --gtest_filter='CudaFullSize.DISABLED_DitQuantized1024' > "$OUT/quant.log" 2>&1
       echo "quant exit $?"; grep -E "full-size|block|FAILED|PASSED" "$OUT/quant.log" ;;
     bench)  # BENCH_SETS: ';'-separated argument sets (default: the bf16 Turbo and 50-step workloads)
+      # The GPU's power draw, SM clock and throttle reasons every 200 ms while each set runs (power.csv).
       IFS=';' read -ra sets <<< "${BENCH_SETS:---steps 8 --cfg 1 --repeat 2;--steps 50 --cfg 4 --repeat 1}"
       for args in "${sets[@]}"; do
         echo "## ernie-image bench --random $args --json" >> "$OUT/bench.log"
+        echo "## $args" >> "$OUT/power.csv"
+        nvidia-smi --query-gpu=timestamp,power.draw,power.limit,clocks.sm,temperature.gpu,clocks_event_reasons.active \
+          --format=csv,noheader -lms 200 >> "$OUT/power.csv" 2>&1 & SMI=$!
         $B bench --random $args --json >> "$OUT/bench.log" 2>&1
+        kill $SMI 2> /dev/null; wait $SMI 2> /dev/null
       done
-      grep -E "##|_s\"|peak|tflops|fraction|error|exit|gib" "$OUT/bench.log" ;;
+      grep -E "##|_s\"|peak|tflops|fraction|error|exit|gib" "$OUT/bench.log"
+      python3 bench/power_summary.py "$OUT/power.csv" ;;
     profile)  # per-kernel GPU time (ncu) of a bf16 and an fp8 DiT step and of prompt-enhancer decoding
       bench/profile-stage.sh "$B" /tmp/ernie-profile > "$OUT/profile.log" 2>&1
       echo "profile exit $?"; cat "$OUT/profile.log" | head -150 ;;

@@ -3,14 +3,16 @@ import csv
 import sys
 from collections import defaultdict
 
-rows = [r for r in csv.reader(open(sys.argv[1])) if r]
-head = next(i for i, r in enumerate(rows) if "Kernel Name" in r and "gpu__time_duration.sum" in r)
+lines = open(sys.argv[1]).read().splitlines()
+start = next(i for i, line in enumerate(lines) if line.startswith('"ID",'))  # the program's own output comes first
+rows = [r for r in csv.reader(lines[start:]) if r]
+head = 0
 cols = rows[head]
 name_i, t_i = cols.index("Kernel Name"), cols.index("gpu__time_duration.sum")
 total, count = defaultdict(float), defaultdict(int)
 for r in rows[head + 1:]:
     try:
-        ns = float(r[t_i])
+        ns = float(r[t_i].replace(",", ""))  # ncu groups thousands
     except (ValueError, IndexError):
         continue  # the units row
     name = r[name_i].split("(")[0].replace("void ", "")[:90]

@@ -103,6 +103,22 @@ TEST(FusedFp8, LinearOnAQuantizedInputEqualsTheFp8Linear) {
     }
 }
 
+// The DiT's linear_fc2 + gated residual on geglu_fp8's codes equals it on the float input.
+TEST(FusedFp8, LinearGatedResidualOnAQuantizedInput) {
+  const int64_t B = 2, S = 20, K = 64, N = 48;
+  const Tensor x = rnd({B, S, K}, 10), res = rnd({B, S, N}, 11);
+  const ops::Weight w = ops::quantize(rnd({N, K}, 12, 0.05f), DType::F8_E4M3);
+  const ops::Weight xq = ops::quantize(x.reshape({B * S, K}), DType::F8_E4M3);
+  for (int64_t gb : {1, 2}) {
+    const Tensor gate = rnd({gb, N}, 13);
+    EXPECT_TRUE(tensors_close(ops::linear_gated_residual(res, gate, xq, w),
+                              ops::linear_gated_residual(res, gate, x, w), 0));
+  }
+  expect_error([&] { ops::linear_gated_residual(res, rnd({1, N}, 13), xq, ops::Weight(rnd({N, K}, 12))); },
+               "fp8 weight");
+  expect_error([&] { ops::linear_gated_residual(rnd({B, S + 1, N}, 11), rnd({1, N}, 13), xq, w); }, "for residual");
+}
+
 TEST(FusedFp8, EmptyShapes) {
   const ops::Weight w = ops::quantize(rnd({8, 16}, 1), DType::F8_E4M3);
   const ops::Weight none = ops::quantize(Tensor::empty({0, 16}, DType::F32), DType::F8_E4M3);

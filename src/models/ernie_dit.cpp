@@ -1,6 +1,7 @@
 // ErnieImageTransformer2DModel forward (diffusers transformer_ernie_image.py), against the op set.
 #include "models/ernie_dit.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -269,7 +270,8 @@ Tensor ErnieDit::linear(const LinearInput& in, const ops::Weight& w) const {
 }
 
 // ErnieImageAttention with ErnieImageSingleStreamAttnProcessor: per-head RMSNorm on q and k, rotate-half
-// RoPE, joint attention over image + valid text keys, to_out.0.
+// RoPE, joint attention over image + valid text keys; to_out.0 is applied by layer() together with the
+// gated residual.
 Tensor ErnieDit::self_attention(const Block& blk, const LinearInput& x, const Rotary& rope,
                                 const std::vector<int64_t>& kv_len) const {
   const int64_t B = x.B, S = x.S, heads = cfg_.num_attention_heads, D = cfg_.head_dim();
@@ -289,26 +291,29 @@ Tensor ErnieDit::self_attention(const Block& blk, const LinearInput& x, const Ro
   }
   ops::AttentionMask mask;
   mask.kv_len = kv_len;
-  Tensor out = ops::attention(query, key, value, 1.0f / std::sqrt(float(D)), mask);
-  return ops::linear(out.reshape({B, S, heads * D}), blk.to_out);
+  return ops::attention(query, key, value, 1.0f / std::sqrt(float(D)), mask).reshape({B, S, heads * D});
 }
 
-// ErnieImageFeedForward: linear_fc2(up_proj(x) * gelu(gate_proj(x))).
-Tensor ErnieDit::mlp(const Block& blk, const LinearInput& x) const {
+// ErnieImageFeedForward: linear_fc2(up_proj(x) * gelu(gate_proj(x))); linear_fc2 is applied by layer()
+// together with the gated residual, so this returns its input (fp8 codes when linear_fc2 is fp8).
+ErnieDit::LinearInput ErnieDit::mlp(const Block& blk, const LinearInput& x) const {
   Tensor gate = linear(x, blk.gate_proj), up = linear(x, blk.up_proj);
-  if (is_fp8(blk.linear_fc2)) return linear({Tensor(), ops::geglu_fp8(gate, up), x.B, x.S}, blk.linear_fc2);
-  return ops::linear(ops::geglu(gate, up), blk.linear_fc2);
+  if (is_fp8(blk.linear_fc2)) return {Tensor(), ops::geglu_fp8(gate, up), x.B, x.S};
+  return {ops::geglu(gate, up), ops::Weight(), x.B, x.S};
 }
 
-// ErnieImageSharedAdaLNBlock.
+// ErnieImageSharedAdaLNBlock: x + gate_msa · to_out(attention), then + gate_mlp · linear_fc2(mlp), each
+// projection and its gated residual in one op (linear_gated_residual: the GEMM's epilogue on CUDA).
 Tensor ErnieDit::layer(const Block& blk, const Tensor& x, const Rotary& rope, const Modulation& mod,
                        const std::vector<int64_t>& kv_len) const {
   const bool fp8_qkv = blk.to_qkv.defined() ? is_fp8(blk.to_qkv)
                                             : is_fp8(blk.to_q) && is_fp8(blk.to_k) && is_fp8(blk.to_v);
   LinearInput h = norm_modulate(x, blk.adaLN_sa_ln, mod.shift_msa, mod.scale_msa, fp8_qkv);
-  Tensor y = ops::gated_residual(x, mod.gate_msa, self_attention(blk, h, rope, kv_len));
+  Tensor y = ops::linear_gated_residual(x, mod.gate_msa, self_attention(blk, h, rope, kv_len), blk.to_out);
   h = norm_modulate(y, blk.adaLN_mlp_ln, mod.shift_mlp, mod.scale_mlp, is_fp8(blk.gate_proj) && is_fp8(blk.up_proj));
-  return ops::gated_residual(y, mod.gate_mlp, mlp(blk, h));
+  const LinearInput m = mlp(blk, h);
+  return m.x8.defined() ? ops::linear_gated_residual(y, mod.gate_mlp, m.x8, blk.linear_fc2)
+                        : ops::linear_gated_residual(y, mod.gate_mlp, m.x, blk.linear_fc2);
 }
 
 // ErnieImageAdaLNContinuous: LayerNorm without affine, then x·(1 + scale) + shift with
@@ -359,7 +364,10 @@ Tensor ErnieDit::forward(const Tensor& hidden_states, const std::vector<float>& 
     x = ops::concat({img, text}, 1);
   }
   const Rotary rotary_pos_emb = cached_pos_embed(text_lens, Hp, Wp, Tmax);
-  const Tensor c = time_embedding(time_proj(timestep));
+  // Every row at the same timestep (the sampler's batches: cfg's two rows, several images): one time
+  // embedding whose modulation vectors broadcast over the rows, which lets the GEMM epilogues take the gates.
+  const bool shared_t = std::all_of(timestep.begin(), timestep.end(), [&](float t) { return t == timestep[0]; });
+  const Tensor c = time_embedding(time_proj(shared_t ? std::vector<float>{timestep[0]} : timestep));
   const Modulation mod = adaLN_modulation(c);
   for (int l = 0; l < cfg_.num_layers; ++l) {
     const Block& blk = streamer_ ? slots_[size_t(streamer_->acquire(l))] : layers_[size_t(l)];

@@ -108,7 +108,7 @@ class ErnieDit {
   Tensor linear(const LinearInput& in, const ops::Weight& w) const;
   Tensor self_attention(const Block& blk, const LinearInput& x, const Rotary& rope,
                         const std::vector<int64_t>& kv_len) const;
-  Tensor mlp(const Block& blk, const LinearInput& x) const;
+  LinearInput mlp(const Block& blk, const LinearInput& x) const;  // linear_fc2's input
   Tensor layer(const Block& blk, const Tensor& x, const Rotary& rope, const Modulation& mod,
                const std::vector<int64_t>& kv_len) const;
   Tensor final_norm(const Tensor& x, const Tensor& c) const;

@@ -77,6 +77,27 @@ Tensor linear(const Weight& x, const Weight& w, DType out, const Tensor& bias) {
   ERNIE_CHECK(w.quantized(), "linear: a pre-quantized activation needs an fp8 weight, got a float one");
   ERNIE_OP(linear_fp8, x.w.device(), x.w, x.scale, w.w, w.scale, bias, out);
 }
+Tensor linear_gated_residual(const Tensor& residual, const Tensor& gate, const Tensor& x, const Weight& w) {
+#ifdef ERNIE_HAVE_CUDA
+  if (x.device().is_cuda())
+    return on_cuda("linear_gated_residual", [&] { return cuda::linear_gated_residual(residual, gate, x, w.w, w.scale); });
+#endif
+  return gated_residual(residual, gate, linear(x, w));
+}
+Tensor linear_gated_residual(const Tensor& residual, const Tensor& gate, const Weight& x, const Weight& w) {
+  ERNIE_CHECK(x.quantized() && w.quantized(), "linear_gated_residual: a pre-quantized x needs its row scales and ",
+              "an fp8 weight");
+  ERNIE_CHECK(residual.defined(), "linear_gated_residual: residual is undefined");
+#ifdef ERNIE_HAVE_CUDA
+  if (x.w.device().is_cuda())
+    return on_cuda("linear_gated_residual",
+                   [&] { return cuda::linear_fp8_gated_residual(residual, gate, x.w, x.scale, w.w, w.scale); });
+#endif
+  const Tensor y = linear(x, w, residual.dtype());
+  ERNIE_CHECK(y.numel() == residual.numel(), "linear_gated_residual: linear gives ", shape_str(y.shape()),
+              " for residual ", shape_str(residual.shape()));
+  return gated_residual(residual, gate, y.reshape(residual.shape()));
+}
 Weight quantize(const Tensor& x, DType q) {
   ERNIE_CHECK(x.defined(), "quantize: input is undefined");
   ERNIE_OP(quantize, x.device(), x, q);

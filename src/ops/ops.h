@@ -40,6 +40,15 @@ Tensor linear(const Tensor& x, const Weight& w, const Tensor& bias = {});
 // way feeds several GEMMs that read the same activation.
 Tensor linear(const Weight& x, const Weight& w, DType out, const Tensor& bias = {});
 
+// residual[B, S, out] + gate · linear(x, w), gate [1, out] or [B, out] per row as gated_residual takes it: the
+// DiT's gated residual after a projection. On CUDA, with one gate for every row, the GEMM's epilogue adds
+// it (cuBLASLt: the gate as a per-output alpha vector, the residual as C with beta 1; y is rounded once);
+// elsewhere the composition gated_residual(residual, gate, linear(x, w)).
+Tensor linear_gated_residual(const Tensor& residual, const Tensor& gate, const Tensor& x, const Weight& w);
+// The same on a pre-quantized activation (x as ops::linear(Weight, Weight, ...) takes it, [rows, in] with
+// rows · out = residual.numel()), the result in the residual's dtype: the DiT's linear_fc2 on geglu_fp8's codes.
+Tensor linear_gated_residual(const Tensor& residual, const Tensor& gate, const Weight& x, const Weight& w);
+
 // Row-wise symmetric quantization of a float [rows, cols] tensor (a weight, or activations) to `q` = I8 or
 // F8_E4M3, on its own device: scale[r] = max|x[r, :]| / qmax (qmax 127 or 448; 1 for an all-zero row),
 // q = x / scale rounded to nearest even (I8 clamped to ±127, F8 saturating, as f32_to_fp8_e4m3).

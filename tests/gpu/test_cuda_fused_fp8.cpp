@@ -104,6 +104,28 @@ TEST(CudaFusedFp8, LinearOnAQuantizedInput) {
   }
 }
 
+// linear_fc2 + gated residual on pre-quantized codes: the cuBLASLt epilogue (one gate for every row) and the
+// composition (a gate per batch row), each equal to the op on the float input, and the CPU twin.
+TEST(CudaFusedFp8, LinearGatedResidualOnAQuantizedInput) {
+  ERNIE_REQUIRE_GPU();
+  FOR_ACT_DTYPES for (int64_t gb : {int64_t(1), int64_t(2)}) {
+    SCOPED_TRACE(std::string(dtype_name(dt)) + " gate rows " + std::to_string(gb));
+    const int64_t B = 2, S = 40, K = 96, N = 48;
+    const Tensor x = as_dtype(rnd({B, S, K}, 10), dt), res = as_dtype(rnd({B, S, N}, 11), dt);
+    const Tensor gate = as_dtype(rnd({gb, N}, 13), dt);
+    const ops::Weight w = cpu::quantize(rnd({N, K}, 12, 0.05f), DType::F8_E4M3);
+    const ops::Weight gw(w.w.to(kGPU), w.scale.to(kGPU));
+    const ops::Weight xq = ops::quantize(up(x, dt).reshape({B * S, K}), DType::F8_E4M3);
+    const Tensor got = ops::linear_gated_residual(up(res, dt), up(gate, dt), xq, gw);
+    EXPECT_EQ(got.dtype(), dt);
+    EXPECT_TRUE(tensors_close(down(got), down(ops::linear_gated_residual(up(res, dt), up(gate, dt), up(x, dt), gw)), 0));
+    const ops::Weight cxq = cpu::quantize(x.reshape({B * S, K}), DType::F8_E4M3);
+    const Tensor ref = cpu::gated_residual(
+        res, gate, cpu::linear_fp8(cxq.w, cxq.scale, w.w, w.scale, {}, DType::F32).reshape({B, S, N}));
+    EXPECT_TRUE(tensors_close(down(got), ref, tol(dt, 1e-5), min_cos(dt)));
+  }
+}
+
 // Nothing to multiply: no rows gives [0, N]; K = 0 gives the bias in every row (no N×K zero weight).
 TEST(CudaFusedFp8, LinearEmptyShapes) {
   ERNIE_REQUIRE_GPU();

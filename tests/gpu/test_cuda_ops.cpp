@@ -255,7 +255,8 @@ TEST(CudaOps, Conv2dCudnnAndIm2col) {
                                    {{1, 6, 16, 16}, {8, 6, 3, 3}, 2, 0},
                                    {{2, 16, 9, 9}, {4, 16, 1, 1}, 1, 0},
                                    {{1, 16, 20, 24}, {3, 16, 3, 3}, 1, 1},   // fewer than 8 outputs: padded filters
-                                   {{1, 8, 18, 18}, {16, 8, 3, 3}, 1, 1}};  // output-channel groups (below)
+                                   {{1, 8, 18, 18}, {16, 8, 3, 3}, 1, 1},   // output-channel groups (below)
+                                   {{2, 8, 16, 16}, {12, 8, 3, 3}, 1, 1}};  // planes of 256: the packed bias add
   // "groups": a batch of one in output-channel groups, as large VAE convolutions run.
   for (const char* mode : {"", "im2col", "groups"}) {
     SCOPED_TRACE(std::string("mode ") + mode);
@@ -287,6 +288,8 @@ TEST(CudaOps, Layout) {
     EXPECT_TRUE(tensors_close(down(ops::slice(gx, 0, 1, 1)), cpu::slice(x, 0, 1, 1), 0));
     EXPECT_TRUE(tensors_close(down(ops::pad2d(gx, 1, 2, 0, 3)), cpu::pad2d(x, 1, 2, 0, 3), 0));
     EXPECT_TRUE(tensors_close(down(ops::upsample_nearest2x(gx)), cpu::upsample_nearest2x(x), 0));
+    Tensor z = as_dtype(rnd({2, 3, 4, 8}, 44), dt);  // rows of 8: the 16-byte packed kernel
+    EXPECT_TRUE(tensors_close(down(ops::upsample_nearest2x(up(z, dt))), cpu::upsample_nearest2x(z), 0));
     // Casts round to the target type exactly as the host does.
     Tensor f = rnd({1000}, 42, 100.f);
     EXPECT_TRUE(tensors_close(down(ops::cast(f.to(kGPU), DType::BF16)), f.cast(DType::BF16).to_f32(), 0));

@@ -1,10 +1,14 @@
 // Flash attention for Hopper (sm_90a): bf16, head_dim 128, no causal mask (the DiT's joint attention).
-// A block of two warpgroups owns 128 query rows of one (batch, head); each warpgroup 64 rows. The tensor
-// memory accelerator (TMA) brings Q and the 128-row key/value tiles into shared memory in the 128-byte
-// swizzle wgmma reads (two stages, completion on mbarriers; rows past the tensor are zero-filled).
-// S_j = Q·K_jᵀ is one m64n128 wgmma chain from shared memory; while the online softmax (log2 domain) runs
-// on its accumulators, the previous tile's O += P_j-1·V_j-1 runs on the tensor cores (P in registers as
-// the A operand, V read MN-major). Masks: per-batch kv_len.
+// A block owns 128 query rows of one (batch, head): a producer warpgroup (one thread of it) brings Q and the 128-key K/V tiles into
+// shared memory with the tensor memory accelerator (TMA), in the 128-byte swizzle wgmma reads (kStages
+// stages, "full" and "empty" mbarriers per stage; rows past the tensor are zero-filled), and two consumer
+// warpgroups of 64 rows each compute. Per tile j a consumer issues S_j = Q·K_jᵀ (one m64n128 wgmma chain
+// from shared memory) and the previous tile's O += P_j-1·V_j-1 (P in registers as the A operand, V read
+// MN-major), then runs the online softmax (log2 domain) on S_j while the tensor cores work. The two
+// warpgroups take turns issuing (named barriers: "ping-pong"), so one's softmax overlaps the other's MMAs.
+// Measured on the H200 (S 4296, 32 heads): 545 TFLOP/s at batch 1, 582 at batch 2; without the ping-pong
+// 450 / 479, with three stages instead of two no faster.
+// Masks: per-batch kv_len.
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cudaTypedefs.h>
@@ -20,13 +24,14 @@ namespace ernie::cuda::attn {
 namespace {
 
 using bf16 = __nv_bfloat16;
-constexpr int kD = 128, kBr = 128, kBc = 128, kThreads = 256;
+constexpr int kD = 128, kBr = 128, kBc = 128;
+constexpr int kConsumers = 256, kThreads = kConsumers + 128;  // two consumer warpgroups, one producer
 constexpr int kTileBytes = kBc * kD * 2;                     // one 128x128 bf16 tile: two 64-column halves
-constexpr int kSmem = kBr * kD * 2 + 4 * kTileBytes + 1024;  // Q, 2 x K, 2 x V, alignment slack
+constexpr int kHalfBytes = kTileBytes / 2;                   // [128 rows][128 bytes]: one TMA box
+constexpr int kStages = 2;
+constexpr int kSmem = kTileBytes + 2 * kStages * kTileBytes + 1024;  // Q, K and V stages, alignment slack
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-
-constexpr int kHalfBytes = kTileBytes / 2;  // [128 rows][128 bytes]: one TMA box
 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
@@ -40,39 +45,59 @@ __global__ void __launch_bounds__(kThreads, 1)
                        const __grid_constant__ CUtensorMap tv, const Params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ unsigned char smem_raw[];
-  __shared__ uint64_t bar[2];  // group g (below) completes on bar[g % 2]
+  // full: the stage's TMA bytes arrived (1 arrival + bytes); empty: every consumer thread is done with it.
+  __shared__ uint64_t q_full, k_full[kStages], v_full[kStages], k_empty[kStages], v_empty[kStages];
   unsigned char* sQ = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  unsigned char* sK = sQ + kTileBytes;      // two stages
-  unsigned char* sV = sK + 2 * kTileBytes;  // two stages
+  unsigned char* sK = sQ + kTileBytes;
+  unsigned char* sV = sK + kStages * kTileBytes;
 
   const int b = blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * kBr;
   const int kh = h / (p.Hq / p.Hkv);
-  const int wg = threadIdx.x / 128, lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
+  const int kv_len = p.kv_len[b];
+  const int n_tiles = (kv_len + kBc - 1) / kBc;
+  if (threadIdx.x == 0) {
+    wgmma::mbar_init(&q_full, 1);
+    for (int s = 0; s < kStages; ++s) {
+      wgmma::mbar_init(&k_full[s], 1);
+      wgmma::mbar_init(&v_full[s], 1);
+      wgmma::mbar_init(&k_empty[s], kConsumers);
+      wgmma::mbar_init(&v_empty[s], kConsumers);
+    }
+  }
+  __syncthreads();
+
+  // Warpgroup index, made visibly warp-uniform for the compiler (wgmma must not sit in divergent code).
+  const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);
+  if (wg == 2) {  // the producer: registers handed to the consumers, one thread issues every load
+    wgmma::regs_dealloc<24>();
+    if (threadIdx.x == kConsumers && n_tiles > 0) {
+      wgmma::mbar_expect_tx(&q_full, 2 * kHalfBytes);
+      for (int half = 0; half < 2; ++half) wgmma::tma_load_4d(sQ + half * kHalfBytes, &tq, &q_full, half * 64, q0, h, b);
+      for (int j = 0; j < n_tiles; ++j) {
+        const int s = j % kStages;
+        const uint32_t round = uint32_t(j / kStages);
+        if (j >= kStages) wgmma::mbar_wait(&k_empty[s], (round - 1) & 1);
+        wgmma::mbar_expect_tx(&k_full[s], 2 * kHalfBytes);
+        for (int half = 0; half < 2; ++half)
+          wgmma::tma_load_4d(sK + s * kTileBytes + half * kHalfBytes, &tk, &k_full[s], half * 64, j * kBc, kh, b);
+        if (j >= kStages) wgmma::mbar_wait(&v_empty[s], (round - 1) & 1);
+        wgmma::mbar_expect_tx(&v_full[s], 2 * kHalfBytes);
+        for (int half = 0; half < 2; ++half)
+          wgmma::tma_load_4d(sV + s * kTileBytes + half * kHalfBytes, &tv, &v_full[s], half * 64, j * kBc, kh, b);
+      }
+    }
+    return;
+  }
+  wgmma::regs_alloc<240>();
+
+  const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
   const int g = lane / 4, t = lane % 4;
   const int64_t qs = int64_t(p.Hq) * kD;
   bf16* O = static_cast<bf16*>(p.o) + int64_t(b) * p.Sq * qs + int64_t(h) * kD;
-  const int kv_len = p.kv_len[b];
-  const int n_tiles = (kv_len + kBc - 1) / kBc;
-
-  // Load groups: group 0 = {Q, K_0}; group g >= 1 = {K_g (if any), V_g-1}, issued by thread 0 at the
-  // start of iteration g-1 into the stages iteration g-2 finished with. Iteration j waits for group j.
-  auto issue = [&](int grp) {
-    uint64_t* br = &bar[grp & 1];
-    const bool k_next = grp < n_tiles;
-    wgmma::mbar_expect_tx(br, uint32_t((grp == 0 ? 2 : 0) + (k_next ? 2 : 0) + (grp > 0 ? 2 : 0)) * kHalfBytes);
-    for (int half = 0; half < 2; ++half) {
-      if (grp == 0) wgmma::tma_load_4d(sQ + half * kHalfBytes, &tq, br, half * 64, q0, h, b);
-      if (k_next) wgmma::tma_load_4d(sK + (grp & 1) * kTileBytes + half * kHalfBytes, &tk, br, half * 64, grp * kBc, kh, b);
-      if (grp > 0)
-        wgmma::tma_load_4d(sV + ((grp - 1) & 1) * kTileBytes + half * kHalfBytes, &tv, br, half * 64, (grp - 1) * kBc, kh, b);
-    }
-  };
-  if (threadIdx.x == 0) {
-    wgmma::mbar_init(&bar[0], 1);
-    wgmma::mbar_init(&bar[1], 1);
-    if (n_tiles > 0) issue(0);
-  }
-  __syncthreads();
+  // Ping-pong: warpgroup w issues its MMAs after waiting on named barrier 1 + w, then lets the other one
+  // go (arrives on 2 - w). Warpgroup 1 lets warpgroup 0 start, and skips its last hand-over so that every
+  // arrival is matched.
+  if (wg == 1 && n_tiles > 0) wgmma::named_arrive(1, kConsumers);
 
   // Accumulator layout of m64nN (per warp 16 rows): d[4n + 2i + j] is row g + 8i, column 8n + 2t + j.
   float o[64], s[64];
@@ -81,15 +106,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int i = 0; i < 64; ++i) o[i] = 0.f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   const float sl2 = p.scale * 1.4426950408889634f;
+  if (n_tiles > 0) wgmma::mbar_wait(&q_full, 0);
 
   for (int j = 0; j < n_tiles; ++j) {
-    wgmma::mbar_wait(&bar[j & 1], (j >> 1) & 1);
-    __syncthreads();  // every warp is done with K_j-1 and V_j-2, whose stages group j+1 refills
-    if (threadIdx.x == 0) issue(j + 1);
+    const int st = j % kStages, pst = (j + kStages - 1) % kStages;
+    wgmma::mbar_wait(&k_full[st], uint32_t(j / kStages) & 1);
+    wgmma::named_sync(1 + wg, kConsumers);
 
     // S_j = Q K_jᵀ over head_dim in 8 steps of 16 (4 per 64-column half of the swizzled tiles), then
     // O += P_j-1 V_j-1 (keys in steps of 16; V's 16-key slabs are 2 KB apart in each half), both async.
-    const unsigned char* kt = sK + (j & 1) * kTileBytes;
+    const unsigned char* kt = sK + st * kTileBytes;
     wgmma::fence_regs(o);
     wgmma::fence();
 #pragma unroll
@@ -101,14 +127,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     wgmma::commit();
     if (j > 0) {
-      const unsigned char* vt = sV + ((j - 1) & 1) * kTileBytes;
+      wgmma::mbar_wait(&v_full[pst], uint32_t((j - 1) / kStages) & 1);
+      const unsigned char* vt = sV + pst * kTileBytes;
 #pragma unroll
       for (int kk = 0; kk < kBc / 16; ++kk)
         wgmma::mma_rs_m64n128k16_tb(o, pa[kk], wgmma::desc_sw128(vt + kk * 16 * 128, 128 * 128, 1024));
     }
     wgmma::commit();
-    wgmma::wait<1>();  // S_j is ready; P_j-1 V_j-1 may still run
+    if (!(wg == 1 && j == n_tiles - 1)) wgmma::named_arrive(2 - wg, kConsumers);
+    wgmma::wait<1>();  // S_j is ready (K_j is free again); P_j-1 V_j-1 may still run
     wgmma::fence_regs(s);
+    wgmma::mbar_arrive(&k_empty[st]);
 
     // Mask, then online softmax in the log2 domain (each row's 128 keys live in the 4 threads of a quad):
     // m is the running maximum of scale·log2(e)·s, p = 2^(scale·log2(e)·s - m).
@@ -144,8 +173,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       m[r] = m_new;
     }
 
-    wgmma::wait<0>();  // O now holds P_j-1 V_j-1: rescale it to the new maxima, and hand P_j on
+    wgmma::wait<0>();  // O now holds P_j-1 V_j-1 (V_j-1 is free again): rescale it to the new maxima, hand P_j on
     wgmma::fence_regs(o);
+    if (j > 0) wgmma::mbar_arrive(&v_empty[pst]);
 #pragma unroll
     for (int n = 0; n < kD / 8; ++n)
 #pragma unroll
@@ -159,8 +189,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int i = 0; i < 4; ++i) pa[kk][i] = pack_bf16(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
   }
   if (n_tiles > 0) {  // O += P_last V_last
-    wgmma::mbar_wait(&bar[n_tiles & 1], (n_tiles >> 1) & 1);
-    const unsigned char* vt = sV + ((n_tiles - 1) & 1) * kTileBytes;
+    const int lst = (n_tiles - 1) % kStages;
+    wgmma::mbar_wait(&v_full[lst], uint32_t((n_tiles - 1) / kStages) & 1);
+    const unsigned char* vt = sV + lst * kTileBytes;
     wgmma::fence_regs(o);
     wgmma::fence();
 #pragma unroll
@@ -194,10 +225,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 bool wgmma_supported(int D, bool causal, float scale, int device) {
   if (D != kD || causal || !(scale > 0.f)) return false;
-  int major = 0, minor = 0;
-  ERNIE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  ERNIE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  return major == 9 && minor == 0;  // sm_90a machine code runs on compute capability 9.0 only
+  return compute_capability(device) == 90;  // sm_90a machine code runs on compute capability 9.0 only
 }
 
 namespace {

@@ -27,6 +27,9 @@ namespace ernie::cuda {
 // The GPU model and library versions the tuning cache of `device` is kept under (io/tuning_cache.h).
 std::string tuning_identity(int device);
 
+// major * 10 + minor of `device` (read once).
+int compute_capability(int device);
+
 // Makes `device` current and returns its one stream (all work of the backend runs on it, in order).
 cudaStream_t stream(int device);
 

@@ -1,6 +1,8 @@
 // Kernels of conv2d's portable path (no cuDNN, or ERNIE_CONV=im2col): im2col into pixel-major rows
 // [npix, I*kh*kw] for a GEMM against w[O, I*kh*kw], the transpose of its [npix, O] result into NCHW,
 // and a per-channel bias add for the cuDNN path.
+#include <algorithm>
+
 #include "ops/cuda/common.h"
 #include "ops/cuda/conv_kernels.h"
 
@@ -32,11 +34,24 @@ __global__ void scatter_nchw_kernel(const T* __restrict__ src, T* __restrict__ d
   }
 }
 
+// y[n, o, :, :] += bias[o]: one (n, o) plane per block row, 16-byte packs along it when the plane's size allows.
 template <class T>
-__global__ void bias_nchw_kernel(T* __restrict__ y, VecF bias, int64_t n, int O, int64_t hw) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int o = int((i / hw) % O);
-    y[i] = from_f<T>(to_f(y[i]) + bias[o]);
+__global__ void bias_nchw_kernel(T* __restrict__ y, VecF bias, int64_t planes, int O, int64_t hw, bool packed) {
+  const int64_t start = blockIdx.x * int64_t(blockDim.x) + threadIdx.x, step = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t pl = blockIdx.y; pl < planes; pl += gridDim.y) {
+    const float b = bias[int(pl % O)];
+    T* plane = y + pl * hw;
+    if (packed) {  // y is 16-byte aligned and hw a multiple of the pack: so is every plane
+      Pack<T>* packs = reinterpret_cast<Pack<T>*>(plane);
+      for (int64_t i = start; i < hw / kPack<T>; i += step) {
+        Pack<T> v = packs[i];
+#pragma unroll
+        for (int e = 0; e < kPack<T>; ++e) v.v[e] = from_f<T>(to_f(v.v[e]) + b);
+        packs[i] = v;
+      }
+    } else {
+      for (int64_t i = start; i < hw; i += step) plane[i] = from_f<T>(to_f(plane[i]) + b);
+    }
   }
 }
 
@@ -62,9 +77,13 @@ void scatter_nchw(const Tensor& src, Tensor& dst_img, int64_t p0, int64_t hw, cu
 }
 
 void add_channel_bias(Tensor& y, const Tensor& bias, cudaStream_t st) {
-  const int64_t n = y.numel(), O = y.dim(1), hw = y.dim(2) * y.dim(3);
-  ERNIE_DISPATCH_ACT(y.dtype(), "conv2d",
-                     bias_nchw_kernel<T><<<detail::blocks_for(n, 256), 256, 0, st>>>(y.data<T>(), vec(bias), n, int(O), hw));
+  const int64_t O = y.dim(1), hw = y.dim(2) * y.dim(3), planes = y.dim(0) * O;
+  if (y.numel() == 0) return;
+  ERNIE_DISPATCH_ACT(y.dtype(), "conv2d", {
+    const bool packed = hw % kPack<T> == 0 && aligned16(y.raw());
+    const dim3 grid(std::min(detail::blocks_for(hw / kPack<T> + 1, 256), 64u), unsigned(std::min<int64_t>(planes, 65535)));
+    bias_nchw_kernel<T><<<grid, 256, 0, st>>>(y.data<T>(), vec(bias), planes, int(O), hw, packed);
+  });
   ERNIE_CUDA_LAUNCH("conv2d bias");
 }
 

@@ -45,6 +45,7 @@ struct DeviceState {
   std::mutex mu;
   bool init = false;
   cudaStream_t stream = nullptr;
+  int cc = 0;  // compute capability, major * 10 + minor
   std::map<size_t, std::vector<void*>> free_blocks;  // size class -> cached blocks
   std::map<void*, size_t> live;                      // block -> size class
   MemoryStats stats;
@@ -65,6 +66,10 @@ void ensure_init(int device, DeviceState& s) {
               " visible)");
   ERNIE_CUDA_CHECK(cudaSetDevice(device));
   ERNIE_CUDA_CHECK(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
+  int major = 0, minor = 0;
+  ERNIE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  ERNIE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  s.cc = major * 10 + minor;
   s.init = true;
 }
 
@@ -164,6 +169,15 @@ const bool g_installed = [] {
 }();
 
 }  // namespace
+
+int compute_capability(int device) {
+  DeviceState& s = state(device);
+  if (!s.init) {
+    std::lock_guard<std::mutex> lk(s.mu);
+    ensure_init(device, s);
+  }
+  return s.cc;
+}
 
 cudaStream_t stream(int device) {
   DeviceState& s = state(device);

@@ -70,7 +70,7 @@ __global__ void binary_vec_kernel(const Pack<T>* __restrict__ a, const Pack<T>* 
 // geglu of one row of gate/up [rows, C] per block (16-byte packs, NP per thread in registers), rounded to T
 // as geglu stores it, then quantized per row to fp8 (row_block.cuh): quantize(geglu(gate, up)) bit for bit.
 template <class T, int NP>
-__global__ void geglu_fp8_kernel(const Pack<T>* __restrict__ gate, const Pack<T>* __restrict__ up,
+__global__ void __launch_bounds__(kRowThreads) geglu_fp8_kernel(const Pack<T>* __restrict__ gate, const Pack<T>* __restrict__ up,
                                  Codes<T>* __restrict__ q, float* __restrict__ qs, int cp) {
   const int64_t row = blockIdx.x;
   Pack<T> g[NP], u[NP];

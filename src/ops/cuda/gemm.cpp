@@ -75,28 +75,34 @@ int alignment(const void* p) {
   return 2;
 }
 
-using Key = std::tuple<int, int64_t, int64_t, int64_t, int, bool, int, int, int, int, int>;  // ..., out type
+// device, M, N, K, operand type, bias, alignments of w, x, y (and C), bias, out type, epilogue (kPlain or
+// kGatedResidual: y = C + alpha[n] · (x·wᵀ), alpha a device vector, beta 1).
+using Key = std::tuple<int, int64_t, int64_t, int64_t, int, bool, int, int, int, int, int, int>;
+constexpr int kPlain = 0, kGatedResidual = 1;
 
 struct Plan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
   bool post_scale = false;  // fp8 without outer-vector scales: y is scaled (and biased) after the GEMM
+  bool supported = true;    // false: cuBLASLt has no algorithm for this epilogue (the caller composes)
 };
 
 // The operands of the call a plan is made for: candidates are timed on them. fp8: sw = the weight's row
-// scales (N), sx = the tokens' scales (M).
+// scales (N), sx = the tokens' scales (M). kGatedResidual: alpha = the F32 gate (N), c = the residual.
 struct Operands {
   const void *w, *x, *bias, *sw, *sx;
   void* y;
   void* workspace;
   cudaStream_t stream;
+  const void* alpha = nullptr;
+  const void* c = nullptr;
 };
 
 cublasStatus_t run(cublasLtHandle_t lt, const Plan& p, const cublasLtMatmulAlgo_t& algo, const Operands& o) {
-  const float alpha = 1.f, beta = 0.f;
-  return cublasLtMatmul(lt, p.op, &alpha, o.w, p.a, o.x, p.b, &beta, o.y, p.c, o.y, p.c, &algo, o.workspace,
-                        kWorkspace, o.stream);
+  const float one = 1.f, zero = 0.f;
+  return cublasLtMatmul(lt, p.op, o.alpha ? o.alpha : &one, o.w, p.a, o.x, p.b, o.c ? &one : &zero, o.c ? o.c : o.y,
+                        p.c, o.y, p.c, &algo, o.workspace, kWorkspace, o.stream);
 }
 
 // Mean seconds of 3 runs after a warm-up; infinity when the algorithm fails on these operands.
@@ -118,13 +124,13 @@ float time_algo(cublasLtHandle_t lt, const Plan& p, const cublasLtMatmulAlgo_t& 
 }
 
 std::string key_string(const Key& k) {
-  const auto [device, M, N, K, dt, has_bias, al_a, al_b, al_c, al_bias, out_dt] = k;
+  const auto [device, M, N, K, dt, has_bias, al_a, al_b, al_c, al_bias, out_dt, epilogue] = k;
   (void)device;
   std::string s = "gemm";
   for (int64_t v : {M, N, K, int64_t(dt), int64_t(has_bias), int64_t(al_a), int64_t(al_b), int64_t(al_c),
                     int64_t(al_bias), int64_t(out_dt)})
     s += " " + std::to_string(v);
-  return s;
+  return epilogue == kGatedResidual ? s + " gated-residual" : s;
 }
 
 const Plan& plan_for(const Key& key, cublasLtHandle_t lt, const Operands& ops) {
@@ -133,7 +139,7 @@ const Plan& plan_for(const Key& key, cublasLtHandle_t lt, const Operands& ops) {
   std::lock_guard<std::mutex> lk(mu);
   auto it = plans.find(key);
   if (it != plans.end()) return it->second;
-  const auto [device, M, N, K, dt, has_bias, al_a, al_b, al_c, al_bias, out_dt] = key;
+  const auto [device, M, N, K, dt, has_bias, al_a, al_b, al_c, al_bias, out_dt, epilogue] = key;
   const bool fp8 = is_fp8(dt);
   const cudaDataType_t type = fp8 ? CUDA_R_8F_E4M3 : dt == kF32 ? CUDA_R_32F : CUDA_R_16BF;
   const cudaDataType_t out_type = out_dt == kF32 ? CUDA_R_32F : CUDA_R_16BF;
@@ -150,6 +156,10 @@ const Plan& plan_for(const Key& key, cublasLtHandle_t lt, const Operands& ops) {
       ERNIE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep));
       ERNIE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &out_type, sizeof out_type));
       ERNIE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ops.bias, sizeof ops.bias));
+    }
+    if (epilogue == kGatedResidual) {
+      const int32_t mode = CUBLASLT_POINTER_MODE_ALPHA_DEVICE_VECTOR_BETA_HOST;
+      ERNIE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_POINTER_MODE, &mode, sizeof mode));
     }
     if (dt == kFp8Fast) {
       const int8_t on = 1;
@@ -205,6 +215,11 @@ const Plan& plan_for(const Key& key, cublasLtHandle_t lt, const Operands& ops) {
                                           res, &found);
   };
   cublasStatus_t hs = heuristic();
+  if (epilogue == kGatedResidual && (hs != CUBLAS_STATUS_SUCCESS || found == 0)) {  // the caller composes instead
+    cublasLtMatmulPreferenceDestroy(pref);
+    p.supported = false;
+    return plans.emplace(key, p).first->second;
+  }
   if (fp8 && !p.post_scale && (hs != CUBLAS_STATUS_SUCCESS || found == 0)) {  // no outer-vector scales: scale after
     describe(true);
     hs = heuristic();
@@ -271,18 +286,23 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
 }
 
 namespace {
-// y[M, N] = x[M, K] · w[N, K]ᵀ (+ b[N]) for operands of Key type `dt`; fp8: sx, sw the scales.
-void gemm(int dt, const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, int64_t M, int64_t N, int64_t K,
-          const Tensor& sx = {}, const Tensor& sw = {}) {
+// y[M, N] = x[M, K] · w[N, K]ᵀ (+ b[N]) for operands of Key type `dt`; fp8: sx, sw the scales. With a
+// gate (F32 [N]) and a residual ([M, N] like y): y = residual + gate · (x · wᵀ) in the epilogue, or false
+// (nothing run) where cuBLASLt has no algorithm for that.
+bool gemm(int dt, const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, int64_t M, int64_t N, int64_t K,
+          const Tensor& sx = {}, const Tensor& sw = {}, const Tensor& gate = {}, const Tensor& residual = {}) {
   const int device = detail::dev(x);
   cudaStream_t st = stream(device);
   Handle& h = handle(device);
   const int out_dt = y.dtype() == DType::F32 ? kF32 : kBF16;
-  const Key key{device, M, N, K, dt, b.defined(), alignment(w.raw()), alignment(x.raw()), alignment(y.raw()),
-                b.defined() ? alignment(b.raw()) : 0, out_dt};
+  const bool gres = gate.defined();
+  const int al_y = gres ? std::min(alignment(y.raw()), alignment(residual.raw())) : alignment(y.raw());
+  const Key key{device, M, N, K, dt, b.defined(), alignment(w.raw()), alignment(x.raw()), al_y,
+                b.defined() ? alignment(b.raw()) : 0, out_dt, gres ? kGatedResidual : kPlain};
   auto ptr = [](const Tensor& t) -> const void* { return t.defined() ? t.raw() : nullptr; };
-  const Operands ops{w.raw(), x.raw(), ptr(b), ptr(sw), ptr(sx), y.raw(), h.workspace.raw(), st};
+  const Operands ops{w.raw(), x.raw(), ptr(b), ptr(sw), ptr(sx), y.raw(), h.workspace.raw(), st, ptr(gate), ptr(residual)};
   const Plan& p = plan_for(key, h.lt, ops);
+  if (!p.supported || (gres && p.post_scale)) return false;
   if (b.defined() && !p.post_scale)
     ERNIE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ops.bias, sizeof ops.bias));
   if (is_fp8(dt) && !p.post_scale) {
@@ -291,6 +311,7 @@ void gemm(int dt, const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, 
   }
   ERNIE_CUBLAS_CHECK(run(h.lt, p, p.algo, ops));
   if (p.post_scale) scale_rows_cols(y, sx, sw, b);
+  return true;
 }
 }  // namespace
 
@@ -299,16 +320,8 @@ void gemm_nt(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, int64
 }
 
 bool fp8_gemm_supported(int device) {
-  static std::mutex mu;
-  static std::map<int, bool> known;
-  std::lock_guard<std::mutex> lk(mu);
-  auto it = known.find(device);
-  if (it != known.end()) return it->second;
-  int major = 0, minor = 0;
-  ERNIE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  ERNIE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
   const char* env = std::getenv("ERNIE_FP8_GEMM");
-  return known[device] = major * 10 + minor >= 89 && !(env && std::string(env) == "0");
+  return compute_capability(device) >= 89 && !(env && std::string(env) == "0");
 }
 
 Tensor linear_q(const Tensor& x, const Tensor& q, const Tensor& scale, const Tensor& bias) {
@@ -360,6 +373,66 @@ Tensor linear_fp8(const Tensor& x, const Tensor& sx, const Tensor& q, const Tens
   // Otherwise the same numbers through a float GEMM: both operands' codes expanded with their scales.
   gemm_nt(dequantize_as(x, sx, out), dequantize_as(q, scale, out), b, y, M, N, K);
   return y;
+}
+
+Tensor linear_gated_residual(const Tensor& residual, const Tensor& gate, const Tensor& x, const Tensor& w,
+                             const Tensor& scale) {
+  auto composed = [&] {
+    return gated_residual(residual, gate, scale.defined() ? linear_q(x, w, scale, {}) : linear(x, w, {}));
+  };
+  detail::check_act(x, "linear_gated_residual", "x");
+  detail::check_act(residual, "linear_gated_residual", "residual");
+  if (!w.defined() || w.ndim() != 2 || x.ndim() < 2 || x.dim(-1) != w.dim(1) || !gate.defined()) return composed();
+  const int64_t K = w.dim(1), N = w.dim(0), M = x.numel() / std::max<int64_t>(K, 1);
+  Shape ys = x.shape();
+  ys.back() = N;
+  // The epilogue takes one gate for every row, the residual in y's shape and dtype, and GEMM-sized work
+  // (few rows go through the GEMV); anything else is the composition, which also gives the errors.
+  const bool fp8 = scale.defined() && w.dtype() == DType::F8_E4M3;
+  const bool shape_ok = gate.numel() == N && residual.shape() == ys && residual.dtype() == x.dtype() && M > 4 &&
+                        K > 0 && N > 0 && M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX;
+  const bool weight_ok = fp8 ? x.dtype() == DType::BF16 && K % 16 == 0 && N % 16 == 0 && fp8_gemm_supported(detail::dev(x))
+                             : !scale.defined() && dtype_is_float(w.dtype());
+  if (!shape_ok || !weight_ok) return composed();
+  detail::check_same_device(x, w, "linear_gated_residual", "weight");
+  detail::check_same_device(x, gate, "linear_gated_residual", "gate");
+  detail::check_same_device(x, residual, "linear_gated_residual", "residual");
+  const Tensor x2 = x.reshape({M, K});
+  if (fp8) {
+    const ops::Weight a = quantize(x2, DType::F8_E4M3);
+    return linear_fp8_gated_residual(residual, gate, a.w, a.scale, w, scale);
+  }
+  const Tensor g = cast(gate.reshape({N}), DType::F32);  // cuBLASLt's alpha vector is in the scale type
+  Tensor y = Tensor::empty(ys, x.dtype(), x.device());
+  const Tensor wc = w.dtype() == x.dtype() ? w : cast(w, x.dtype());
+  const bool done = gemm(x.dtype() == DType::F32 ? kF32 : kBF16, x2, wc, {}, y, M, N, K, {}, {}, g, residual);
+  return done ? y : composed();
+}
+
+Tensor linear_fp8_gated_residual(const Tensor& residual, const Tensor& gate, const Tensor& x, const Tensor& sx,
+                                 const Tensor& q, const Tensor& scale) {
+  detail::check_act(residual, "linear_gated_residual", "residual");
+  ops::rules::quantized_weight(x, sx, "linear_gated_residual (quantized x)");
+  ops::rules::quantized_weight(q, scale, "linear_gated_residual");
+  auto composed = [&] {
+    const Tensor y = linear_fp8(x, sx, q, scale, {}, residual.dtype());
+    ERNIE_CHECK(y.numel() == residual.numel(), "linear_gated_residual: linear gives ", shape_str(y.shape()),
+                " for residual ", shape_str(residual.shape()));
+    return gated_residual(residual, gate, y.reshape(residual.shape()));
+  };
+  const int64_t M = x.dim(0), N = q.dim(0), K = q.dim(1);
+  // As linear_gated_residual's fp8 epilogue: one gate for every row, a BF16 residual of M rows of N, and
+  // GEMM-sized work on the fp8 tensor cores; anything else (and every error) through the composition.
+  const bool ok = gate.defined() && gate.numel() == N && x.dim(1) == K && x.dtype() == DType::F8_E4M3 &&
+                  q.dtype() == DType::F8_E4M3 && residual.dtype() == DType::BF16 && residual.dim(-1) == N &&
+                  residual.numel() == M * N && M > 4 && K > 0 && N > 0 && M <= INT32_MAX && N <= INT32_MAX &&
+                  K <= INT32_MAX && K % 16 == 0 && N % 16 == 0 && x.device() == q.device() &&
+                  x.device() == residual.device() && gate.device() == x.device() &&
+                  fp8_gemm_supported(detail::dev(x));
+  if (!ok) return composed();
+  const Tensor g = cast(gate.reshape({N}), DType::F32);  // cuBLASLt's alpha vector is in the scale type
+  Tensor y = Tensor::empty(residual.shape(), residual.dtype(), residual.device());
+  return gemm(fp8_type(), x, q, {}, y, M, N, K, sx, scale, g, residual) ? y : composed();
 }
 
 Tensor matmul_nt(const Tensor& a, const Tensor& b, DType out) {

@@ -43,6 +43,24 @@ __global__ void pad2d_kernel(const E* __restrict__ x, E* __restrict__ y, int64_t
   }
 }
 
+// Rows of W elements whose size is a multiple of 8 bytes: each thread writes one 16-byte pack of an output
+// row (kOut elements) from 8 bytes of the input row above it.
+template <class E>
+__global__ void upsample2x_packed_kernel(const E* __restrict__ x, E* __restrict__ y, int64_t rows_out, int64_t H, int64_t W) {
+  constexpr int kOut = int(16 / sizeof(E));
+  struct alignas(16) Out { E v[kOut]; };
+  struct alignas(8) In { E v[kOut / 2]; };
+  const int64_t packs = 2 * W / kOut, n = rows_out * packs;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t ro = i / packs, cp = i % packs, plane = ro / (2 * H), r = ro % (2 * H);
+    const In a = *reinterpret_cast<const In*>(x + (plane * H + r / 2) * W + cp * (kOut / 2));
+    Out o;
+#pragma unroll
+    for (int e = 0; e < kOut / 2; ++e) o.v[2 * e] = o.v[2 * e + 1] = a.v[e];
+    *reinterpret_cast<Out*>(y + ro * 2 * W + cp * kOut) = o;
+  }
+}
+
 template <class E>
 __global__ void upsample2x_kernel(const E* __restrict__ x, E* __restrict__ y, int64_t n, int64_t H, int64_t W) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
@@ -153,7 +171,14 @@ Tensor upsample_nearest2x(const Tensor& x) {
   cudaStream_t st = stream(detail::dev(x));
   by_size(x.dtype(), [&](auto e) {
     using E = decltype(e);
-    upsample2x_kernel<E><<<detail::blocks_for(n, kThreads), kThreads, 0, st>>>(x.data<E>(), y.data<E>(), n, H, W);
+    constexpr int64_t kIn = 8 / int64_t(sizeof(E));  // input elements per 8 bytes
+    if (sizeof(E) <= 8 && W % kIn == 0 && aligned16(x.raw()) && aligned16(y.raw())) {
+      const int64_t rows_out = n / (2 * W);
+      upsample2x_packed_kernel<E><<<detail::blocks_for(n / (2 * kIn), kThreads), kThreads, 0, st>>>(
+          x.data<E>(), y.data<E>(), rows_out, H, W);
+    } else {
+      upsample2x_kernel<E><<<detail::blocks_for(n, kThreads), kThreads, 0, st>>>(x.data<E>(), y.data<E>(), n, H, W);
+    }
   });
   ERNIE_CUDA_LAUNCH("upsample_nearest2x");
   return y;

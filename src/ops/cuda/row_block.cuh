@@ -9,14 +9,19 @@
 
 namespace ernie::cuda {
 
-// How a row of `cp` packs is spread over a block: `threads` (a multiple of 32, at most 512) threads with `np`
-// packs each (1, 2, 4 or 8); np = 0 when the row is empty or longer than 4096 packs (callers fall back).
+// The most threads of a row block; its kernels are compiled for it (__launch_bounds__), so that even eight
+// packs per thread fit the registers.
+constexpr int kRowThreads = 512;
+
+// How a row of `cp` packs is spread over a block: `threads` (a multiple of 32, at most kRowThreads) threads
+// with `np` packs each (1, 2, 4 or 8); np = 0 when the row is empty or longer than 8 · kRowThreads packs
+// (callers fall back).
 struct RowBlock {
   int threads = 0, np = 0;
 };
 inline RowBlock row_block(int64_t cp) {
   for (int np : {1, 2, 4, 8})
-    if (cp > 0 && cp <= int64_t(512) * np) {
+    if (cp > 0 && cp <= int64_t(kRowThreads) * np) {
       const int t = int((cp + np - 1) / np);
       return {(t + 31) / 32 * 32, np};
     }
