@@ -126,6 +126,12 @@ TEST(FusedFp8, EmptyShapes) {
   const ops::Weight g = ops::geglu_fp8(Tensor::empty({0, 16}, DType::F32), Tensor::empty({0, 16}, DType::F32));
   EXPECT_EQ(g.w.shape(), (Shape{0, 16}));
   EXPECT_EQ(g.scale.shape(), (Shape{0}));
+  // Nothing to sum (in = 0): every row is the bias, float or 8-bit weight.
+  const Tensor b = rnd({8}, 2), x0 = Tensor::empty({2, 3, 0}, DType::F32);
+  const Tensor rows = ops::concat(std::vector<Tensor>(6, b.reshape({1, 8})), 0).reshape({2, 3, 8});
+  EXPECT_TRUE(tensors_close(ops::linear(x0, Tensor::zeros({8, 0}, DType::F32), b), rows, 0));
+  for (DType qt : {DType::F8_E4M3, DType::I8})
+    EXPECT_TRUE(tensors_close(ops::linear(x0, ops::quantize(Tensor::zeros({8, 0}, DType::F32), qt), b), rows, 0));
 }
 
 TEST(FusedFp8, BadInputsGiveClearErrors) {

@@ -73,7 +73,8 @@ Tensor output(const Tensor& x, const Tensor& w, int64_t& m) {
   ERNIE_CHECK(w.ndim() == 2, "linear: weight ", shape_str(w.shape()), " must be 2-D [out, in]");
   ERNIE_CHECK(x.ndim() >= 1 && x.dim(-1) == w.dim(1), "linear: x ", shape_str(x.shape()),
               " last dim does not match weight ", shape_str(w.shape()), " [out, in]");
-  m = w.dim(1) ? x.numel() / w.dim(1) : 0;
+  m = 1;  // the rows of x (also when in = 0: y is the bias)
+  for (int i = 0; i + 1 < x.ndim(); ++i) m *= x.dim(i);
   Shape ys = x.shape();
   ys.back() = w.dim(0);
   return Tensor::zeros(ys, DType::F32);
@@ -137,7 +138,6 @@ Tensor linear_fp8(const Tensor& x, const Tensor& sx, const Tensor& q, const Tens
   ERNIE_CHECK(out_dtype == DType::F32, "linear: the CPU backend computes in F32, not ", dtype_name(out_dtype));
   int64_t m = 0;
   Tensor y = output(x, q, m);
-  m = x.dim(0);
   std::vector<float> b = detail::vec_f32(bias, q.dim(0), "linear", "bias");
   if (y.numel() == 0) return y;
   scaled_gemm(dequantize(x, Tensor()).f32(), sx.f32(), m, q, scale, b, y.f32());

@@ -255,6 +255,13 @@ Tensor checked_bias(const Tensor& x, const Tensor& bias, int64_t N, DType out) {
   return bias.dtype() == out ? bias : cast(bias, out);
 }
 
+// The rows of x [..., K] (also when K = 0).
+int64_t leading_rows(const Tensor& x) {
+  int64_t m = 1;
+  for (int i = 0; i + 1 < x.ndim(); ++i) m *= x.dim(i);
+  return m;
+}
+
 // y [..., N] for a product with nothing to sum (K = 0): the bias in every row, or zeros.
 Tensor bias_rows(const Shape& ys, DType out, Device device, const Tensor& b, int64_t M, int64_t N) {
   Tensor zeros = Tensor::zeros(ys, out, device);
@@ -271,7 +278,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   ERNIE_CHECK(w.ndim() == 2, "linear: weight ", shape_str(w.shape()), " must be 2-D [out, in]");
   ERNIE_CHECK(x.ndim() >= 1 && x.dim(-1) == w.dim(1), "linear: x ", shape_str(x.shape()),
               " last dim does not match weight ", shape_str(w.shape()), " [out, in]");
-  const int64_t K = w.dim(1), N = w.dim(0), M = K ? x.numel() / K : 0;
+  const int64_t K = w.dim(1), N = w.dim(0), M = leading_rows(x);
   const Tensor b = checked_bias(x, bias, N, x.dtype());
   Shape ys = x.shape();
   ys.back() = N;
@@ -330,7 +337,7 @@ Tensor linear_q(const Tensor& x, const Tensor& q, const Tensor& scale, const Ten
   detail::check_same_device(x, q, "linear", "weight");
   ERNIE_CHECK(x.ndim() >= 1 && x.dim(-1) == q.dim(1), "linear: x ", shape_str(x.shape()),
               " last dim does not match weight ", shape_str(q.shape()), " [out, in]");
-  const int64_t K = q.dim(1), N = q.dim(0), M = K ? x.numel() / K : 0;
+  const int64_t K = q.dim(1), N = q.dim(0), M = leading_rows(x);
   const Tensor b = checked_bias(x, bias, N, x.dtype());
   Shape ys = x.shape();
   ys.back() = N;
