@@ -93,9 +93,25 @@ void write_cache_rows(const Tensor& cache, int64_t pos0, const Tensor& src) {
   else device_memory_ops().copy(dst.raw(), dst.device(), src.raw(), src.device(), src.nbytes());
 }
 
+// Rows [pos0, pos0 + T) of a cache tensor as [1, T, heads, head_dim] (a view, written through by qkv_rope).
+Tensor cache_rows(const Tensor& cache, int64_t pos0, int64_t T) {
+  return cache.reshape({cache.dim(1), cache.dim(2), cache.dim(3)}).narrow(pos0, T).reshape({1, T, cache.dim(2), cache.dim(3)});
+}
+
 // The first `n` cached rows as [1, n, heads, head_dim] (a view).
 Tensor cached_rows(const Tensor& cache, int64_t n) {
   return cache.reshape({cache.dim(1), cache.dim(2), cache.dim(3)}).narrow(0, n).reshape({1, n, cache.dim(2), cache.dim(3)});
+}
+
+// `into` = the parts stacked by rows, and the parts released, when they share a dtype (else nothing changes).
+void stack_rows(const std::vector<Tensor*>& parts, Tensor& into) {
+  std::vector<Tensor> ws;
+  for (const Tensor* t : parts) {
+    if (t->dtype() != parts[0]->dtype()) return;
+    ws.push_back(*t);
+  }
+  into = ops::concat(ws, 0);
+  for (Tensor* t : parts) *t = Tensor();
 }
 
 }  // namespace
@@ -133,6 +149,10 @@ MistralModel MistralModel::build(const MistralConfig& cfg, Device device, DType 
     l.gate_proj = get(p + "mlp.gate_proj.weight");
     l.up_proj = get(p + "mlp.up_proj.weight");
     l.down_proj = get(p + "mlp.down_proj.weight");
+    if (device.is_cuda()) {  // fewer, larger projections for decoding (see Layer)
+      stack_rows({&l.q_proj, &l.k_proj, &l.v_proj}, l.qkv_proj);
+      stack_rows({&l.gate_proj, &l.up_proj}, l.gate_up_proj);
+    }
     m.layers_.push_back(std::move(l));
   }
   if (with_lm_head) {
@@ -185,15 +205,24 @@ Tensor MistralModel::self_attn(const Layer& l, const Tensor& x, const Tensor& co
                                const Tensor& cos_k, const Tensor& sin_k, int64_t pos0, Tensor* k_cache,
                                Tensor* v_cache) const {
   const int64_t T = x.dim(0), Hq = cfg_.num_attention_heads, Hkv = cfg_.num_key_value_heads, D = cfg_.head_dim;
-  Tensor query_states = ops::linear(x, l.q_proj).reshape({1, T, Hq, D});
-  Tensor key_states = ops::linear(x, l.k_proj).reshape({1, T, Hkv, D});
-  Tensor value_states = ops::linear(x, l.v_proj).reshape({1, T, Hkv, D});
+  Tensor query_states, key_states, value_states;
   // apply_rotary_pos_emb; the llama-4 query scale (ministral3) is folded into the query's tables.
-  query_states = ops::rope(query_states, cos_q, sin_q);
-  key_states = ops::rope(key_states, cos_k, sin_k);
+  if (l.qkv_proj.defined()) {
+    // One projection for q|k|v, then the split, RoPE and the new keys/values into the cache in one op.
+    ops::Qkv a = ops::qkv_rope(ops::linear(x, l.qkv_proj).reshape({1, T, -1}), Hq, Hkv, cos_q, sin_q, cos_k, sin_k,
+                               k_cache ? cache_rows(*k_cache, pos0, T) : Tensor(),
+                               v_cache ? cache_rows(*v_cache, pos0, T) : Tensor());
+    query_states = a.q, key_states = a.k, value_states = a.v;
+  } else {
+    query_states = ops::rope(ops::linear(x, l.q_proj).reshape({1, T, Hq, D}), cos_q, sin_q);
+    key_states = ops::rope(ops::linear(x, l.k_proj).reshape({1, T, Hkv, D}), cos_k, sin_k);
+    value_states = ops::linear(x, l.v_proj).reshape({1, T, Hkv, D});
+    if (k_cache) {
+      write_cache_rows(*k_cache, pos0, key_states);
+      write_cache_rows(*v_cache, pos0, value_states);
+    }
+  }
   if (k_cache) {
-    write_cache_rows(*k_cache, pos0, key_states);
-    write_cache_rows(*v_cache, pos0, value_states);
     key_states = cached_rows(*k_cache, pos0 + T);
     value_states = cached_rows(*v_cache, pos0 + T);
   }
@@ -204,7 +233,10 @@ Tensor MistralModel::self_attn(const Layer& l, const Tensor& x, const Tensor& co
   return ops::linear(attn_output.reshape({T, Hq * D}), l.o_proj);
 }
 
+// down_proj(act_fn(gate_proj(x)) * up_proj(x)); on CUDA gate|up is one projection and the activation runs
+// inside down_proj's input.
 Tensor MistralModel::mlp(const Layer& l, const Tensor& x) const {
+  if (l.gate_up_proj.defined()) return ops::swiglu_linear(ops::linear(x, l.gate_up_proj), l.down_proj);
   return ops::linear(ops::swiglu(ops::linear(x, l.gate_proj), ops::linear(x, l.up_proj)), l.down_proj);
 }
 
@@ -230,13 +262,21 @@ Tensor MistralModel::forward(const std::vector<int64_t>& ids, int n_layers, KVCa
   else cos_q = cos, sin_q = sin;
 
   Tensor hidden_states = ops::embedding(embed_tokens, ids, device_, act_);  // [T, hidden]
+  // Each residual add runs fused with the RMSNorm that follows it (the next layer's input_layernorm too).
+  Tensor x = n_layers > 0 ? ops::rms_norm(hidden_states, layers_[0].input_layernorm, cfg_.rms_norm_eps) : Tensor();
   for (int i = 0; i < n_layers; ++i) {
     const Layer& l = layers_[size_t(i)];
-    Tensor x = ops::rms_norm(hidden_states, l.input_layernorm, cfg_.rms_norm_eps);
-    hidden_states = ops::add(hidden_states, self_attn(l, x, cos_q, sin_q, cos, sin, pos0, cache ? &cache->k[size_t(i)] : nullptr,
-                                                      cache ? &cache->v[size_t(i)] : nullptr));
-    x = ops::rms_norm(hidden_states, l.post_attention_layernorm, cfg_.rms_norm_eps);
-    hidden_states = ops::add(hidden_states, mlp(l, x));
+    Tensor attn = self_attn(l, x, cos_q, sin_q, cos, sin, pos0, cache ? &cache->k[size_t(i)] : nullptr,
+                            cache ? &cache->v[size_t(i)] : nullptr);
+    ops::SumNorm r = ops::add_rms_norm(hidden_states, attn, l.post_attention_layernorm, cfg_.rms_norm_eps);
+    hidden_states = r.sum, x = r.normed;
+    Tensor mlp_out = mlp(l, x);
+    if (i + 1 == n_layers) {
+      hidden_states = ops::add(hidden_states, mlp_out);
+      break;
+    }
+    r = ops::add_rms_norm(hidden_states, mlp_out, layers_[size_t(i + 1)].input_layernorm, cfg_.rms_norm_eps);
+    hidden_states = r.sum, x = r.normed;
   }
   if (cache) cache->length += T;
   return hidden_states;

@@ -55,6 +55,8 @@ class MistralModel {
 
   struct Layer {
     Tensor input_layernorm, q_proj, k_proj, v_proj, o_proj, post_attention_layernorm, gate_proj, up_proj, down_proj;
+    // On CUDA: q|k|v and gate|up stacked by rows (one GEMV / GEMM each); the parts are then left undefined.
+    Tensor qkv_proj, gate_up_proj;
   };
 
  private:

@@ -171,6 +171,19 @@ Qkv qkv_norm_rope(const Tensor& qkv, int64_t heads, const Tensor& norm_q, const 
 #endif
   return qkv_norm_rope_composed(qkv, heads, norm_q, norm_k, eps, cos, sin);
 }
+SumNorm add_rms_norm(const Tensor& x, const Tensor& y, const Tensor& weight, float eps) {
+  ERNIE_CHECK(x.defined(), "add_rms_norm: x is undefined");
+  ERNIE_OP(add_rms_norm, x.device(), x, y, weight, eps);
+}
+Qkv qkv_rope(const Tensor& qkv, int64_t heads_q, int64_t heads_kv, const Tensor& cos_q, const Tensor& sin_q,
+             const Tensor& cos_k, const Tensor& sin_k, const Tensor& k_out, const Tensor& v_out) {
+  ERNIE_CHECK(qkv.defined(), "qkv_rope: qkv is undefined");
+  ERNIE_OP(qkv_rope, qkv.device(), qkv, heads_q, heads_kv, cos_q, sin_q, cos_k, sin_k, k_out, v_out);
+}
+Tensor swiglu_linear(const Tensor& gate_up, const Weight& w) {
+  ERNIE_CHECK(gate_up.defined() && w.defined(), "swiglu_linear: an input is undefined");
+  ERNIE_OP(swiglu_linear, gate_up.device(), gate_up, w);
+}
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale, const AttentionMask& mask) {
   ERNIE_OP(attention, q.device(), q, k, v, scale, mask);
 }

@@ -41,8 +41,8 @@ Tensor linear(const Tensor& x, const Weight& w, const Tensor& bias = {});
 Tensor linear(const Weight& x, const Weight& w, DType out, const Tensor& bias = {});
 
 // residual[B, S, out] + gate · linear(x, w), gate [1, out] or [B, out] per row as gated_residual takes it: the
-// DiT's gated residual after a projection. On CUDA, with one gate for every row, the GEMM's epilogue adds
-// it (cuBLASLt: the gate as a per-output alpha vector, the residual as C with beta 1; y is rounded once);
+// DiT's gated residual after a projection. On CUDA with fp8 weights and one gate for every row, the fp8
+// GEMM does it (the gate folded into the weight's row scales, the residual added as C; y rounded once);
 // elsewhere the composition gated_residual(residual, gate, linear(x, w)).
 Tensor linear_gated_residual(const Tensor& residual, const Tensor& gate, const Tensor& x, const Weight& w);
 // The same on a pre-quantized activation (x as ops::linear(Weight, Weight, ...) takes it, [rows, in] with
@@ -95,6 +95,21 @@ struct Qkv {
 };
 Qkv qkv_norm_rope(const Tensor& qkv, int64_t heads, const Tensor& norm_q, const Tensor& norm_k, float eps,
                   const Tensor& cos, const Tensor& sin);
+// The residual add before a pre-norm sublayer: sum = x + y (same shape, stored in the activation dtype) and
+// normed = rms_norm(sum, weight, eps) of that stored sum, in one pass.
+struct SumNorm {
+  Tensor sum, normed;
+};
+SumNorm add_rms_norm(const Tensor& x, const Tensor& y, const Tensor& weight, float eps);
+// GQA attention inputs from one fused projection qkv [B, S, (heads_q + 2·heads_kv)·D] (the q, k, v blocks in
+// that order): q = rope(q, cos_q, sin_q), k = rope(k, cos_k, sin_k), v copied (tables as rope's). Results
+// [B, S, heads, D]. k_out / v_out, when defined (contiguous [B, S, heads_kv, D] in qkv's dtype and device, e.g.
+// rows of a KV cache), receive k and v and are returned as them; otherwise k and v are new tensors.
+Qkv qkv_rope(const Tensor& qkv, int64_t heads_q, int64_t heads_kv, const Tensor& cos_q, const Tensor& sin_q,
+             const Tensor& cos_k, const Tensor& sin_k, const Tensor& k_out = {}, const Tensor& v_out = {});
+// linear(swiglu(gate, up), w) where gate_up [..., 2·I] holds gate then up (a stacked gate|up projection's
+// output); CUDA fuses the activation into the GEMV's input for a few rows.
+Tensor swiglu_linear(const Tensor& gate_up, const Weight& w);
 
 // ---- positional ---------------------------------------------------------------------------------------------
 // Rotate-half RoPE on x[B, S, heads, D] with full-width tables cos/sin [B or 1, S, D] (F32):

@@ -120,6 +120,38 @@ void rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
               "] for x ", shape_str(x.shape()));
 }
 
+void add_rms_norm(const Tensor& x, const Tensor& y) {
+  ERNIE_CHECK(x.ndim() >= 1 && x.shape() == y.shape(), "add_rms_norm: x ", shape_str(x.shape()), " and y ",
+              shape_str(y.shape()), " must have one (non-scalar) shape");
+}
+
+int64_t qkv_rope(const Tensor& qkv, int64_t heads_q, int64_t heads_kv, const Tensor& cos_q, const Tensor& sin_q,
+                 const Tensor& cos_k, const Tensor& sin_k, const Tensor& k_out, const Tensor& v_out) {
+  const int64_t slots = heads_q + 2 * heads_kv;
+  ERNIE_CHECK(qkv.ndim() == 3 && heads_q > 0 && heads_kv > 0 && qkv.dim(2) % slots == 0 &&
+                  (qkv.dim(2) / slots) % 2 == 0,
+              "qkv_rope: qkv ", shape_str(qkv.shape()), " is not [B, S, (", str(heads_q), " + 2·", str(heads_kv),
+              ") · head_dim] with an even head_dim");
+  const int64_t B = qkv.dim(0), S = qkv.dim(1), D = qkv.dim(2) / slots;
+  for (const Tensor* t : {&cos_q, &sin_q, &cos_k, &sin_k})
+    ERNIE_CHECK(t->defined() && t->ndim() == 3 && (t->dim(0) == B || t->dim(0) == 1) && t->dim(1) == S &&
+                    t->dim(2) == D,
+                "qkv_rope: table ", t->defined() ? shape_str(t->shape()) : "undefined", " must be [", str(B),
+                " or 1, ", str(S), ", ", str(D), "]");
+  for (const Tensor* t : {&k_out, &v_out})
+    ERNIE_CHECK(!t->defined() || (t->shape() == Shape{B, S, heads_kv, D} && t->dtype() == qkv.dtype()),
+                "qkv_rope: output ", t->defined() ? shape_str(t->shape()) : "", " must be [", str(B), ", ", str(S),
+                ", ", str(heads_kv), ", ", str(D), "] ", dtype_name(qkv.dtype()));
+  return D;
+}
+
+int64_t swiglu_linear(const Tensor& gate_up, const Tensor& w) {
+  ERNIE_CHECK(gate_up.ndim() >= 1 && gate_up.dim(-1) % 2 == 0 && w.ndim() == 2 && w.dim(1) * 2 == gate_up.dim(-1),
+              "swiglu_linear: gate_up ", shape_str(gate_up.shape()), " is not [..., 2·in] for weight ",
+              shape_str(w.shape()));
+  return w.dim(1);
+}
+
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask) {
   ERNIE_CHECK(q.ndim() == 4 && k.ndim() == 4 && k.shape() == v.shape(), "attention: q ", shape_str(q.shape()), ", k ",
               shape_str(k.shape()), ", v ", shape_str(v.shape()), " must be [B, S, heads, head_dim] with k = v");

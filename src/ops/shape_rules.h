@@ -46,6 +46,15 @@ Shape conv2d(const Tensor& x, const Tensor& w, int stride, int pad);
 // x [B, S, heads, head_dim] with head_dim even; cos and sin [B or 1, S, head_dim] alike.
 void rope(const Tensor& x, const Tensor& cos, const Tensor& sin);
 
+// x and y of one shape (not a scalar).
+void add_rms_norm(const Tensor& x, const Tensor& y);
+// qkv [B, S, (heads_q + 2·heads_kv)·D] with heads positive and D even; the tables of q and of k as rope's for
+// [B, S, heads, D]; k_out / v_out undefined or [B, S, heads_kv, D] in qkv's dtype. Returns D.
+int64_t qkv_rope(const Tensor& qkv, int64_t heads_q, int64_t heads_kv, const Tensor& cos_q, const Tensor& sin_q,
+                 const Tensor& cos_k, const Tensor& sin_k, const Tensor& k_out, const Tensor& v_out);
+// gate_up [..., 2·I] and a weight [out, I]. Returns I.
+int64_t swiglu_linear(const Tensor& gate_up, const Tensor& w);
+
 // q [B, Sq, Hq, D], k = v [B, Sk, Hkv, D] with Hq a multiple of Hkv; mask.kv_len empty or B entries in
 // [0, Sk]; mask.q_offset >= 0.
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask);

@@ -1,5 +1,5 @@
-// linear_gated_residual on CUDA (the gated residual in the GEMM's epilogue where one gate serves every row)
-// against the CPU composition gated_residual(residual, gate, linear(x, w)).
+// linear_gated_residual on CUDA (fp8 weights with one gate for every row: the gate in the fp8 GEMM's weight
+// scales and the residual as its C) against the CPU composition gated_residual(residual, gate, linear(x, w)).
 #include <string>
 
 #include "gpu_util.h"
@@ -13,7 +13,7 @@ TEST(CudaEpilogue, LinearGatedResidualMatchesComposition) {
   const int64_t K = 96, N = 48;
   for (DType dt : {DType::F32, DType::BF16})
     for (DType wt : {DType::BF16, DType::F8_E4M3, DType::I8})
-      for (int64_t gate_rows : {1, 2})  // one gate for both rows: the epilogue; a gate per row: composed
+      for (int64_t gate_rows : {1, 2})  // one gate for both rows: fp8 in the GEMM; a gate per row: composed
         for (int64_t S : {1, 77}) {     // 2 rows in all: the GEMV, composed
           SCOPED_TRACE(std::string(dtype_name(dt)) + " weights " + dtype_name(wt) + " gate rows " +
                        std::to_string(gate_rows) + " S " + std::to_string(S));

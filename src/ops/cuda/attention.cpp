@@ -42,7 +42,7 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
     return out;
   }
   const bool wgmma = flash && !forced("mma") && attn::wgmma_supported(int(D), mask.causal, scale, detail::dev(q));
-  const bool decode = attn::decode_supported(int(Sq), int(D)) && !forced("mma") && !forced("simple");
+  const bool decode = attn::decode_supported(int(Sq), int(Hq), int(Hkv), int(D)) && !forced("mma") && !forced("simple");
   Tensor workspace = Tensor::empty({0}, DType::F32, q.device());
   const size_t q_batch = size_t(Sq * Hq * D) * dtype_size(q.dtype()), k_batch = size_t(Sk * Hkv * D) * dtype_size(q.dtype());
   for (int64_t b0 = 0; b0 < B; b0 += attn::kMaxBatch) {

@@ -31,9 +31,10 @@ bool wgmma_supported(int D, bool causal, float scale, int device);
 void flash_wgmma(const Params& p, cudaStream_t st);
 // Any head_dim <= 256, F32 or BF16 (`bf16`): one warp per query row, online softmax.
 void simple(const Params& p, bool bf16, cudaStream_t st);
-// Up to 4 query rows (decoding), head_dim <= 256, F32 or BF16: the keys split in chunks over the GPU, then
-// merged (`workspace`: an F32 device tensor, grown as needed).
-bool decode_supported(int Sq, int D);
+// Up to 4 query rows (decoding), head_dim <= 256, F32 or BF16, GQA groups of any size (up to 32 kv heads per
+// 4 query heads of a group): the keys split in chunks over the GPU, then merged by the last block of each
+// (`workspace`: an F32 device tensor, grown as needed).
+bool decode_supported(int Sq, int Hq, int Hkv, int D);
 void decode(const Params& p, bool bf16, Tensor& workspace, cudaStream_t st);
 // Any head_dim, F32 or BF16: S = q·kᵀ (fp32) and P·v through cuBLASLt around a masked row softmax.
 void gemm_path(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out, float scale, const ops::AttentionMask& m);

@@ -4,13 +4,14 @@
 #include <cmath>
 
 #include "ops/cuda/attention_internal.h"
+#include "ops/cuda/attention_row.cuh"
 #include "ops/cuda/common.h"
 
 namespace ernie::cuda::attn {
 
 namespace {
 
-constexpr int kWarps = 4, kMaxPerLane = 8;
+constexpr int kWarps = 4;
 
 template <class T>
 __global__ void simple_kernel(const Params p) {
@@ -25,38 +26,19 @@ __global__ void simple_kernel(const Params p) {
 
   int64_t n = p.kv_len[b];
   if (p.causal) n = min(n, p.q_offset + row + 1);
-  float qv[kMaxPerLane], acc[kMaxPerLane];
-#pragma unroll
-  for (int i = 0; i < kMaxPerLane; ++i) {
-    const int d = lane + 32 * i;
-    qv[i] = d < D ? to_f(q[d]) * p.scale : 0.f;
-    acc[i] = 0.f;
-  }
-  float m = -INFINITY, l = 0.f;
+  float qv[kMaxPerLane], kv[kMaxPerLane], vv[kMaxPerLane];
+  load_lane_dims(q, D, p.scale, qv);
+  OnlineRow r;
   for (int64_t j = 0; j < n; ++j) {
-    const T* kj = K + j * ks;
-    float s = 0.f;
-#pragma unroll
-    for (int i = 0; i < kMaxPerLane; ++i) {
-      const int d = lane + 32 * i;
-      if (d < D) s += qv[i] * to_f(kj[d]);
-    }
-    for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-    const float m_new = fmaxf(m, s), corr = __expf(m - m_new), pj = __expf(s - m_new);
-    l = l * corr + pj;
-    const T* vj = V + j * ks;
-#pragma unroll
-    for (int i = 0; i < kMaxPerLane; ++i) {
-      const int d = lane + 32 * i;
-      if (d < D) acc[i] = acc[i] * corr + pj * to_f(vj[d]);
-    }
-    m = m_new;
+    load_lane_dims(K + j * ks, D, 1.f, kv);
+    load_lane_dims(V + j * ks, D, 1.f, vv);
+    r.add(warp_dot(qv, kv), vv);
   }
-  const float inv = l > 0.f ? 1.f / l : 0.f;
+  const float inv = r.l > 0.f ? 1.f / r.l : 0.f;
 #pragma unroll
   for (int i = 0; i < kMaxPerLane; ++i) {
     const int d = lane + 32 * i;
-    if (d < D) o[d] = from_f<T>(acc[i] * inv);
+    if (d < D) o[d] = from_f<T>(r.acc[i] * inv);
   }
 }
 

@@ -76,9 +76,9 @@ int alignment(const void* p) {
 }
 
 // device, M, N, K, operand type, bias, alignments of w, x, y (and C), bias, out type, epilogue (kPlain or
-// kGatedResidual: y = C + alpha[n] · (x·wᵀ), alpha a device vector, beta 1).
+// kResidual: y = C + x·wᵀ, beta 1).
 using Key = std::tuple<int, int64_t, int64_t, int64_t, int, bool, int, int, int, int, int, int>;
-constexpr int kPlain = 0, kGatedResidual = 1;
+constexpr int kPlain = 0, kResidual = 1;
 
 struct Plan {
   cublasLtMatmulDesc_t op = nullptr;
@@ -89,20 +89,19 @@ struct Plan {
 };
 
 // The operands of the call a plan is made for: candidates are timed on them. fp8: sw = the weight's row
-// scales (N), sx = the tokens' scales (M). kGatedResidual: alpha = the F32 gate (N), c = the residual.
+// scales (N), sx = the tokens' scales (M). kResidual: c = the residual added to the product.
 struct Operands {
   const void *w, *x, *bias, *sw, *sx;
   void* y;
   void* workspace;
   cudaStream_t stream;
-  const void* alpha = nullptr;
   const void* c = nullptr;
 };
 
 cublasStatus_t run(cublasLtHandle_t lt, const Plan& p, const cublasLtMatmulAlgo_t& algo, const Operands& o) {
-  const float one = 1.f, zero = 0.f;
-  return cublasLtMatmul(lt, p.op, o.alpha ? o.alpha : &one, o.w, p.a, o.x, p.b, o.c ? &one : &zero, o.c ? o.c : o.y,
-                        p.c, o.y, p.c, &algo, o.workspace, kWorkspace, o.stream);
+  const float alpha = 1.f, beta = o.c ? 1.f : 0.f;
+  return cublasLtMatmul(lt, p.op, &alpha, o.w, p.a, o.x, p.b, &beta, o.c ? o.c : o.y, p.c, o.y, p.c, &algo,
+                        o.workspace, kWorkspace, o.stream);
 }
 
 // Mean seconds of 3 runs after a warm-up; infinity when the algorithm fails on these operands.
@@ -130,7 +129,7 @@ std::string key_string(const Key& k) {
   for (int64_t v : {M, N, K, int64_t(dt), int64_t(has_bias), int64_t(al_a), int64_t(al_b), int64_t(al_c),
                     int64_t(al_bias), int64_t(out_dt)})
     s += " " + std::to_string(v);
-  return epilogue == kGatedResidual ? s + " gated-residual" : s;
+  return epilogue == kResidual ? s + " residual" : s;
 }
 
 const Plan& plan_for(const Key& key, cublasLtHandle_t lt, const Operands& ops) {
@@ -156,10 +155,6 @@ const Plan& plan_for(const Key& key, cublasLtHandle_t lt, const Operands& ops) {
       ERNIE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep));
       ERNIE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &out_type, sizeof out_type));
       ERNIE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ops.bias, sizeof ops.bias));
-    }
-    if (epilogue == kGatedResidual) {
-      const int32_t mode = CUBLASLT_POINTER_MODE_ALPHA_DEVICE_VECTOR_BETA_HOST;
-      ERNIE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_POINTER_MODE, &mode, sizeof mode));
     }
     if (dt == kFp8Fast) {
       const int8_t on = 1;
@@ -215,7 +210,7 @@ const Plan& plan_for(const Key& key, cublasLtHandle_t lt, const Operands& ops) {
                                           res, &found);
   };
   cublasStatus_t hs = heuristic();
-  if (epilogue == kGatedResidual && (hs != CUBLAS_STATUS_SUCCESS || found == 0)) {  // the caller composes instead
+  if (epilogue == kResidual && (hs != CUBLAS_STATUS_SUCCESS || found == 0)) {  // the caller composes instead
     cublasLtMatmulPreferenceDestroy(pref);
     p.supported = false;
     return plans.emplace(key, p).first->second;
@@ -294,22 +289,22 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
 
 namespace {
 // y[M, N] = x[M, K] · w[N, K]ᵀ (+ b[N]) for operands of Key type `dt`; fp8: sx, sw the scales. With a
-// gate (F32 [N]) and a residual ([M, N] like y): y = residual + gate · (x · wᵀ) in the epilogue, or false
-// (nothing run) where cuBLASLt has no algorithm for that.
+// residual ([M, N] like y): y = residual + (the above) in the epilogue, or false (nothing run) where
+// cuBLASLt has no algorithm for that.
 bool gemm(int dt, const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, int64_t M, int64_t N, int64_t K,
-          const Tensor& sx = {}, const Tensor& sw = {}, const Tensor& gate = {}, const Tensor& residual = {}) {
+          const Tensor& sx = {}, const Tensor& sw = {}, const Tensor& residual = {}) {
   const int device = detail::dev(x);
   cudaStream_t st = stream(device);
   Handle& h = handle(device);
   const int out_dt = y.dtype() == DType::F32 ? kF32 : kBF16;
-  const bool gres = gate.defined();
-  const int al_y = gres ? std::min(alignment(y.raw()), alignment(residual.raw())) : alignment(y.raw());
+  const bool res = residual.defined();
+  const int al_y = res ? std::min(alignment(y.raw()), alignment(residual.raw())) : alignment(y.raw());
   const Key key{device, M, N, K, dt, b.defined(), alignment(w.raw()), alignment(x.raw()), al_y,
-                b.defined() ? alignment(b.raw()) : 0, out_dt, gres ? kGatedResidual : kPlain};
+                b.defined() ? alignment(b.raw()) : 0, out_dt, res ? kResidual : kPlain};
   auto ptr = [](const Tensor& t) -> const void* { return t.defined() ? t.raw() : nullptr; };
-  const Operands ops{w.raw(), x.raw(), ptr(b), ptr(sw), ptr(sx), y.raw(), h.workspace.raw(), st, ptr(gate), ptr(residual)};
+  const Operands ops{w.raw(), x.raw(), ptr(b), ptr(sw), ptr(sx), y.raw(), h.workspace.raw(), st, ptr(residual)};
   const Plan& p = plan_for(key, h.lt, ops);
-  if (!p.supported || (gres && p.post_scale)) return false;
+  if (!p.supported || (res && p.post_scale)) return false;
   if (b.defined() && !p.post_scale)
     ERNIE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ops.bias, sizeof ops.bias));
   if (is_fp8(dt) && !p.post_scale) {
@@ -387,33 +382,27 @@ Tensor linear_gated_residual(const Tensor& residual, const Tensor& gate, const T
   auto composed = [&] {
     return gated_residual(residual, gate, scale.defined() ? linear_q(x, w, scale, {}) : linear(x, w, {}));
   };
+  // The epilogue: fp8 weights on the tensor cores, one gate for every row (folded into the weight's row
+  // scales: residual + gate · sx · sw · (qx · qᵀ)), the residual in y's shape and dtype, GEMM-sized work.
+  // Anything else is the composition, which also gives the errors. (BF16 weights: cuBLASLt 13.1 has no
+  // Hopper algorithm with a per-output alpha vector and beta 1, measured, so they compose too.)
   detail::check_act(x, "linear_gated_residual", "x");
   detail::check_act(residual, "linear_gated_residual", "residual");
-  if (!w.defined() || w.ndim() != 2 || x.ndim() < 2 || x.dim(-1) != w.dim(1) || !gate.defined()) return composed();
+  if (!scale.defined() || !w.defined() || w.dtype() != DType::F8_E4M3 || w.ndim() != 2 || x.ndim() < 2 ||
+      x.dim(-1) != w.dim(1) || !gate.defined() || x.dtype() != DType::BF16)
+    return composed();
   const int64_t K = w.dim(1), N = w.dim(0), M = x.numel() / std::max<int64_t>(K, 1);
   Shape ys = x.shape();
   ys.back() = N;
-  // The epilogue takes one gate for every row, the residual in y's shape and dtype, and GEMM-sized work
-  // (few rows go through the GEMV); anything else is the composition, which also gives the errors.
-  const bool fp8 = scale.defined() && w.dtype() == DType::F8_E4M3;
-  const bool shape_ok = gate.numel() == N && residual.shape() == ys && residual.dtype() == x.dtype() && M > 4 &&
-                        K > 0 && N > 0 && M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX;
-  const bool weight_ok = fp8 ? x.dtype() == DType::BF16 && K % 16 == 0 && N % 16 == 0 && fp8_gemm_supported(detail::dev(x))
-                             : !scale.defined() && dtype_is_float(w.dtype());
-  if (!shape_ok || !weight_ok) return composed();
+  if (gate.numel() != N || !dtype_is_float(gate.dtype()) || residual.shape() != ys || residual.dtype() != x.dtype() ||
+      M <= 4 || K % 16 || N % 16 || M > INT32_MAX || N > INT32_MAX || K > INT32_MAX || !fp8_gemm_supported(detail::dev(x)))
+    return composed();
   detail::check_same_device(x, w, "linear_gated_residual", "weight");
   detail::check_same_device(x, gate, "linear_gated_residual", "gate");
   detail::check_same_device(x, residual, "linear_gated_residual", "residual");
-  const Tensor x2 = x.reshape({M, K});
-  if (fp8) {
-    const ops::Weight a = quantize(x2, DType::F8_E4M3);
-    return linear_fp8_gated_residual(residual, gate, a.w, a.scale, w, scale);
-  }
-  const Tensor g = cast(gate.reshape({N}), DType::F32);  // cuBLASLt's alpha vector is in the scale type
-  Tensor y = Tensor::empty(ys, x.dtype(), x.device());
-  const Tensor wc = w.dtype() == x.dtype() ? w : cast(w, x.dtype());
-  const bool done = gemm(x.dtype() == DType::F32 ? kF32 : kBF16, x2, wc, {}, y, M, N, K, {}, {}, g, residual);
-  return done ? y : composed();
+  ops::rules::quantized_weight(w, scale, "linear_gated_residual");
+  const ops::Weight a = quantize(x.reshape({M, K}), DType::F8_E4M3);
+  return linear_fp8_gated_residual(residual, gate, a.w, a.scale, w, scale);
 }
 
 Tensor linear_fp8_gated_residual(const Tensor& residual, const Tensor& gate, const Tensor& x, const Tensor& sx,
@@ -430,16 +419,17 @@ Tensor linear_fp8_gated_residual(const Tensor& residual, const Tensor& gate, con
   const int64_t M = x.dim(0), N = q.dim(0), K = q.dim(1);
   // As linear_gated_residual's fp8 epilogue: one gate for every row, a BF16 residual of M rows of N, and
   // GEMM-sized work on the fp8 tensor cores; anything else (and every error) through the composition.
-  const bool ok = gate.defined() && gate.numel() == N && x.dim(1) == K && x.dtype() == DType::F8_E4M3 &&
-                  q.dtype() == DType::F8_E4M3 && residual.dtype() == DType::BF16 && residual.dim(-1) == N &&
+  const bool ok = gate.defined() && gate.numel() == N && dtype_is_float(gate.dtype()) && x.dim(1) == K &&
+                  x.dtype() == DType::F8_E4M3 && q.dtype() == DType::F8_E4M3 && residual.dtype() == DType::BF16 &&
+                  residual.dim(-1) == N &&
                   residual.numel() == M * N && M > 4 && K > 0 && N > 0 && M <= INT32_MAX && N <= INT32_MAX &&
                   K <= INT32_MAX && K % 16 == 0 && N % 16 == 0 && x.device() == q.device() &&
                   x.device() == residual.device() && gate.device() == x.device() &&
                   fp8_gemm_supported(detail::dev(x));
   if (!ok) return composed();
-  const Tensor g = cast(gate.reshape({N}), DType::F32);  // cuBLASLt's alpha vector is in the scale type
+  const Tensor gated_scale = mul(cast(gate.reshape({N}), DType::F32), scale);  // the gate in the row scales
   Tensor y = Tensor::empty(residual.shape(), residual.dtype(), residual.device());
-  return gemm(fp8_type(), x, q, {}, y, M, N, K, sx, scale, g, residual) ? y : composed();
+  return gemm(fp8_type(), x, q, {}, y, M, N, K, sx, gated_scale, residual) ? y : composed();
 }
 
 Tensor matmul_nt(const Tensor& a, const Tensor& b, DType out) {

@@ -1,0 +1,146 @@
+// The decode-step kernels against their CPU twins, in F32 and BF16: add_rms_norm, qkv_rope (into KV-cache
+// rows), swiglu_linear (the GEMV with the activation in its input, and the fallback), the GEMV's grid of a
+// few warps per column, and the one-kernel split-key decode attention (GQA groups, chunk counts around its
+// 32-key chunks, 1..4 query rows).
+#include <cmath>
+
+#include "gpu_util.h"
+#include "ops/cpu/cpu_ops.h"
+
+namespace ernie::test {
+namespace {
+
+const DType kDtypes[] = {DType::F32, DType::BF16};
+
+#define FOR_DTYPES \
+  for (DType dt : kDtypes)  \
+    if (::testing::ScopedTrace dtype_trace(__FILE__, __LINE__, dtype_name(dt)); true)
+
+TEST(CudaDecode, AddRmsNorm) {
+  ERNIE_REQUIRE_GPU();
+  FOR_DTYPES {
+    for (int64_t rows : {1, 2, 3, 4, 37}) for (int64_t c : {3072, 4104, 13}) for (bool with_w : {true, false}) {
+      SCOPED_TRACE("rows " + std::to_string(rows) + " c " + std::to_string(c) + (with_w ? " weight" : ""));
+      Tensor x = as_dtype(rnd({rows, c}, 1, 2.f, 0.3f), dt), y = as_dtype(rnd({rows, c}, 2), dt);
+      Tensor w = with_w ? as_dtype(rnd({c}, 3), dt) : Tensor();
+      ops::SumNorm got = ops::add_rms_norm(up(x, dt), up(y, dt), with_w ? up(w, dt) : Tensor(), 1e-5f);
+      // The CPU twin of what the GPU stores: the sum rounded to dt, normalised.
+      Tensor sum = as_dtype(cpu::add(x, y), dt);
+      EXPECT_TRUE(tensors_close(down(got.sum), sum, tol(dt, 1e-6, 5e-3), min_cos(dt)));
+      EXPECT_TRUE(tensors_close(down(got.normed), cpu::rms_norm(sum, w, 1e-5f), tol(dt), min_cos(dt)));
+    }
+  }
+}
+
+TEST(CudaDecode, QkvRopeIntoCacheRows) {
+  ERNIE_REQUIRE_GPU();
+  FOR_DTYPES {
+    // (B, S, Hq, Hkv, D, table rows): the PE's heads, an odd head_dim (scalar path), GQA 3:1, batch tables.
+    struct Case { int64_t B, S, Hq, Hkv, D, tb; };
+    for (Case c : {Case{1, 1, 32, 8, 128, 1}, Case{1, 5, 4, 2, 12, 1}, Case{2, 3, 6, 2, 16, 2}, Case{1, 4, 3, 1, 64, 1}}) {
+      SCOPED_TRACE("B " + std::to_string(c.B) + " S " + std::to_string(c.S) + " Hq " + std::to_string(c.Hq) + " Hkv " +
+                   std::to_string(c.Hkv) + " D " + std::to_string(c.D));
+      const int64_t W = (c.Hq + 2 * c.Hkv) * c.D;
+      Tensor qkv = as_dtype(rnd({c.B, c.S, W}, 10, 2.f), dt);
+      Tensor cq = rnd({c.tb, c.S, c.D}, 11), sq = rnd({c.tb, c.S, c.D}, 12);
+      Tensor ck = rnd({c.tb, c.S, c.D}, 13), sk = rnd({c.tb, c.S, c.D}, 14);
+      ops::Qkv ref = cpu::qkv_rope(qkv, c.Hq, c.Hkv, cq, sq, ck, sk, {}, {});
+      ops::Qkv got = ops::qkv_rope(up(qkv, dt), c.Hq, c.Hkv, cq.to(kGPU), sq.to(kGPU), ck.to(kGPU), sk.to(kGPU));
+      EXPECT_TRUE(tensors_close(down(got.q), ref.q, tol(dt), min_cos(dt)));
+      EXPECT_TRUE(tensors_close(down(got.k), ref.k, tol(dt), min_cos(dt)));
+      EXPECT_TRUE(tensors_close(down(got.v), ref.v, 0));
+      if (c.B != 1) continue;
+      // Into rows [3, 3 + S) of a cache of 11 rows: those rows written, the rest left as they were (zeros).
+      Tensor kc = Tensor::zeros({11, c.Hkv, c.D}, dt, kGPU), vc = Tensor::zeros({11, c.Hkv, c.D}, dt, kGPU);
+      auto rows = [&](const Tensor& t) { return t.narrow(3, c.S).reshape({1, c.S, c.Hkv, c.D}); };
+      ops::qkv_rope(up(qkv, dt), c.Hq, c.Hkv, cq.to(kGPU), sq.to(kGPU), ck.to(kGPU), sk.to(kGPU), rows(kc), rows(vc));
+      EXPECT_TRUE(tensors_close(down(rows(kc)), ref.k, tol(dt), min_cos(dt)));
+      EXPECT_TRUE(tensors_close(down(rows(vc)), ref.v, 0));
+      for (float v : down(kc.narrow(0, 3)).to_vector()) ASSERT_EQ(v, 0.f);
+      for (float v : down(vc.narrow(3 + c.S, 8 - c.S)).to_vector()) ASSERT_EQ(v, 0.f);
+    }
+  }
+}
+
+// 1..4 rows take the fused GEMV (K a multiple of the pack), 5 rows and K = 100 the activation kernel + linear.
+TEST(CudaDecode, SwigluLinear) {
+  ERNIE_REQUIRE_GPU();
+  FOR_DTYPES {
+    for (int64_t M : {1, 2, 3, 4, 5}) for (int64_t K : {3072, 100}) for (int64_t N : {1003, 64}) {
+      SCOPED_TRACE("M " + std::to_string(M) + " K " + std::to_string(K) + " N " + std::to_string(N));
+      Tensor gate_up = as_dtype(rnd({1, M, 2 * K}, 20, 3.f), dt), w = as_dtype(rnd({N, K}, 21, 0.05f), dt);
+      // The activation rounded to dt as the GPU stages it, then the linear.
+      Tensor act = as_dtype(cpu::swiglu(cpu::slice(gate_up, 2, 0, K), cpu::slice(gate_up, 2, K, K)), dt);
+      Tensor got = ops::swiglu_linear(up(gate_up, dt), up(w, dt));
+      EXPECT_TRUE(tensors_close(down(got), cpu::linear(act, w, {}), tol(dt, 1e-5), min_cos(dt)));
+    }
+  }
+  // An 8-bit weight: the activation kernel, then the quantized linear.
+  Tensor gate_up = as_dtype(rnd({2, 2 * 64}, 22), DType::BF16), w = rnd({40, 64}, 23, 0.05f);
+  ops::Weight q = ops::quantize(w.to(kGPU), DType::I8);
+  Tensor act = as_dtype(cpu::swiglu(cpu::slice(gate_up, 1, 0, 64), cpu::slice(gate_up, 1, 64, 64)), DType::BF16);
+  EXPECT_TRUE(tensors_close(down(ops::swiglu_linear(up(gate_up, DType::BF16), q)),
+                            cpu::linear(act, down(ops::dequantize(q)), {}), 2e-2, 0.999));
+}
+
+// More columns than warps fit on the GPU at once: each warp takes several, strided.
+TEST(CudaDecode, GemvManyColumnsPerWarp) {
+  ERNIE_REQUIRE_GPU();
+  FOR_DTYPES {
+    for (int64_t M : {1, 3}) {
+      Tensor x = as_dtype(rnd({M, 256}, 30), dt), w = as_dtype(rnd({70001, 256}, 31, 0.05f), dt);
+      Tensor b = as_dtype(rnd({70001}, 32), dt);
+      EXPECT_TRUE(tensors_close(down(ops::linear(up(x, dt), up(w, dt), up(b, dt))), cpu::linear(x, w, b), tol(dt, 1e-5),
+                                min_cos(dt)))
+          << "M " << M;
+    }
+  }
+}
+
+struct DecodeCase {
+  int64_t B, Sq, Sk, Hq, Hkv, D;
+  int64_t q_offset;  // causal from this position
+  std::vector<int64_t> kv_len;
+};
+
+TEST(CudaDecode, AttentionSplitKeys) {
+  ERNIE_REQUIRE_GPU();
+  const std::vector<DecodeCase> cases = {
+      {1, 1, 1, 32, 8, 128, 0, {}},             // one key
+      {1, 1, 31, 32, 8, 128, 30, {}},           // one chunk (written by its block directly)
+      {1, 1, 32, 32, 8, 128, 31, {}},           // exactly one chunk
+      {1, 1, 33, 32, 8, 128, 32, {}},           // a second chunk of one key
+      {1, 1, 1100, 32, 8, 128, 1099, {}},       // the PE at ~1,100 keys
+      {1, 1, 9000, 32, 8, 128, 8999, {}},       // more keys than 256 chunks of 32: longer chunks
+      {1, 4, 300, 32, 8, 128, 296, {}},         // 4 query rows, causal
+      {1, 2, 200, 24, 4, 128, 198, {}},         // groups of 6 query heads: two head chunks (4 + 2)
+      {1, 3, 77, 8, 8, 64, 74, {}},             // no GQA
+      {1, 1, 100, 12, 1, 12, 99, {}},           // odd head_dim 12 (the tiny PE), 12 heads on one kv head
+      {2, 1, 130, 4, 2, 256, 1 << 20, {130, 0}},  // head_dim 256, an empty batch row
+      {3, 2, 65, 4, 2, 128, 1 << 20, {64, 33, 65}},  // kv lengths at and around chunk edges
+  };
+  uint32_t seed = 200;
+  FOR_DTYPES {
+    for (const DecodeCase& c : cases) {
+      SCOPED_TRACE("B " + std::to_string(c.B) + " Sq " + std::to_string(c.Sq) + " Sk " + std::to_string(c.Sk) + " Hq " +
+                   std::to_string(c.Hq) + " Hkv " + std::to_string(c.Hkv) + " D " + std::to_string(c.D));
+      Tensor q = as_dtype(rnd({c.B, c.Sq, c.Hq, c.D}, seed += 3, 2.f), dt);
+      Tensor k = as_dtype(rnd({c.B, c.Sk, c.Hkv, c.D}, seed + 1, 2.f), dt);
+      Tensor v = as_dtype(rnd({c.B, c.Sk, c.Hkv, c.D}, seed + 2), dt);
+      ops::AttentionMask m;
+      m.causal = c.q_offset < (1 << 20);
+      m.q_offset = m.causal ? c.q_offset : 0;
+      m.kv_len = c.kv_len;
+      const float scale = 1.f / std::sqrt(float(c.D));
+      Tensor ref = cpu::attention(q, k, v, scale, m);
+      // Twice: the second launch finds the chunk tickets reset by the first.
+      for (int run = 0; run < 2; ++run)
+        EXPECT_TRUE(tensors_close(down(ops::attention(up(q, dt), up(k, dt), up(v, dt), scale, m)), ref,
+                                  tol(dt, 1e-5, 1.5e-2), min_cos(dt)))
+            << "run " << run;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ernie::test
