@@ -6,8 +6,10 @@
 namespace ernie::cpu {
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias);
 Tensor linear_q(const Tensor& x, const Tensor& q, const Tensor& scale, const Tensor& bias);  // 8-bit weight
-// x = fp8 codes [M, K] with row scales sx [M], q/scale an fp8 weight [N, K]: ops::linear(Weight, Weight, out, bias).
-Tensor linear_fp8(const Tensor& x, const Tensor& sx, const Tensor& q, const Tensor& scale, const Tensor& bias, DType out);
+// x = fp8 codes [M, K] with row scales sx [M], q/scale an fp8 weight [N, K]: ops::linear(Weight, Weight, out,
+// bias).
+Tensor linear_fp8(const Tensor& x, const Tensor& sx, const Tensor& q, const Tensor& scale, const Tensor& bias,
+                  DType out);
 ops::Weight quantize(const Tensor& x, DType q);
 Tensor dequantize(const Tensor& q, const Tensor& scale);  // scale undefined: q (float) to F32
 // The stored values of n 8-bit codes (I8 or F8_E4M3) as f32, unscaled.

@@ -8,8 +8,10 @@
 namespace ernie::cuda {
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias);
 Tensor linear_q(const Tensor& x, const Tensor& q, const Tensor& scale, const Tensor& bias);  // 8-bit weight
-// x = fp8 codes [M, K] with row scales sx [M], q/scale an fp8 weight [N, K]: ops::linear(Weight, Weight, out, bias).
-Tensor linear_fp8(const Tensor& x, const Tensor& sx, const Tensor& q, const Tensor& scale, const Tensor& bias, DType out);
+// x = fp8 codes [M, K] with row scales sx [M], q/scale an fp8 weight [N, K]: ops::linear(Weight, Weight, out,
+// bias).
+Tensor linear_fp8(const Tensor& x, const Tensor& sx, const Tensor& q, const Tensor& scale, const Tensor& bias,
+                  DType out);
 // residual + gate · linear(x, w (8-bit when `scale` is defined)), as the GEMM's epilogue where it can.
 Tensor linear_gated_residual(const Tensor& residual, const Tensor& gate, const Tensor& x, const Tensor& w,
                              const Tensor& scale);

@@ -1,5 +1,6 @@
 // Elementwise ops: activations, arithmetic, gated activations (geglu also quantized per row to fp8 for the
-// next GEMM: geglu_fp8), AdaLN modulation, gated residuals and casts. fp32 math on F32 or BF16 storage; per-row vectors [B or 1, C] broadcast over the sequence.
+// next GEMM: geglu_fp8), AdaLN modulation, gated residuals and casts. fp32 math on F32 or BF16 storage;
+// per-row vectors [B or 1, C] broadcast over the sequence.
 #include <cmath>
 
 #include "ops/cuda/common.h"
@@ -70,8 +71,9 @@ __global__ void binary_vec_kernel(const Pack<T>* __restrict__ a, const Pack<T>* 
 // geglu of one row of gate/up [rows, C] per block (16-byte packs, NP per thread in registers), rounded to T
 // as geglu stores it, then quantized per row to fp8 (row_block.cuh): quantize(geglu(gate, up)) bit for bit.
 template <class T, int NP>
-__global__ void __launch_bounds__(kRowThreads) geglu_fp8_kernel(const Pack<T>* __restrict__ gate, const Pack<T>* __restrict__ up,
-                                 Codes<T>* __restrict__ q, float* __restrict__ qs, int cp) {
+__global__ void __launch_bounds__(kRowThreads) geglu_fp8_kernel(
+    const Pack<T>* __restrict__ gate, const Pack<T>* __restrict__ up, Codes<T>* __restrict__ q,
+    float* __restrict__ qs, int cp) {
   const int64_t row = blockIdx.x;
   Pack<T> g[NP], u[NP];
 #pragma unroll

@@ -18,10 +18,10 @@ constexpr int kWarps = 8;
 // by the plain variant) is quantized per row into q / qs instead of stored, so rms_norm_modulate_fp8 is
 // quantize(rms_norm_modulate(...)) bit for bit.
 template <class T, int NP, bool kFp8>
-__global__ void __launch_bounds__(kRowThreads) rms_norm_modulate_kernel(const Pack<T>* __restrict__ x, const Pack<T>* __restrict__ w,
-                                         const Pack<T>* __restrict__ shift, const Pack<T>* __restrict__ scale,
-                                         Pack<T>* __restrict__ y, Codes<T>* __restrict__ q, float* __restrict__ qs,
-                                         int cp, int64_t seq, int64_t ss, int64_t sc, float eps) {
+__global__ void __launch_bounds__(kRowThreads) rms_norm_modulate_kernel(
+    const Pack<T>* __restrict__ x, const Pack<T>* __restrict__ w, const Pack<T>* __restrict__ shift,
+    const Pack<T>* __restrict__ scale, Pack<T>* __restrict__ y, Codes<T>* __restrict__ q, float* __restrict__ qs,
+    int cp, int64_t seq, int64_t ss, int64_t sc, float eps) {
   constexpr int P = kPack<T>;
   const int64_t row = blockIdx.x, b = row / seq;
   const Pack<T>* xr = x + row * cp;

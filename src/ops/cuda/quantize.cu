@@ -74,8 +74,8 @@ __global__ void quantize_kernel(const T* __restrict__ x, Q* __restrict__ q, floa
 // The same for a row that fits a block's registers (row_block.cuh): each thread loads its NP packs once, so
 // the row is read once and all its loads are in flight together.
 template <class T, class Q, int NP>
-__global__ void __launch_bounds__(kRowThreads) quantize_rows_kernel(const Pack<T>* __restrict__ x, Q* __restrict__ q, float* __restrict__ scale,
-                                     int cp, float qmax) {
+__global__ void __launch_bounds__(kRowThreads) quantize_rows_kernel(
+    const Pack<T>* __restrict__ x, Q* __restrict__ q, float* __restrict__ scale, int cp, float qmax) {
   constexpr int P = kPack<T>;
   struct alignas(sizeof(Q) * P) Out { Q v[P]; };
   const int64_t row = blockIdx.x;
