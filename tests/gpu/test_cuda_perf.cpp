@@ -3,6 +3,7 @@
 // about speed, only that the result is finite.
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 
 #include "gpu_util.h"
@@ -84,6 +85,8 @@ TEST(CudaPerf, DISABLED_FusedFp8Producers) {
   auto report = [](const char* what, double s, double bytes) {
     std::printf("%-34s %7.1f us, %5.0f GB/s\n", what, s * 1e6, bytes / s / 1e9);
   };
+  const char* rt = std::getenv("ERNIE_ROW_THREADS");
+  std::printf("row blocks of up to %s threads (ERNIE_ROW_THREADS)\n", rt ? rt : "512");
   Tensor o;
   ops::Weight q;
   report("rms_norm_modulate [4296, 4096]", time_s([&] { o = ops::rms_norm_modulate(x, w, 1e-6f, v, v); }), 4 * S * C);

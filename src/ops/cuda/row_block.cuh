@@ -5,6 +5,8 @@
 #pragma once
 #include <cuda_fp8.h>
 
+#include <cstdlib>
+
 #include "ops/cuda/common.h"
 
 namespace ernie::cuda {
@@ -13,19 +15,34 @@ namespace ernie::cuda {
 // packs per thread fit the registers.
 constexpr int kRowThreads = 512;
 
-// How a row of `cp` packs is spread over a block: `threads` (a multiple of 32, at most kRowThreads) threads
-// with `np` packs each (1, 2, 4 or 8); np = 0 when the row is empty or longer than 8 · kRowThreads packs
-// (callers fall back).
+// The threads a row block prefers: kRowThreads, or ERNIE_ROW_THREADS=128|256 (read once) for measuring
+// whether fewer threads with more packs each (more rows resident per SM) pays.
+inline int preferred_row_threads() {
+  static const int t = [] {
+    const char* e = std::getenv("ERNIE_ROW_THREADS");
+    const int v = e ? std::atoi(e) : kRowThreads;
+    return v == 128 || v == 256 ? v : kRowThreads;
+  }();
+  return t;
+}
+
+// How a row of `cp` packs is spread over a block: `threads` (a multiple of 32) threads with `np` packs each
+// (1, 2, 4 or 8), the fewest packs for which the preferred thread count suffices, else eight packs and up to
+// kRowThreads threads; np = 0 when the row is empty or longer than 8 · kRowThreads packs (callers fall back).
 struct RowBlock {
   int threads = 0, np = 0;
 };
 inline RowBlock row_block(int64_t cp) {
-  for (int np : {1, 2, 4, 8})
-    if (cp > 0 && cp <= int64_t(kRowThreads) * np) {
-      const int t = int((cp + np - 1) / np);
-      return {(t + 31) / 32 * 32, np};
+  if (cp <= 0 || cp > int64_t(8) * kRowThreads) return {};
+  const int pref = preferred_row_threads();
+  int np = 8;
+  for (int n : {1, 2, 4, 8})
+    if (cp <= int64_t(pref) * n) {
+      np = n;
+      break;
     }
-  return {};
+  const int t = int((cp + np - 1) / np);
+  return {(t + 31) / 32 * 32, np};
 }
 
 // The fp8 codes of one 16-byte pack of T (8 bytes for bf16, 4 for f32), stored as one access.
