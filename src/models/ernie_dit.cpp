@@ -12,6 +12,7 @@ namespace ernie {
 
 namespace {
 std::string str(int64_t v) { return std::to_string(v); }
+bool is_fp8(const ops::Weight& w) { return w.quantized() && w.w.dtype() == DType::F8_E4M3; }
 }  // namespace
 
 // ---- weights ------------------------------------------------------------------------------------------------
@@ -255,21 +256,34 @@ ErnieDit::Rotary ErnieDit::cached_pos_embed(const std::vector<int64_t>& text_len
   return rotary_cache_->tables;
 }
 
+// With fp8 weights the GEMMs take per-token fp8 codes: the norm (and geglu) that produce a GEMM's input
+// write them directly, once for every GEMM reading it (q, k, v; gate and up).
+ErnieDit::LinearInput ErnieDit::norm_modulate(const Tensor& x, const Tensor& weight, const Tensor& shift,
+                                              const Tensor& scale, bool fp8) const {
+  if (fp8) return {Tensor(), ops::rms_norm_modulate_fp8(x, weight, cfg_.eps, shift, scale), x.dim(0), x.dim(1)};
+  return {ops::rms_norm_modulate(x, weight, cfg_.eps, shift, scale), ops::Weight(), x.dim(0), x.dim(1)};
+}
+
+Tensor ErnieDit::linear(const LinearInput& in, const ops::Weight& w) const {
+  if (!in.x8.defined()) return ops::linear(in.x, w);
+  return ops::linear(in.x8, w, act_).reshape({in.B, in.S, w.w.dim(0)});
+}
+
 // ErnieImageAttention with ErnieImageSingleStreamAttnProcessor: per-head RMSNorm on q and k, rotate-half
 // RoPE, joint attention over image + valid text keys; to_out.0 is applied by layer() together with the
 // gated residual.
-Tensor ErnieDit::self_attention(const Block& blk, const Tensor& x, const Rotary& rope,
+Tensor ErnieDit::self_attention(const Block& blk, const LinearInput& x, const Rotary& rope,
                                 const std::vector<int64_t>& kv_len) const {
-  const int64_t B = x.dim(0), S = x.dim(1), heads = cfg_.num_attention_heads, D = cfg_.head_dim();
+  const int64_t B = x.B, S = x.S, heads = cfg_.num_attention_heads, D = cfg_.head_dim();
   Tensor query, key, value;
   if (blk.to_qkv.defined()) {  // one GEMM, then the split, the norms and RoPE in one pass
-    ops::Qkv a = ops::qkv_norm_rope(ops::linear(x, blk.to_qkv), heads, blk.norm_q, blk.norm_k, cfg_.eps, rope.cos,
+    ops::Qkv a = ops::qkv_norm_rope(linear(x, blk.to_qkv), heads, blk.norm_q, blk.norm_k, cfg_.eps, rope.cos,
                                     rope.sin);
     query = a.q, key = a.k, value = a.v;
   } else {
-    query = ops::linear(x, blk.to_q).reshape({B, S, heads, D});
-    key = ops::linear(x, blk.to_k).reshape({B, S, heads, D});
-    value = ops::linear(x, blk.to_v).reshape({B, S, heads, D});
+    query = linear(x, blk.to_q).reshape({B, S, heads, D});
+    key = linear(x, blk.to_k).reshape({B, S, heads, D});
+    value = linear(x, blk.to_v).reshape({B, S, heads, D});
     if (blk.norm_q.defined()) query = ops::rms_norm(query, blk.norm_q, cfg_.eps);
     if (blk.norm_k.defined()) key = ops::rms_norm(key, blk.norm_k, cfg_.eps);
     query = ops::rope(query, rope.cos, rope.sin);
@@ -281,19 +295,25 @@ Tensor ErnieDit::self_attention(const Block& blk, const Tensor& x, const Rotary&
 }
 
 // ErnieImageFeedForward: linear_fc2(up_proj(x) * gelu(gate_proj(x))); linear_fc2 is applied by layer()
-// together with the gated residual.
-Tensor ErnieDit::mlp(const Block& blk, const Tensor& x) const {
-  return ops::geglu(ops::linear(x, blk.gate_proj), ops::linear(x, blk.up_proj));
+// together with the gated residual, so this returns its input (fp8 codes when linear_fc2 is fp8).
+ErnieDit::LinearInput ErnieDit::mlp(const Block& blk, const LinearInput& x) const {
+  Tensor gate = linear(x, blk.gate_proj), up = linear(x, blk.up_proj);
+  if (is_fp8(blk.linear_fc2)) return {Tensor(), ops::geglu_fp8(gate, up), x.B, x.S};
+  return {ops::geglu(gate, up), ops::Weight(), x.B, x.S};
 }
 
 // ErnieImageSharedAdaLNBlock: x + gate_msa · to_out(attention), then + gate_mlp · linear_fc2(mlp), each
 // projection and its gated residual in one op (linear_gated_residual: the GEMM's epilogue on CUDA).
 Tensor ErnieDit::layer(const Block& blk, const Tensor& x, const Rotary& rope, const Modulation& mod,
                        const std::vector<int64_t>& kv_len) const {
-  Tensor h = ops::rms_norm_modulate(x, blk.adaLN_sa_ln, cfg_.eps, mod.shift_msa, mod.scale_msa);
+  const bool fp8_qkv = blk.to_qkv.defined() ? is_fp8(blk.to_qkv)
+                                            : is_fp8(blk.to_q) && is_fp8(blk.to_k) && is_fp8(blk.to_v);
+  LinearInput h = norm_modulate(x, blk.adaLN_sa_ln, mod.shift_msa, mod.scale_msa, fp8_qkv);
   Tensor y = ops::linear_gated_residual(x, mod.gate_msa, self_attention(blk, h, rope, kv_len), blk.to_out);
-  h = ops::rms_norm_modulate(y, blk.adaLN_mlp_ln, cfg_.eps, mod.shift_mlp, mod.scale_mlp);
-  return ops::linear_gated_residual(y, mod.gate_mlp, mlp(blk, h), blk.linear_fc2);
+  h = norm_modulate(y, blk.adaLN_mlp_ln, mod.shift_mlp, mod.scale_mlp, is_fp8(blk.gate_proj) && is_fp8(blk.up_proj));
+  const LinearInput m = mlp(blk, h);
+  return m.x8.defined() ? ops::linear_gated_residual(y, mod.gate_mlp, m.x8, blk.linear_fc2)
+                        : ops::linear_gated_residual(y, mod.gate_mlp, m.x, blk.linear_fc2);
 }
 
 // ErnieImageAdaLNContinuous: LayerNorm without affine, then x·(1 + scale) + shift with

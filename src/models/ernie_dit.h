@@ -95,9 +95,20 @@ class ErnieDit {
   Modulation adaLN_modulation(const Tensor& c) const;
   Rotary pos_embed(const std::vector<int64_t>& text_lens, int64_t Hp, int64_t Wp, int64_t Tmax) const;
   Rotary cached_pos_embed(const std::vector<int64_t>& text_lens, int64_t Hp, int64_t Wp, int64_t Tmax) const;
-  Tensor self_attention(const Block& blk, const Tensor& x, const Rotary& rope,
+  // The input of a block's linears: the activation x [B, S, in], or, when the linears reading it are all
+  // fp8, only its per-token fp8 codes x8 [B·S, in] (made by the producing op in the same pass), which every
+  // one of those GEMMs then shares.
+  struct LinearInput {
+    Tensor x;
+    ops::Weight x8;
+    int64_t B = 0, S = 0;
+  };
+  LinearInput norm_modulate(const Tensor& x, const Tensor& weight, const Tensor& shift, const Tensor& scale,
+                            bool fp8) const;  // rms_norm_modulate as a LinearInput
+  Tensor linear(const LinearInput& in, const ops::Weight& w) const;
+  Tensor self_attention(const Block& blk, const LinearInput& x, const Rotary& rope,
                         const std::vector<int64_t>& kv_len) const;
-  Tensor mlp(const Block& blk, const Tensor& x) const;
+  LinearInput mlp(const Block& blk, const LinearInput& x) const;  // linear_fc2's input
   Tensor layer(const Block& blk, const Tensor& x, const Rotary& rope, const Modulation& mod,
                const std::vector<int64_t>& kv_len) const;
   Tensor final_norm(const Tensor& x, const Tensor& c) const;

@@ -71,12 +71,32 @@ Tensor linear(const Tensor& x, const Weight& w, const Tensor& bias) {
   if (!w.quantized()) ERNIE_OP(linear, x.device(), x, w.w, bias);
   ERNIE_OP(linear_q, x.device(), x, w.w, w.scale, bias);
 }
+Tensor linear(const Weight& x, const Weight& w, DType out, const Tensor& bias) {
+  ERNIE_CHECK(x.quantized(), "linear: x is a float tensor here; a pre-quantized activation needs its row scales ",
+              "(use quantize(x, F8_E4M3), or linear(x, w) for a float x)");
+  ERNIE_CHECK(w.quantized(), "linear: a pre-quantized activation needs an fp8 weight, got a float one");
+  ERNIE_OP(linear_fp8, x.w.device(), x.w, x.scale, w.w, w.scale, bias, out);
+}
 Tensor linear_gated_residual(const Tensor& residual, const Tensor& gate, const Tensor& x, const Weight& w) {
 #ifdef ERNIE_HAVE_CUDA
   if (x.device().is_cuda())
     return on_cuda("linear_gated_residual", [&] { return cuda::linear_gated_residual(residual, gate, x, w.w, w.scale); });
 #endif
   return gated_residual(residual, gate, linear(x, w));
+}
+Tensor linear_gated_residual(const Tensor& residual, const Tensor& gate, const Weight& x, const Weight& w) {
+  ERNIE_CHECK(x.quantized() && w.quantized(), "linear_gated_residual: a pre-quantized x needs its row scales and ",
+              "an fp8 weight");
+  ERNIE_CHECK(residual.defined(), "linear_gated_residual: residual is undefined");
+#ifdef ERNIE_HAVE_CUDA
+  if (x.w.device().is_cuda())
+    return on_cuda("linear_gated_residual",
+                   [&] { return cuda::linear_fp8_gated_residual(residual, gate, x.w, x.scale, w.w, w.scale); });
+#endif
+  const Tensor y = linear(x, w, residual.dtype());
+  ERNIE_CHECK(y.numel() == residual.numel(), "linear_gated_residual: linear gives ", shape_str(y.shape()),
+              " for residual ", shape_str(residual.shape()));
+  return gated_residual(residual, gate, y.reshape(residual.shape()));
 }
 Weight quantize(const Tensor& x, DType q) {
   ERNIE_CHECK(x.defined(), "quantize: input is undefined");
@@ -129,6 +149,16 @@ Tensor rms_norm_modulate(const Tensor& x, const Tensor& weight, float eps, const
     return on_cuda("rms_norm_modulate", [&] { return cuda::rms_norm_modulate(x, weight, eps, shift, scale); });
 #endif
   return modulate(rms_norm(x, weight, eps), shift, scale);
+}
+
+Weight rms_norm_modulate_fp8(const Tensor& x, const Tensor& weight, float eps, const Tensor& shift,
+                             const Tensor& scale) {
+  ERNIE_CHECK(x.defined(), "rms_norm_modulate_fp8: x is undefined");
+  ERNIE_OP(rms_norm_modulate_fp8, x.device(), x, weight, eps, shift, scale);
+}
+Weight geglu_fp8(const Tensor& gate, const Tensor& up) {
+  ERNIE_CHECK(gate.defined(), "geglu_fp8: gate is undefined");
+  ERNIE_OP(geglu_fp8, gate.device(), gate, up);
 }
 
 Qkv qkv_norm_rope(const Tensor& qkv, int64_t heads, const Tensor& norm_q, const Tensor& norm_k, float eps,

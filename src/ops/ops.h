@@ -33,11 +33,21 @@ struct Weight {
 // elsewhere as a float GEMM on the same quantized values.
 Tensor linear(const Tensor& x, const Weight& w, const Tensor& bias = {});
 
+// The same fp8 GEMM on an activation already quantized per row: x = F8_E4M3 codes [rows, in] with their F32
+// scale [rows] (as quantize(x2d, F8_E4M3) or the *_fp8 ops below give it), w F8_E4M3:
+// y[rows, out] = (qx · qᵀ) · sx[row] · scale[out] (+ bias[out]) in `out` (F32, or BF16 on CUDA).
+// linear(x, w) with fp8 w is linear(quantize(x2d, F8_E4M3), w, x.dtype()) reshaped; quantizing once this
+// way feeds several GEMMs that read the same activation.
+Tensor linear(const Weight& x, const Weight& w, DType out, const Tensor& bias = {});
+
 // residual[B, S, out] + gate · linear(x, w), gate [1, out] or [B, out] per row as gated_residual takes it: the
 // DiT's gated residual after a projection. On CUDA with fp8 weights and one gate for every row, the fp8
 // GEMM does it (the gate folded into the weight's row scales, the residual added as C; y rounded once);
 // elsewhere the composition gated_residual(residual, gate, linear(x, w)).
 Tensor linear_gated_residual(const Tensor& residual, const Tensor& gate, const Tensor& x, const Weight& w);
+// The same on a pre-quantized activation (x as ops::linear(Weight, Weight, ...) takes it, [rows, in] with
+// rows · out = residual.numel()), the result in the residual's dtype: the DiT's linear_fc2 on geglu_fp8's codes.
+Tensor linear_gated_residual(const Tensor& residual, const Tensor& gate, const Weight& x, const Weight& w);
 
 // Row-wise symmetric quantization of a float [rows, cols] tensor (a weight, or activations) to `q` = I8 or
 // F8_E4M3, on its own device: scale[r] = max|x[r, :]| / qmax (qmax 127 or 448; 1 for an all-zero row),
@@ -71,6 +81,12 @@ Tensor gated_residual(const Tensor& residual, const Tensor& gate, const Tensor& 
 // ---- fused (each equals the composition named; CUDA runs one kernel where it pays) ------------------------
 // modulate(rms_norm(x, weight, eps), shift, scale): the DiT's AdaLN input.
 Tensor rms_norm_modulate(const Tensor& x, const Tensor& weight, float eps, const Tensor& shift, const Tensor& scale);
+// Producers of an fp8 GEMM's input (see linear above): the op's result, viewed as [rows = numel / C, C],
+// quantized per row to F8_E4M3 in the same pass, bit for bit quantize(result.reshape({rows, C}), F8_E4M3)
+// (on CUDA the result is rounded to the activation dtype first, as the unfused op stores it).
+Weight rms_norm_modulate_fp8(const Tensor& x, const Tensor& weight, float eps, const Tensor& shift,
+                             const Tensor& scale);
+Weight geglu_fp8(const Tensor& gate, const Tensor& up);
 // Attention inputs from one fused projection qkv [B, S, 3·heads·D] (the q, k, v blocks in that order):
 // q and k get a per-head rms_norm (weight [D], none when undefined) then rope (cos/sin [B or 1, S, D] F32);
 // v is copied. Each result is [B, S, heads, D].

@@ -2,6 +2,7 @@
 // --gtest_also_run_disabled_tests --gtest_filter='CudaPerf.*'). Prints TFLOP/s or GB/s; asserts nothing
 // about speed, only that the result is finite.
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 
 #include "gpu_util.h"
@@ -71,6 +72,35 @@ TEST(CudaPerf, DISABLED_Elementwise) {
   std::printf("qk rms_norm [%d, 32, 128]: %.1f us, %.0f GB/s\n", S, s * 1e6, 2 * bytes / s / 1e9);
   s = time_s([&] { o = ops::rope(q, cs, sn); });
   std::printf("rope: %.1f us, %.0f GB/s\n", s * 1e6, 2 * bytes / s / 1e9);
+}
+
+// The DiT's memory-bound row ops at 1024² (4296 tokens, bf16): the fused fp8 producers next to the unfused
+// op + quantize they replace, and qkv_norm_rope. GB/s counts the bytes each op must move once.
+TEST(CudaPerf, DISABLED_FusedFp8Producers) {
+  ERNIE_REQUIRE_GPU();
+  cuda::set_poison_allocations(false);
+  const double S = 4296, C = 4096, F = 12288;
+  Tensor x = gpu_rnd({1, 4296, 4096}, 30), w = gpu_rnd({4096}, 31), v = gpu_rnd({1, 4096}, 32, 0.1f);
+  auto report = [](const char* what, double s, double bytes) {
+    std::printf("%-34s %7.1f us, %5.0f GB/s\n", what, s * 1e6, bytes / s / 1e9);
+  };
+  Tensor o;
+  ops::Weight q;
+  report("rms_norm_modulate [4296, 4096]", time_s([&] { o = ops::rms_norm_modulate(x, w, 1e-6f, v, v); }), 4 * S * C);
+  report("rms_norm_modulate_fp8", time_s([&] { q = ops::rms_norm_modulate_fp8(x, w, 1e-6f, v, v); }), 3 * S * C);
+  report("quantize fp8 [4296, 4096]", time_s([&] { q = ops::quantize(x.reshape({4296, 4096}), DType::F8_E4M3); }),
+         3 * S * C);
+  Tensor g = gpu_rnd({1, 4296, 12288}, 33), u = gpu_rnd({1, 4296, 12288}, 34);
+  report("geglu [4296, 12288]", time_s([&] { o = ops::geglu(g, u); }), 6 * S * F);
+  report("geglu_fp8", time_s([&] { q = ops::geglu_fp8(g, u); }), 5 * S * F);
+  report("quantize fp8 [4296, 12288]", time_s([&] { q = ops::quantize(g.reshape({4296, 12288}), DType::F8_E4M3); }),
+         3 * S * F);
+  Tensor qkv = gpu_rnd({1, 4296, 3 * 4096}, 35), nq = gpu_rnd({128}, 36), nk = gpu_rnd({128}, 37);
+  Tensor cs = rnd({1, 4296, 128}, 38).to(kGPU), sn = rnd({1, 4296, 128}, 39).to(kGPU);
+  ops::Qkv r;
+  report("qkv_norm_rope [4296, 3, 32, 128]",
+         time_s([&] { r = ops::qkv_norm_rope(qkv, 32, nq, nk, 1e-6f, cs, sn); }), 12 * S * C);
+  EXPECT_TRUE(std::isfinite(down(r.q).to_vector()[0]) && std::isfinite(down(o).to_vector()[0]));
 }
 
 TEST(CudaPerf, DISABLED_VaeConvAndGroupNorm) {

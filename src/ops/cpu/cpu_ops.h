@@ -6,6 +6,10 @@
 namespace ernie::cpu {
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias);
 Tensor linear_q(const Tensor& x, const Tensor& q, const Tensor& scale, const Tensor& bias);  // 8-bit weight
+// x = fp8 codes [M, K] with row scales sx [M], q/scale an fp8 weight [N, K]: ops::linear(Weight, Weight, out,
+// bias).
+Tensor linear_fp8(const Tensor& x, const Tensor& sx, const Tensor& q, const Tensor& scale, const Tensor& bias,
+                  DType out);
 ops::Weight quantize(const Tensor& x, DType q);
 Tensor dequantize(const Tensor& q, const Tensor& scale);  // scale undefined: q (float) to F32
 // The stored values of n 8-bit codes (I8 or F8_E4M3) as f32, unscaled.
@@ -23,6 +27,9 @@ Tensor swiglu(const Tensor& gate, const Tensor& up);
 Tensor geglu(const Tensor& gate, const Tensor& up);
 Tensor modulate(const Tensor& x, const Tensor& shift, const Tensor& scale);
 Tensor gated_residual(const Tensor& residual, const Tensor& gate, const Tensor& y);
+ops::Weight rms_norm_modulate_fp8(const Tensor& x, const Tensor& weight, float eps, const Tensor& shift,
+                                  const Tensor& scale);
+ops::Weight geglu_fp8(const Tensor& gate, const Tensor& up);
 Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin);
 // Fused decode-step ops (fused.cpp): the compositions ops.h names.
 ops::SumNorm add_rms_norm(const Tensor& x, const Tensor& y, const Tensor& weight, float eps);

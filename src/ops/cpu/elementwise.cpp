@@ -4,13 +4,14 @@
 
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cpu/cpu_util.h"
+#include "ops/cpu/row_math.h"
 
 namespace ernie::cpu {
 
 namespace {
 
-inline float silu_f(float v) { return v / (1.f + std::exp(-v)); }
-inline float gelu_f(float v) { return float(0.5 * v * (1.0 + std::erf(v * 0.70710678118654752440))); }
+using detail::gelu_f;
+using detail::silu_f;
 
 template <class F>
 Tensor unary(const Tensor& x, const char* op, F f) {
@@ -39,19 +40,6 @@ Tensor binary(const Tensor& a, const Tensor& b, const char* op, const char* an, 
   return y;
 }
 
-// x [B, ..., C] with a per-row vector v [B or 1, C] (any shape with those leading/trailing sizes).
-// Returns the stride (in floats) between rows of v: C, or 0 when it broadcasts over B.
-int64_t row_vector_stride(const Tensor& x, const Tensor& v, const char* op, const char* vn) {
-  detail::check_act(v, op, vn);
-  ERNIE_CHECK(x.ndim() >= 2, op, ": x ", shape_str(x.shape()), " must be [B, S, C]");
-  const int64_t b = x.dim(0), c = x.dim(-1);
-  const int64_t vb = v.ndim() >= 1 ? v.dim(0) : 0;
-  ERNIE_CHECK(v.ndim() >= 2 && v.dim(-1) == c && (vb == b || vb == 1) && v.numel() == vb * c, op, ": ", vn, " ",
-              shape_str(v.shape()), " must be [", std::to_string(b), " or 1, ", std::to_string(c), "] for x ",
-              shape_str(x.shape()));
-  return vb == 1 ? 0 : c;
-}
-
 }  // namespace
 
 Tensor silu(const Tensor& x) { return unary(x, "silu", silu_f); }
@@ -74,8 +62,8 @@ Tensor geglu(const Tensor& gate, const Tensor& up) {
 
 Tensor modulate(const Tensor& x, const Tensor& shift, const Tensor& scale) {
   detail::check_act(x, "modulate", "x");
-  const int64_t ss = row_vector_stride(x, shift, "modulate", "shift");
-  const int64_t sc = row_vector_stride(x, scale, "modulate", "scale");
+  const int64_t ss = detail::row_vector_stride(x, shift, "modulate", "shift");
+  const int64_t sc = detail::row_vector_stride(x, scale, "modulate", "scale");
   const int64_t b = x.dim(0), c = x.dim(-1), s = (b * c != 0) ? x.numel() / (b * c) : 0;
   Tensor y = Tensor::empty(x.shape(), DType::F32);
   const float *xp = x.f32(), *sh = shift.f32(), *scp = scale.f32();
@@ -84,7 +72,7 @@ Tensor modulate(const Tensor& x, const Tensor& shift, const Tensor& scale) {
   for (int64_t i = 0; i < b; ++i)
     for (int64_t t = 0; t < s; ++t) {
       const int64_t off = (i * s + t) * c;
-      for (int64_t k = 0; k < c; ++k) o[off + k] = xp[off + k] * (1.f + scp[i * sc + k]) + sh[i * ss + k];
+      for (int64_t k = 0; k < c; ++k) o[off + k] = detail::modulate_f(xp[off + k], sh[i * ss + k], scp[i * sc + k]);
     }
   return y;
 }
@@ -94,7 +82,7 @@ Tensor gated_residual(const Tensor& residual, const Tensor& gate, const Tensor& 
   detail::check_act(y, "gated_residual", "y");
   ERNIE_CHECK(residual.shape() == y.shape(), "gated_residual: residual and y shapes differ: ",
               detail::shapes(residual, y));
-  const int64_t gs = row_vector_stride(residual, gate, "gated_residual", "gate");
+  const int64_t gs = detail::row_vector_stride(residual, gate, "gated_residual", "gate");
   const int64_t b = residual.dim(0), c = residual.dim(-1), s = (b * c != 0) ? residual.numel() / (b * c) : 0;
   Tensor out = Tensor::empty(residual.shape(), DType::F32);
   const float *r = residual.f32(), *g = gate.f32(), *yp = y.f32();

@@ -2,7 +2,8 @@
 // and the 8-bit codes of quantized ones) are converted to f32 in blocks of output rows into a scratch
 // buffer, so a large checkpoint is never expanded as a whole; for a few x rows (token-by-token decoding)
 // each weight row is converted and dotted directly instead. Quantized weights then scale the product:
-// y = (x' · qᵀ) · sx[row] · scale[out] (+ bias), x' = x (I8) or x quantized per row to fp8 (F8_E4M3).
+// y = (x' · qᵀ) · sx[row] · scale[out] (+ bias), x' = x (I8) or x quantized per row to fp8 (F8_E4M3;
+// linear_fp8 is handed x already quantized).
 #include <cblas.h>
 
 #include <algorithm>
@@ -72,7 +73,8 @@ Tensor output(const Tensor& x, const Tensor& w, int64_t& m) {
   ERNIE_CHECK(w.ndim() == 2, "linear: weight ", shape_str(w.shape()), " must be 2-D [out, in]");
   ERNIE_CHECK(x.ndim() >= 1 && x.dim(-1) == w.dim(1), "linear: x ", shape_str(x.shape()),
               " last dim does not match weight ", shape_str(w.shape()), " [out, in]");
-  m = w.dim(1) ? x.numel() / w.dim(1) : 0;
+  m = 1;  // the rows of x (also when in = 0: y is the bias)
+  for (int i = 0; i + 1 < x.ndim(); ++i) m *= x.dim(i);
   Shape ys = x.shape();
   ys.back() = w.dim(0);
   return Tensor::zeros(ys, DType::F32);
@@ -92,6 +94,21 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   return y;
 }
 
+namespace {
+// y[m, out] = (x' · qᵀ) · sx[row] · scale[out] (+ b[out]) into y (zeros), x' [m, in] F32 (the activations, or
+// their fp8 codes as float), sx null: 1.
+void scaled_gemm(const float* xp, const float* sx, int64_t m, const Tensor& q, const Tensor& scale,
+                 const std::vector<float>& b, float* yp) {
+  const int64_t in = q.dim(1), out = q.dim(0);
+  if (in > 0) gemm_rows(xp, m, q, yp, false);
+  const float* sw = scale.f32();
+#pragma omp parallel for schedule(static) if (detail::worth_threads(m * out))
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t o = 0; o < out; ++o)
+      yp[i * out + o] = yp[i * out + o] * ((sx ? sx[i] : 1.f) * sw[o]) + (b.empty() ? 0.f : b[size_t(o)]);
+}
+}  // namespace
+
 Tensor linear_q(const Tensor& x, const Tensor& q, const Tensor& scale, const Tensor& bias) {
   detail::check_act(x, "linear", "x");
   ops::rules::quantized_weight(q, scale, "linear");
@@ -99,22 +116,31 @@ Tensor linear_q(const Tensor& x, const Tensor& q, const Tensor& scale, const Ten
   int64_t m = 0;
   Tensor y = output(x, q, m);
   const int64_t in = q.dim(1), out = q.dim(0);
+  if (q.dtype() == DType::F8_E4M3 && in > 0 && m > 0 && out > 0)  // W8A8: the activations quantized per row
+  {
+    const ops::Weight a = quantize(x.reshape({m, in}), DType::F8_E4M3);
+    return linear_fp8(a.w, a.scale, q, scale, bias, DType::F32).reshape(y.shape());
+  }
   std::vector<float> b = detail::vec_f32(bias, out, "linear", "bias");
   if (m == 0 || out == 0) return y;
-  std::vector<float> sx(static_cast<size_t>(m), 1.f);
-  Tensor xq = x;
-  if (q.dtype() == DType::F8_E4M3 && in > 0) {  // W8A8: the activations' fp8 codes, as float
-    ops::Weight a = quantize(x.reshape({m, in}), DType::F8_E4M3);
-    xq = dequantize(a.w, Tensor());
-    std::copy(a.scale.f32(), a.scale.f32() + m, sx.begin());
-  }
-  float* yp = y.f32();
-  if (in > 0) gemm_rows(xq.f32(), m, q, yp, false);
-  const float* sw = scale.f32();
-#pragma omp parallel for schedule(static) if (detail::worth_threads(m * out))
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t o = 0; o < out; ++o)
-      yp[i * out + o] = yp[i * out + o] * (sx[size_t(i)] * sw[o]) + (b.empty() ? 0.f : b[size_t(o)]);
+  scaled_gemm(x.f32(), nullptr, m, q, scale, b, y.f32());
+  return y;
+}
+
+Tensor linear_fp8(const Tensor& x, const Tensor& sx, const Tensor& q, const Tensor& scale, const Tensor& bias,
+                  DType out_dtype) {
+  ops::rules::quantized_weight(x, sx, "linear (quantized x)");
+  ops::rules::quantized_weight(q, scale, "linear");
+  ERNIE_CHECK(x.dtype() == DType::F8_E4M3 && q.dtype() == DType::F8_E4M3, "linear: a pre-quantized x needs F8_E4M3 ",
+              "x and weight, got ", dtype_name(x.dtype()), " and ", dtype_name(q.dtype()));
+  ERNIE_CHECK(x.device().is_cpu() && q.device().is_cpu(), "linear: x is on ", x.device().str(), " and weight on ",
+              q.device().str(), ", expected cpu");
+  ERNIE_CHECK(out_dtype == DType::F32, "linear: the CPU backend computes in F32, not ", dtype_name(out_dtype));
+  int64_t m = 0;
+  Tensor y = output(x, q, m);
+  std::vector<float> b = detail::vec_f32(bias, q.dim(0), "linear", "bias");
+  if (y.numel() == 0) return y;
+  scaled_gemm(dequantize(x, Tensor()).f32(), sx.f32(), m, q, scale, b, y.f32());
   return y;
 }
 

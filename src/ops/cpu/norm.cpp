@@ -5,6 +5,7 @@
 
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cpu/cpu_util.h"
+#include "ops/cpu/row_math.h"
 
 namespace ernie::cpu {
 
@@ -36,12 +37,7 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps) {
   float* yp = y.f32();
 #pragma omp parallel for schedule(static) if (detail::worth_threads(x.numel()))
   for (int64_t r = 0; r < rows; ++r) {
-    const float* a = xp + r * c;
-    float* o = yp + r * c;
-    double ss = 0;
-    for (int64_t i = 0; i < c; ++i) ss += double(a[i]) * a[i];
-    const float inv = float(1.0 / std::sqrt(ss / double(c) + double(eps)));
-    for (int64_t i = 0; i < c; ++i) o[i] = a[i] * inv * (w.empty() ? 1.f : w[i]);
+    detail::rms_norm_row(xp + r * c, c, w.empty() ? nullptr : w.data(), eps, yp + r * c);
   }
   return y;
 }

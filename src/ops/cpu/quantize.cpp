@@ -5,17 +5,10 @@
 
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cpu/cpu_util.h"
+#include "ops/cpu/row_math.h"
 #include "ops/shape_rules.h"
 
 namespace ernie::cpu {
-
-namespace {
-float scale_of(const float* row, int64_t cols, float qmax) {
-  float amax = 0.f;
-  for (int64_t c = 0; c < cols; ++c) amax = std::fmax(amax, std::fabs(row[c]));
-  return amax > 0.f ? amax / qmax : 1.f;
-}
-}  // namespace
 
 ops::Weight quantize(const Tensor& x, DType qt) {
   const float qmax = ops::rules::quantize(x, qt);
@@ -31,15 +24,7 @@ ops::Weight quantize(const Tensor& x, DType qt) {
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       convert_to_f32(x.dtype(), src + size_t(r * cols) * esz, row.data(), size_t(cols));
-      const float s = sc[r] = scale_of(row.data(), cols, qmax);
-      if (qt == DType::F8_E4M3) {
-        uint8_t* dst = q.data<uint8_t>() + r * cols;
-        for (int64_t c = 0; c < cols; ++c) dst[c] = f32_to_fp8_e4m3(row[size_t(c)] / s);
-      } else {
-        int8_t* dst = q.data<int8_t>() + r * cols;
-        for (int64_t c = 0; c < cols; ++c)
-          dst[c] = int8_t(std::nearbyint(std::fmax(-127.f, std::fmin(127.f, row[size_t(c)] / s))));
-      }
+      sc[r] = detail::quantize_row(qt, row.data(), cols, qmax, static_cast<char*>(q.raw()) + r * cols);
     }
   }
   return {q, scale};

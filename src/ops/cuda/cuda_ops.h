@@ -8,9 +8,16 @@
 namespace ernie::cuda {
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias);
 Tensor linear_q(const Tensor& x, const Tensor& q, const Tensor& scale, const Tensor& bias);  // 8-bit weight
+// x = fp8 codes [M, K] with row scales sx [M], q/scale an fp8 weight [N, K]: ops::linear(Weight, Weight, out,
+// bias).
+Tensor linear_fp8(const Tensor& x, const Tensor& sx, const Tensor& q, const Tensor& scale, const Tensor& bias,
+                  DType out);
 // residual + gate · linear(x, w (8-bit when `scale` is defined)), as the GEMM's epilogue where it can.
 Tensor linear_gated_residual(const Tensor& residual, const Tensor& gate, const Tensor& x, const Tensor& w,
                              const Tensor& scale);
+// The same on an activation already quantized to fp8 (codes x [M, K], row scales sx), fp8 weight q/scale.
+Tensor linear_fp8_gated_residual(const Tensor& residual, const Tensor& gate, const Tensor& x, const Tensor& sx,
+                                 const Tensor& q, const Tensor& scale);
 ops::Weight quantize(const Tensor& x, DType q);
 Tensor dequantize(const Tensor& q, const Tensor& scale);
 // Whether linear_q runs fp8 weights on the fp8 tensor cores (cuBLASLt, compute capability >= 8.9, and not
@@ -30,6 +37,9 @@ Tensor geglu(const Tensor& gate, const Tensor& up);
 Tensor modulate(const Tensor& x, const Tensor& shift, const Tensor& scale);
 Tensor gated_residual(const Tensor& residual, const Tensor& gate, const Tensor& y);
 Tensor rms_norm_modulate(const Tensor& x, const Tensor& weight, float eps, const Tensor& shift, const Tensor& scale);
+ops::Weight rms_norm_modulate_fp8(const Tensor& x, const Tensor& weight, float eps, const Tensor& shift,
+                                  const Tensor& scale);
+ops::Weight geglu_fp8(const Tensor& gate, const Tensor& up);
 // The fused kernel takes head_dim 128, F32/BF16, aligned rows; other shapes use the composition.
 bool qkv_norm_rope_supported(const Tensor& qkv, int64_t heads, const Tensor& norm_q, const Tensor& norm_k,
                              const Tensor& cos, const Tensor& sin);

@@ -1,9 +1,11 @@
-// Elementwise ops: activations, arithmetic, gated activations, AdaLN modulation, gated residuals and
-// casts. fp32 math on F32 or BF16 storage; per-row vectors [B or 1, C] broadcast over the sequence.
+// Elementwise ops: activations, arithmetic, gated activations (geglu also quantized per row to fp8 for the
+// next GEMM: geglu_fp8), AdaLN modulation, gated residuals and casts. fp32 math on F32 or BF16 storage;
+// per-row vectors [B or 1, C] broadcast over the sequence.
 #include <cmath>
 
 #include "ops/cuda/common.h"
 #include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/row_block.cuh"
 
 namespace ernie::cuda {
 
@@ -64,6 +66,26 @@ __global__ void binary_vec_kernel(const Pack<T>* __restrict__ a, const Pack<T>* 
     for (int k = 0; k < kPack<T>; ++k) r.v[k] = from_f<T>(binary_f<B>(to_f(p.v[k]), to_f(q.v[k])));
     y[i] = r;
   }
+}
+
+// geglu of one row of gate/up [rows, C] per block (16-byte packs, NP per thread in registers), rounded to T
+// as geglu stores it, then quantized per row to fp8 (row_block.cuh): quantize(geglu(gate, up)) bit for bit.
+template <class T, int NP>
+__global__ void __launch_bounds__(kRowThreads) geglu_fp8_kernel(
+    const Pack<T>* __restrict__ gate, const Pack<T>* __restrict__ up, Codes<T>* __restrict__ q,
+    float* __restrict__ qs, int cp) {
+  const int64_t row = blockIdx.x;
+  Pack<T> g[NP], u[NP];
+#pragma unroll
+  for (int j = 0; j < NP; ++j) {
+    const int i = threadIdx.x + j * blockDim.x;
+    if (i < cp) g[j] = gate[row * cp + i], u[j] = up[row * cp + i];
+  }
+#pragma unroll
+  for (int j = 0; j < NP; ++j)
+#pragma unroll
+    for (int e = 0; e < kPack<T>; ++e) g[j].v[e] = from_f<T>(binary_f<Binary::Geglu>(to_f(g[j].v[e]), to_f(u[j].v[e])));
+  store_fp8_row<T, NP>(g, row, cp, q, qs);
 }
 
 // Row-vector ops with the vectors in the activation dtype: packs along C (C % pack == 0).
@@ -187,6 +209,34 @@ Tensor add(const Tensor& a, const Tensor& b) { return binary<Binary::Add>(a, b, 
 Tensor mul(const Tensor& a, const Tensor& b) { return binary<Binary::Mul>(a, b, "mul", "a", "b"); }
 Tensor swiglu(const Tensor& gate, const Tensor& up) { return binary<Binary::Swiglu>(gate, up, "swiglu", "gate", "up"); }
 Tensor geglu(const Tensor& gate, const Tensor& up) { return binary<Binary::Geglu>(gate, up, "geglu", "gate", "up"); }
+
+ops::Weight geglu_fp8(const Tensor& gate, const Tensor& up) {
+  const char* op = "geglu_fp8";
+  detail::check_act(gate, op, "gate");
+  detail::check_act(up, op, "up");
+  detail::check_same_device(gate, up, op, "up");
+  ERNIE_CHECK(gate.shape() == up.shape() && gate.dtype() == up.dtype() && gate.ndim() >= 1, op,
+              ": gate and up differ: ", detail::shapes(gate, up), " ", dtype_name(gate.dtype()), "/",
+              dtype_name(up.dtype()));
+  const int64_t c = gate.dim(-1);
+  int64_t rows = 1;
+  for (int i = 0; i + 1 < gate.ndim(); ++i) rows *= gate.dim(i);
+  const int P = gate.dtype() == DType::F32 ? kPack<float> : kPack<__nv_bfloat16>;
+  const RowBlock rb = row_block(c % P == 0 ? c / P : 0);
+  if (rb.np == 0 || rows == 0 || rows > INT32_MAX || !aligned16(gate.raw()) || !aligned16(up.raw()))
+    return quantize(geglu(gate, up).reshape({rows, c}), DType::F8_E4M3);
+  ops::Weight q(Tensor::empty({rows, c}, DType::F8_E4M3, gate.device()), Tensor::empty({rows}, DType::F32, gate.device()));
+  cudaStream_t st = stream(detail::dev(gate));
+  ERNIE_DISPATCH_ACT(gate.dtype(), op, {
+    ERNIE_DISPATCH_NP(rb.np, {
+      geglu_fp8_kernel<T, NP><<<unsigned(rows), rb.threads, 0, st>>>(gate.data<Pack<T>>(), up.data<Pack<T>>(),
+                                                                      q.w.data<Codes<T>>(), q.scale.data<float>(),
+                                                                      int(c / kPack<T>));
+    });
+  });
+  ERNIE_CUDA_LAUNCH(op);
+  return q;
+}
 
 Tensor modulate(const Tensor& x, const Tensor& shift, const Tensor& scale) {
   detail::check_act(x, "modulate", "x");

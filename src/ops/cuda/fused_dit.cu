@@ -1,8 +1,10 @@
-// The DiT's fused elementwise ops (ops.h "fused"): rms_norm + AdaLN modulate in one pass, and the fused
-// QKV projection's split + per-head RMSNorm + rotate-half RoPE in one pass. Each matches the composition
-// of the unfused ops except that nothing is rounded to the activation type in between.
+// The DiT's fused elementwise ops (ops.h "fused"): rms_norm + AdaLN modulate in one pass (also quantizing
+// its result per row to fp8 for the next GEMM: rms_norm_modulate_fp8), and the fused QKV projection's split
+// + per-head RMSNorm + rotate-half RoPE in one pass. Each matches the composition of the unfused ops except
+// that nothing is rounded to the activation type in between.
 #include "ops/cuda/common.h"
 #include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/row_block.cuh"
 
 namespace ernie::cuda {
 
@@ -10,102 +12,188 @@ namespace {
 
 constexpr int kWarps = 8;
 
-// One warp per row of x [rows, C] (16-byte packs): y = (x · rsqrt(mean(x²) + eps) · w) · (1 + scale[b]) +
-// shift[b], b = row / seq; ss / sc are the pack strides of shift / scale rows (0: one row for all).
-template <class T>
-__global__ void rms_norm_modulate_kernel(const Pack<T>* __restrict__ x, VecF w, const Pack<T>* __restrict__ shift,
-                                         const Pack<T>* __restrict__ scale, Pack<T>* __restrict__ y, int64_t rows,
-                                         int cp, int64_t seq, int64_t ss, int64_t sc, float eps) {
+// One block per row of x [rows, C] (16-byte packs, NP per thread held in registers; see row_block.cuh):
+// y = (x · rsqrt(mean(x²) + eps) · w) · (1 + scale[b]) + shift[b], b = row / seq; ss / sc are the pack
+// strides of shift / scale rows (0: one row for all); w null: no affine. kFp8: y (rounded to T, as stored
+// by the plain variant) is quantized per row into q / qs instead of stored, so rms_norm_modulate_fp8 is
+// quantize(rms_norm_modulate(...)) bit for bit.
+template <class T, int NP, bool kFp8>
+__global__ void __launch_bounds__(kRowThreads) rms_norm_modulate_kernel(
+    const Pack<T>* __restrict__ x, const Pack<T>* __restrict__ w, const Pack<T>* __restrict__ shift,
+    const Pack<T>* __restrict__ scale, Pack<T>* __restrict__ y, Codes<T>* __restrict__ q, float* __restrict__ qs,
+    int cp, int64_t seq, int64_t ss, int64_t sc, float eps) {
   constexpr int P = kPack<T>;
-  const int64_t row = blockIdx.x * int64_t(kWarps) + threadIdx.y;
-  if (row >= rows) return;
-  const int64_t b = row / seq;
+  const int64_t row = blockIdx.x, b = row / seq;
   const Pack<T>* xr = x + row * cp;
-  Pack<T>* yr = y + row * cp;
-  const float inv = row_inv_rms(xr, cp, eps);
-  for (int i = threadIdx.x; i < cp; i += 32) {
-    const Pack<T> a = xr[i], sh = shift[b * ss + i], s = scale[b * sc + i];
+  Pack<T> a[NP];
+#pragma unroll
+  for (int j = 0; j < NP; ++j)
+    if (threadIdx.x + j * blockDim.x < cp) a[j] = xr[threadIdx.x + j * blockDim.x];
+  float sq = 0.f;
+#pragma unroll
+  for (int j = 0; j < NP; ++j)
+    if (threadIdx.x + j * blockDim.x < cp)
+#pragma unroll
+      for (int e = 0; e < P; ++e) sq += to_f(a[j].v[e]) * to_f(a[j].v[e]);
+  const float inv = rsqrtf(block_reduce(sq, SumOp()) / float(cp * P) + eps);
+#pragma unroll
+  for (int j = 0; j < NP; ++j) {
+    const int i = threadIdx.x + j * blockDim.x;
+    if (i >= cp) continue;
+    const Pack<T> sh = shift[b * ss + i], s = scale[b * sc + i];
+    Pack<T> wv;
+    if (w) wv = w[i];
     Pack<T> r;
 #pragma unroll
     for (int e = 0; e < P; ++e) {
-      const float n = to_f(a.v[e]) * inv * (w.defined() ? w[i * P + e] : 1.f);
+      const float n = to_f(a[j].v[e]) * inv * (w ? to_f(wv.v[e]) : 1.f);
       r.v[e] = from_f<T>(n * (1.f + to_f(s.v[e])) + to_f(sh.v[e]));
     }
-    yr[i] = r;
+    if constexpr (kFp8) a[j] = r;
+    else y[row * cp + i] = r;
+  }
+  if constexpr (kFp8) store_fp8_row<T, NP>(a, row, cp, q, qs);
+}
+
+// One warp per (token row, part q/k/v, chunk of G accesses) of qkv [rows, 3, heads, 128] in 16-byte packs.
+// A head is L = 128 / P lanes (16 for bf16, 32 for f32), so one access covers HA = 32 / L heads; lane l holds
+// elements P·(l mod L) + [0, P) of its head, whose rotate-half partners (d ± 64) are in lane l ^ L/2. The
+// lane's cos/sin (tables [B or 1, S, 128] F32) and norm weights are the same for every head: read once, and
+// the G loads of a warp are in flight together.
+template <class T, int G>
+__global__ void qkv_norm_rope_kernel(const Pack<T>* __restrict__ qkv, VecF norm_q, VecF norm_k,
+                                     const float* __restrict__ cs, const float* __restrict__ sn,
+                                     Pack<T>* __restrict__ q, Pack<T>* __restrict__ k, Pack<T>* __restrict__ v,
+                                     int64_t units, int heads, int chunks, int64_t seq, int64_t table_b, float eps) {
+  constexpr int P = kPack<T>, L = 128 / P, HA = 32 / L;
+  const int64_t unit = blockIdx.x * int64_t(kWarps) + threadIdx.y;
+  if (unit >= units) return;  // whole warps only
+  const int lane = threadIdx.x, p = lane % L, chunk = int(unit % chunks), part = int(unit / chunks % 3);
+  const int64_t row = unit / (3 * int64_t(chunks));
+  const int h0 = chunk * G * HA + lane / L;
+  const Pack<T>* src = qkv + (row * 3 + part) * int64_t(heads) * L;
+  Pack<T> in[G];
+#pragma unroll
+  for (int j = 0; j < G; ++j) {
+    const int h = h0 + j * HA;
+    if (h < heads) in[j] = src[h * L + p];
+    else in[j] = Pack<T>{};
+  }
+  Pack<T>* dst = (part == 0 ? q : part == 1 ? k : v) + row * heads * L;
+  if (part == 2) {
+#pragma unroll
+    for (int j = 0; j < G; ++j)
+      if (h0 + j * HA < heads) dst[(h0 + j * HA) * L + p] = in[j];
+    return;
+  }
+  const int64_t t = (row / seq) * table_b + (row % seq) * 128 + p * P;
+  float c[P], s[P], w[P];
+#pragma unroll
+  for (int e = 0; e < P; e += 4) {
+    const float4 c4 = *reinterpret_cast<const float4*>(cs + t + e), s4 = *reinterpret_cast<const float4*>(sn + t + e);
+    c[e] = c4.x, c[e + 1] = c4.y, c[e + 2] = c4.z, c[e + 3] = c4.w;
+    s[e] = s4.x, s[e + 1] = s4.y, s[e + 2] = s4.z, s[e + 3] = s4.w;
+  }
+  const VecF nw = part == 0 ? norm_q : norm_k;
+  const bool norm = nw.defined();
+#pragma unroll
+  for (int e = 0; e < P; ++e) w[e] = norm ? nw[p * P + e] : 1.f;
+#pragma unroll
+  for (int j = 0; j < G; ++j) {
+    float x[P], ss = 0.f;
+#pragma unroll
+    for (int e = 0; e < P; ++e) {
+      x[e] = to_f(in[j].v[e]);
+      ss += x[e] * x[e];
+    }
+    if (norm) {  // the head's L lanes are an aligned group: xor offsets below L stay inside it
+#pragma unroll
+      for (int o = L / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+      const float inv = rsqrtf(ss / 128.f + eps);
+#pragma unroll
+      for (int e = 0; e < P; ++e) x[e] = x[e] * inv * w[e];
+    }
+    Pack<T> r;
+#pragma unroll
+    for (int e = 0; e < P; ++e) {
+      const float other = __shfl_xor_sync(0xffffffffu, x[e], L / 2);
+      r.v[e] = from_f<T>(x[e] * c[e] + (p < L / 2 ? -other : other) * s[e]);
+    }
+    if (h0 + j * HA < heads) dst[(h0 + j * HA) * L + p] = r;
   }
 }
 
-// Four consecutive elements, loaded and stored as one access.
-template <class T>
-struct alignas(4 * sizeof(T)) Quad {
-  T v[4];
+// The fused kernel's inputs, or none when it does not take them (the callers compose the unfused ops then):
+// F32/BF16 x with C a multiple of the pack and rows that fit a block; 16-byte aligned x, shift and scale of
+// x's dtype; the weight of x's dtype (a BF16/F16 weight with F32 x is widened, exactly) or undefined.
+struct NormModArgs {
+  bool ok = false;
+  Tensor w;
+  RowBlock rb;
+  int64_t rows = 0, ss = 0, sc = 0;
 };
+NormModArgs norm_mod_args(const Tensor& x, const Tensor& weight, const Tensor& shift, const Tensor& scale,
+                          const char* op) {
+  detail::check_act(x, op, "x");
+  NormModArgs a;
+  a.ss = detail::row_vector_stride(x, shift, op, "shift");
+  a.sc = detail::row_vector_stride(x, scale, op, "scale");
+  const int64_t c = x.dim(-1);
+  a.rows = 1;
+  for (int i = 0; i + 1 < x.ndim(); ++i) a.rows *= x.dim(i);
+  if (weight.defined()) {
+    detail::check_same_device(x, weight, op, "weight");
+    detail::check_float(weight, op, "weight");
+    ERNIE_CHECK(weight.numel() == c, op, ": weight ", shape_str(weight.shape()), " should have ", std::to_string(c),
+                " elements");
+  }
+  const int P = x.dtype() == DType::F32 ? kPack<float> : kPack<__nv_bfloat16>;
+  a.rb = row_block(c % P == 0 ? c / P : 0);
+  const bool w_ok = !weight.defined() || weight.dtype() == x.dtype() || x.dtype() == DType::F32;
+  a.ok = a.rows > 0 && a.rows <= INT32_MAX && a.rb.np > 0 && w_ok && shift.dtype() == x.dtype() &&
+         scale.dtype() == x.dtype() && aligned16(x.raw()) && aligned16(shift.raw()) && aligned16(scale.raw());
+  if (a.ok && weight.defined()) {
+    a.w = weight.dtype() == x.dtype() ? weight : cast(weight, x.dtype());
+    a.ok = aligned16(a.w.raw());
+  }
+  return a;
+}
 
-// One warp per (token row, part q/k/v, head) of qkv [rows, 3, heads, 128]; lane l holds elements 4l..4l+3,
-// so the rotate-half partner (d ± 64) of each is in lane l ^ 16. Tables cos/sin [B or 1, S, 128] F32.
-template <class T>
-__global__ void qkv_norm_rope_kernel(const Quad<T>* __restrict__ qkv, VecF norm_q, VecF norm_k,
-                                     const float* __restrict__ cs, const float* __restrict__ sn, Quad<T>* __restrict__ q,
-                                     Quad<T>* __restrict__ k, Quad<T>* __restrict__ v, int64_t units, int heads,
-                                     int64_t seq, int64_t table_b, float eps) {
-  const int64_t unit = blockIdx.x * int64_t(kWarps) + threadIdx.y;
-  if (unit >= units) return;
-  const int lane = threadIdx.x, head = int(unit % heads), part = int(unit / heads % 3);
-  const int64_t row = unit / (3 * int64_t(heads));
-  const Quad<T> in = qkv[unit * 32 + lane];
-  const int64_t out = (row * heads + head) * 32 + lane;
-  if (part == 2) {
-    v[out] = in;
-    return;
-  }
-  const VecF w = part == 0 ? norm_q : norm_k;
-  float x[4], ss = 0.f;
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    x[e] = to_f(in.v[e]);
-    ss += x[e] * x[e];
-  }
-  const float inv = rsqrtf(warp_sum(ss) / 128.f + eps);
-  if (w.defined())
-#pragma unroll
-    for (int e = 0; e < 4; ++e) x[e] *= inv * w[lane * 4 + e];
-  const int64_t t = (row / seq) * table_b + (row % seq) * 128 + lane * 4;
-  Quad<T> r;
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const float other = __shfl_xor_sync(0xffffffffu, x[e], 16);
-    r.v[e] = from_f<T>(x[e] * cs[t + e] + (lane < 16 ? -other : other) * sn[t + e]);
-  }
-  (part == 0 ? q : k)[out] = r;
+template <bool kFp8>
+void launch_norm_modulate(const Tensor& x, const NormModArgs& a, const Tensor& shift, const Tensor& scale, float eps,
+                          Tensor* y, ops::Weight* q) {
+  cudaStream_t st = stream(detail::dev(x));
+  ERNIE_DISPATCH_ACT(x.dtype(), "rms_norm_modulate", {
+    constexpr int P = kPack<T>;
+    ERNIE_DISPATCH_NP(a.rb.np, {
+      rms_norm_modulate_kernel<T, NP, kFp8><<<unsigned(a.rows), a.rb.threads, 0, st>>>(
+          x.data<Pack<T>>(), a.w.defined() ? a.w.data<Pack<T>>() : nullptr, shift.data<Pack<T>>(),
+          scale.data<Pack<T>>(), y ? y->data<Pack<T>>() : nullptr, q ? q->w.data<Codes<T>>() : nullptr,
+          q ? q->scale.data<float>() : nullptr, int(x.dim(-1) / P), a.rows / x.dim(0), a.ss / P, a.sc / P, eps);
+    });
+  });
+  ERNIE_CUDA_LAUNCH("rms_norm_modulate");
 }
 
 }  // namespace
 
 Tensor rms_norm_modulate(const Tensor& x, const Tensor& weight, float eps, const Tensor& shift, const Tensor& scale) {
-  detail::check_act(x, "rms_norm_modulate", "x");
-  const int64_t ss = detail::row_vector_stride(x, shift, "rms_norm_modulate", "shift");
-  const int64_t sc = detail::row_vector_stride(x, scale, "rms_norm_modulate", "scale");
-  const int64_t c = x.dim(-1), rows = c ? x.numel() / c : 0;
-  if (weight.defined()) {
-    detail::check_same_device(x, weight, "rms_norm_modulate", "weight");
-    ERNIE_CHECK(weight.numel() == c, "rms_norm_modulate: weight ", shape_str(weight.shape()), " should have ",
-                std::to_string(c), " elements");
-  }
-  const int P = x.dtype() == DType::F32 ? kPack<float> : kPack<__nv_bfloat16>;
-  if (rows == 0 || c % P != 0 || shift.dtype() != x.dtype() || scale.dtype() != x.dtype() || !aligned16(x.raw()) ||
-      !aligned16(shift.raw()) || !aligned16(scale.raw()))
-    return modulate(rms_norm(x, weight, eps), shift, scale);
+  const NormModArgs a = norm_mod_args(x, weight, shift, scale, "rms_norm_modulate");
+  if (!a.ok) return modulate(rms_norm(x, weight, eps), shift, scale);
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
-  cudaStream_t st = stream(detail::dev(x));
-  const dim3 block(32, kWarps);
-  const unsigned grid = unsigned((rows + kWarps - 1) / kWarps);
-  ERNIE_DISPATCH_ACT(x.dtype(), "rms_norm_modulate", {
-    rms_norm_modulate_kernel<T><<<grid, block, 0, st>>>(x.data<Pack<T>>(), vec(weight), shift.data<Pack<T>>(),
-                                                        scale.data<Pack<T>>(), y.data<Pack<T>>(), rows, int(c / P),
-                                                        rows / x.dim(0), ss / P, sc / P, eps);
-  });
-  ERNIE_CUDA_LAUNCH("rms_norm_modulate");
+  launch_norm_modulate<false>(x, a, shift, scale, eps, &y, nullptr);
   return y;
+}
+
+ops::Weight rms_norm_modulate_fp8(const Tensor& x, const Tensor& weight, float eps, const Tensor& shift,
+                                  const Tensor& scale) {
+  const NormModArgs a = norm_mod_args(x, weight, shift, scale, "rms_norm_modulate_fp8");
+  const int64_t c = x.dim(-1);
+  if (!a.ok) return quantize(rms_norm_modulate(x, weight, eps, shift, scale).reshape({a.rows, c}), DType::F8_E4M3);
+  ops::Weight q(Tensor::empty({a.rows, c}, DType::F8_E4M3, x.device()),
+                Tensor::empty({a.rows}, DType::F32, x.device()));
+  launch_norm_modulate<true>(x, a, shift, scale, eps, nullptr, &q);
+  return q;
 }
 
 bool qkv_norm_rope_supported(const Tensor& qkv, int64_t heads, const Tensor& norm_q, const Tensor& norm_k,
@@ -114,7 +202,7 @@ bool qkv_norm_rope_supported(const Tensor& qkv, int64_t heads, const Tensor& nor
   auto norm_ok = [&](const Tensor& w) { return !w.defined() || (w.numel() == D && w.device() == qkv.device()); };
   return D == 128 && (qkv.dtype() == DType::F32 || qkv.dtype() == DType::BF16) && aligned16(qkv.raw()) &&
          norm_ok(norm_q) && norm_ok(norm_k) && cos.dtype() == DType::F32 && sin.dtype() == DType::F32 &&
-         cos.device() == qkv.device() && sin.device() == qkv.device();
+         cos.device() == qkv.device() && sin.device() == qkv.device() && aligned16(cos.raw()) && aligned16(sin.raw());
 }
 
 ops::Qkv qkv_norm_rope(const Tensor& qkv, int64_t heads, const Tensor& norm_q, const Tensor& norm_k, float eps,
@@ -128,14 +216,16 @@ ops::Qkv qkv_norm_rope(const Tensor& qkv, int64_t heads, const Tensor& norm_q, c
               std::to_string(S), ", ", std::to_string(D), "]");
   ops::Qkv r{Tensor::empty(out, qkv.dtype(), qkv.device()), Tensor::empty(out, qkv.dtype(), qkv.device()),
              Tensor::empty(out, qkv.dtype(), qkv.device())};
-  const int64_t units = B * S * 3 * heads;
-  if (units == 0) return r;
+  if (B * S * heads == 0) return r;
   cudaStream_t st = stream(detail::dev(qkv));
   const int64_t table_b = cos.dim(0) == 1 ? 0 : S * D;
   ERNIE_DISPATCH_ACT(qkv.dtype(), "qkv_norm_rope", {
-    qkv_norm_rope_kernel<T><<<unsigned((units + kWarps - 1) / kWarps), dim3(32, kWarps), 0, st>>>(
-        qkv.data<Quad<T>>(), vec(norm_q), vec(norm_k), cos.data<float>(), sin.data<float>(), r.q.data<Quad<T>>(),
-        r.k.data<Quad<T>>(), r.v.data<Quad<T>>(), units, int(heads), S, table_b, eps);
+    constexpr int G = 4, HA = 32 * kPack<T> / 128;  // accesses per warp, heads per access
+    const int64_t chunks = ((heads + HA - 1) / HA + G - 1) / G, units = B * S * 3 * chunks;
+    ERNIE_CHECK((units + kWarps - 1) / kWarps <= INT32_MAX && heads <= INT32_MAX, "qkv_norm_rope: too many rows");
+    qkv_norm_rope_kernel<T, G><<<unsigned((units + kWarps - 1) / kWarps), dim3(32, kWarps), 0, st>>>(
+        qkv.data<Pack<T>>(), vec(norm_q), vec(norm_k), cos.data<float>(), sin.data<float>(), r.q.data<Pack<T>>(),
+        r.k.data<Pack<T>>(), r.v.data<Pack<T>>(), units, int(heads), int(chunks), S, table_b, eps);
   });
   ERNIE_CUDA_LAUNCH("qkv_norm_rope");
   return r;

@@ -1,13 +1,13 @@
 // linear: y[M, N] = x[M, K] · w[N, K]ᵀ (+ bias[N]) through cuBLASLt. BF16 in/out with fp32 accumulation
 // and a bias epilogue; F32 mode computes in plain fp32 (TF32 off) to match the CPU closely. 8-bit weights
-// (linear_q): fp8 weights with BF16 activations run as an fp8 GEMM (activations quantized per token first)
-// with the weight's and the tokens' scales applied by cuBLASLt as outer-vector scales (or, where this
-// cuBLASLt lacks them, by one more pass over y); otherwise (int8, F32 activations, other GPUs) the 8-bit
-// operands are expanded with their scales to the activation dtype for a float GEMM: the CPU's values
-// (ops/cpu/gemm.cpp) up to that rounding. Row-major y
-// is column-major yᵀ = w · xᵀ, so A = w (transposed), B = x. Descriptors, layouts and the algorithm are
-// cached per shape; the algorithm is the fastest of the heuristic's first candidates, timed on the first
-// call's operands and remembered across processes in the tuning cache (io/tuning_cache.h).
+// (linear_q): fp8 weights with BF16 activations run as an fp8 GEMM (activations quantized per token first,
+// or handed over already quantized: linear_fp8) with the weight's and the tokens' scales applied by cuBLASLt
+// as outer-vector scales (or, where this cuBLASLt lacks them, by one more pass over y); otherwise (int8, F32
+// activations, other GPUs) the 8-bit operands are expanded with their scales to the activation dtype for a
+// float GEMM: the CPU's values (ops/cpu/gemm.cpp) up to that rounding. Row-major y is column-major
+// yᵀ = w · xᵀ, so A = w (transposed), B = x. Descriptors, layouts and the algorithm are cached per shape; the
+// algorithm is the fastest of the heuristic's first candidates, timed on the first call's operands and
+// remembered across processes in the tuning cache (io/tuning_cache.h).
 #include <cublasLt.h>
 
 #include <algorithm>
@@ -239,14 +239,29 @@ const Plan& plan_for(const Key& key, cublasLtHandle_t lt, const Operands& ops) {
   return plans.emplace(key, p).first->second;
 }
 
-// The bias of linear / linear_q: checked against N outputs, in x's dtype (undefined stays undefined).
-Tensor checked_bias(const Tensor& x, const Tensor& bias, int64_t N) {
+// The bias of the linears: checked against N outputs and x's device, in the output dtype `out` (undefined
+// stays undefined).
+Tensor checked_bias(const Tensor& x, const Tensor& bias, int64_t N, DType out) {
   if (!bias.defined()) return bias;
   detail::check_same_device(x, bias, "linear", "bias");
   detail::check_float(bias, "linear", "bias");
   ERNIE_CHECK(bias.numel() == N, "linear: bias ", shape_str(bias.shape()), " should have ", std::to_string(N),
               " elements");
-  return bias.dtype() == x.dtype() ? bias : cast(bias, x.dtype());
+  return bias.dtype() == out ? bias : cast(bias, out);
+}
+
+// The rows of x [..., K] (also when K = 0).
+int64_t leading_rows(const Tensor& x) {
+  int64_t m = 1;
+  for (int i = 0; i + 1 < x.ndim(); ++i) m *= x.dim(i);
+  return m;
+}
+
+// y [..., N] for a product with nothing to sum (K = 0): the bias in every row, or zeros.
+Tensor bias_rows(const Shape& ys, DType out, Device device, const Tensor& b, int64_t M, int64_t N) {
+  Tensor zeros = Tensor::zeros(ys, out, device);
+  if (!b.defined() || M == 0 || N == 0) return zeros;
+  return add(zeros, concat(std::vector<Tensor>(size_t(M), b.reshape({1, N})), 0).reshape(ys));
 }
 
 }  // namespace
@@ -258,17 +273,13 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   ERNIE_CHECK(w.ndim() == 2, "linear: weight ", shape_str(w.shape()), " must be 2-D [out, in]");
   ERNIE_CHECK(x.ndim() >= 1 && x.dim(-1) == w.dim(1), "linear: x ", shape_str(x.shape()),
               " last dim does not match weight ", shape_str(w.shape()), " [out, in]");
-  const int64_t K = w.dim(1), N = w.dim(0), M = K ? x.numel() / K : 0;
-  const Tensor b = checked_bias(x, bias, N);
+  const int64_t K = w.dim(1), N = w.dim(0), M = leading_rows(x);
+  const Tensor b = checked_bias(x, bias, N, x.dtype());
   Shape ys = x.shape();
   ys.back() = N;
   Tensor y = Tensor::empty(ys, x.dtype(), x.device());
   if (M == 0 || N == 0) return y;
-  if (K == 0) {  // y = bias (or zero)
-    if (!b.defined()) return Tensor::zeros(ys, x.dtype(), x.device());
-    Tensor ones = Tensor::zeros(ys, x.dtype(), x.device());
-    return add(ones, concat(std::vector<Tensor>(size_t(M), b.reshape({1, N})), 0).reshape(ys));
-  }
+  if (K == 0) return bias_rows(ys, x.dtype(), x.device(), b, M, N);
   ERNIE_CHECK(M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX, "linear: sizes too large");
   const Tensor wc = w.dtype() == x.dtype() ? w : cast(w, x.dtype());  // weights are normally stored in act dtype
   if (gemv_supported(x, wc, M)) gemv(x, wc, b, y, M, N, K);  // decoding: cuBLASLt's host cost would dominate
@@ -321,28 +332,48 @@ Tensor linear_q(const Tensor& x, const Tensor& q, const Tensor& scale, const Ten
   detail::check_same_device(x, q, "linear", "weight");
   ERNIE_CHECK(x.ndim() >= 1 && x.dim(-1) == q.dim(1), "linear: x ", shape_str(x.shape()),
               " last dim does not match weight ", shape_str(q.shape()), " [out, in]");
-  const int64_t K = q.dim(1), N = q.dim(0), M = K ? x.numel() / K : 0;
-  if (K == 0 || M == 0 || N == 0) return linear(x, Tensor::zeros({N, K}, x.dtype(), x.device()), bias);
-  ERNIE_CHECK(M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX, "linear: sizes too large");
-  const Tensor b = checked_bias(x, bias, N);
+  const int64_t K = q.dim(1), N = q.dim(0), M = leading_rows(x);
+  const Tensor b = checked_bias(x, bias, N, x.dtype());
   Shape ys = x.shape();
   ys.back() = N;
-  Tensor y = Tensor::empty(ys, x.dtype(), x.device());
+  if (M == 0 || N == 0) return Tensor::empty(ys, x.dtype(), x.device());
+  if (K == 0) return bias_rows(ys, x.dtype(), x.device(), b, M, N);
+  ERNIE_CHECK(M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX, "linear: sizes too large");
   const Tensor x2 = x.reshape({M, K});
-  const bool fp8 = q.dtype() == DType::F8_E4M3;
-  if (fp8 && x.dtype() == DType::BF16 && K % 16 == 0 && N % 16 == 0 && fp8_gemm_supported(detail::dev(x))) {
-    ops::Weight a = quantize(x2, DType::F8_E4M3);
-    gemm(fp8_type(), a.w, q, b, y, M, N, K, a.scale, scale);
+  if (q.dtype() == DType::F8_E4M3) {  // W8A8: the activations quantized per row, then the fp8 GEMM
+    const ops::Weight a = quantize(x2, DType::F8_E4M3);
+    return linear_fp8(a.w, a.scale, q, scale, b, x.dtype()).reshape(ys);
+  }
+  // int8 (W8A16): the weight expanded with its scales to the activation dtype for a float GEMM.
+  Tensor y = Tensor::empty(ys, x.dtype(), x.device());
+  gemm_nt(x2, dequantize_as(q, scale, x.dtype()), b, y, M, N, K);
+  return y;
+}
+
+Tensor linear_fp8(const Tensor& x, const Tensor& sx, const Tensor& q, const Tensor& scale, const Tensor& bias,
+                  DType out) {
+  ops::rules::quantized_weight(x, sx, "linear (quantized x)");
+  ops::rules::quantized_weight(q, scale, "linear");
+  ERNIE_CHECK(x.dtype() == DType::F8_E4M3 && q.dtype() == DType::F8_E4M3, "linear: a pre-quantized x needs F8_E4M3 ",
+              "x and weight, got ", dtype_name(x.dtype()), " and ", dtype_name(q.dtype()));
+  ERNIE_CHECK(x.device().is_cuda(), "linear: x is on ", x.device().str(), ", expected a CUDA device");
+  detail::check_same_device(x, q, "linear", "weight");
+  ERNIE_CHECK(out == DType::F32 || out == DType::BF16, "linear: output dtype must be F32 or BF16, not ",
+              dtype_name(out));
+  ERNIE_CHECK(x.dim(1) == q.dim(1), "linear: x ", shape_str(x.shape()), " last dim does not match weight ",
+              shape_str(q.shape()), " [out, in]");
+  const int64_t M = x.dim(0), N = q.dim(0), K = q.dim(1);
+  const Tensor b = checked_bias(x, bias, N, out);
+  if (M == 0 || N == 0) return Tensor::empty({M, N}, out, x.device());
+  if (K == 0) return bias_rows({M, N}, out, x.device(), b, M, N);
+  ERNIE_CHECK(M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX, "linear: sizes too large");
+  Tensor y = Tensor::empty({M, N}, out, x.device());
+  if (out == DType::BF16 && K % 16 == 0 && N % 16 == 0 && fp8_gemm_supported(detail::dev(x))) {
+    gemm(fp8_type(), x, q, b, y, M, N, K, sx, scale);
     return y;
   }
-  // Otherwise the same numbers through a float GEMM: the weight (and for fp8 the activations, quantized
-  // per row) expanded to the activation dtype with their scales.
-  Tensor xs = x2;
-  if (fp8) {
-    ops::Weight a = quantize(x2, DType::F8_E4M3);
-    xs = dequantize_as(a.w, a.scale, x.dtype());
-  }
-  gemm_nt(xs, dequantize_as(q, scale, x.dtype()), b, y, M, N, K);
+  // Otherwise the same numbers through a float GEMM: both operands' codes expanded with their scales.
+  gemm_nt(dequantize_as(x, sx, out), dequantize_as(q, scale, out), b, y, M, N, K);
   return y;
 }
 
@@ -370,10 +401,35 @@ Tensor linear_gated_residual(const Tensor& residual, const Tensor& gate, const T
   detail::check_same_device(x, gate, "linear_gated_residual", "gate");
   detail::check_same_device(x, residual, "linear_gated_residual", "residual");
   ops::rules::quantized_weight(w, scale, "linear_gated_residual");
-  const Tensor gated_scale = mul(cast(gate.reshape({N}), DType::F32), scale);
-  Tensor y = Tensor::empty(ys, x.dtype(), x.device());
-  ops::Weight a = quantize(x.reshape({M, K}), DType::F8_E4M3);
-  return gemm(fp8_type(), a.w, w, {}, y, M, N, K, a.scale, gated_scale, residual) ? y : composed();
+  const ops::Weight a = quantize(x.reshape({M, K}), DType::F8_E4M3);
+  return linear_fp8_gated_residual(residual, gate, a.w, a.scale, w, scale);
+}
+
+Tensor linear_fp8_gated_residual(const Tensor& residual, const Tensor& gate, const Tensor& x, const Tensor& sx,
+                                 const Tensor& q, const Tensor& scale) {
+  detail::check_act(residual, "linear_gated_residual", "residual");
+  ops::rules::quantized_weight(x, sx, "linear_gated_residual (quantized x)");
+  ops::rules::quantized_weight(q, scale, "linear_gated_residual");
+  auto composed = [&] {
+    const Tensor y = linear_fp8(x, sx, q, scale, {}, residual.dtype());
+    ERNIE_CHECK(y.numel() == residual.numel(), "linear_gated_residual: linear gives ", shape_str(y.shape()),
+                " for residual ", shape_str(residual.shape()));
+    return gated_residual(residual, gate, y.reshape(residual.shape()));
+  };
+  const int64_t M = x.dim(0), N = q.dim(0), K = q.dim(1);
+  // As linear_gated_residual's fp8 epilogue: one gate for every row, a BF16 residual of M rows of N, and
+  // GEMM-sized work on the fp8 tensor cores; anything else (and every error) through the composition.
+  const bool ok = gate.defined() && gate.numel() == N && dtype_is_float(gate.dtype()) && x.dim(1) == K &&
+                  x.dtype() == DType::F8_E4M3 && q.dtype() == DType::F8_E4M3 && residual.dtype() == DType::BF16 &&
+                  residual.dim(-1) == N &&
+                  residual.numel() == M * N && M > 4 && K > 0 && N > 0 && M <= INT32_MAX && N <= INT32_MAX &&
+                  K <= INT32_MAX && K % 16 == 0 && N % 16 == 0 && x.device() == q.device() &&
+                  x.device() == residual.device() && gate.device() == x.device() &&
+                  fp8_gemm_supported(detail::dev(x));
+  if (!ok) return composed();
+  const Tensor gated_scale = mul(cast(gate.reshape({N}), DType::F32), scale);  // the gate in the row scales
+  Tensor y = Tensor::empty(residual.shape(), residual.dtype(), residual.device());
+  return gemm(fp8_type(), x, q, {}, y, M, N, K, sx, gated_scale, residual) ? y : composed();
 }
 
 Tensor matmul_nt(const Tensor& a, const Tensor& b, DType out) {

@@ -8,6 +8,7 @@
 #include "ops/cuda/common.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/quantize.h"
+#include "ops/cuda/row_block.cuh"
 #include "ops/shape_rules.h"
 
 namespace ernie::cuda {
@@ -70,6 +71,39 @@ __global__ void quantize_kernel(const T* __restrict__ x, Q* __restrict__ q, floa
   }
 }
 
+// The same for a row that fits a block's registers (row_block.cuh): each thread loads its NP packs once, so
+// the row is read once and all its loads are in flight together.
+template <class T, class Q, int NP>
+__global__ void __launch_bounds__(kRowThreads) quantize_rows_kernel(
+    const Pack<T>* __restrict__ x, Q* __restrict__ q, float* __restrict__ scale, int cp, float qmax) {
+  constexpr int P = kPack<T>;
+  struct alignas(sizeof(Q) * P) Out { Q v[P]; };
+  const int64_t row = blockIdx.x;
+  Pack<T> a[NP];
+  float amax = 0.f;
+#pragma unroll
+  for (int j = 0; j < NP; ++j)
+    if (threadIdx.x + j * blockDim.x < cp) a[j] = x[row * cp + threadIdx.x + j * blockDim.x];
+#pragma unroll
+  for (int j = 0; j < NP; ++j)
+    if (threadIdx.x + j * blockDim.x < cp)
+#pragma unroll
+      for (int e = 0; e < P; ++e) amax = fmaxf(amax, fabsf(to_f(a[j].v[e])));
+  amax = block_reduce(amax, MaxOp());
+  const float s = amax > 0.f ? __fdiv_rn(amax, qmax) : 1.f;
+  if (threadIdx.x == 0) scale[row] = s;
+  Out* qr = reinterpret_cast<Out*>(q) + row * cp;
+#pragma unroll
+  for (int j = 0; j < NP; ++j) {
+    const int i = threadIdx.x + j * blockDim.x;
+    if (i >= cp) continue;
+    Out r;
+#pragma unroll
+    for (int e = 0; e < P; ++e) r.v[e] = encode<Q>(__fdiv_rn(to_f(a[j].v[e]), s));
+    qr[i] = r;
+  }
+}
+
 // P codes per thread (cols % P == 0, so a pack never straddles rows).
 template <class Q, class T, int P>
 __global__ void dequantize_kernel(const Q* __restrict__ q, const float* __restrict__ scale, T* __restrict__ y,
@@ -101,7 +135,12 @@ void launch_quantize(const Tensor& x, const Tensor& q, const Tensor& scale, floa
   constexpr int P = 16 / sizeof(T);
   auto* xp = static_cast<const T*>(x.raw());
   auto* qp = static_cast<Q*>(q.raw());
-  if (cols % P == 0 && aligned16(xp) && reinterpret_cast<uintptr_t>(qp) % P == 0)
+  const RowBlock rb = row_block(cols % P == 0 ? cols / P : 0);
+  if (rb.np > 0 && aligned16(xp) && reinterpret_cast<uintptr_t>(qp) % P == 0)
+    ERNIE_DISPATCH_NP(rb.np, quantize_rows_kernel<T, Q, NP><<<unsigned(rows), rb.threads, 0, st>>>(
+                                 reinterpret_cast<const Pack<T>*>(xp), qp, static_cast<float*>(scale.raw()),
+                                 int(cols / P), qmax));
+  else if (cols % P == 0 && aligned16(xp) && reinterpret_cast<uintptr_t>(qp) % P == 0)
     quantize_kernel<T, Q, P><<<unsigned(rows), kThreads, 0, st>>>(xp, qp, static_cast<float*>(scale.raw()), cols, qmax);
   else
     quantize_kernel<T, Q, 1><<<unsigned(rows), kThreads, 0, st>>>(xp, qp, static_cast<float*>(scale.raw()), cols, qmax);
