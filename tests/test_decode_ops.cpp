@@ -1,8 +1,9 @@
 // The decode-step fused ops on the CPU: add_rms_norm, qkv_rope (GQA split of a stacked q|k|v projection,
 // written into caller tensors such as KV-cache rows) and swiglu_linear (a stacked gate|up projection) equal
-// the separate ops they replace (the CUDA kernels are checked against these in tests/gpu).
+// the separate ops they replace; argmax (greedy decoding's next id) takes the first of ties like torch (the CUDA kernels are checked against these in tests/gpu).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 
 #include "core/error.h"
@@ -59,6 +60,15 @@ TEST(DecodeOps, SwigluLinearIsSwigluThenLinear) {
   Tensor got = ops::swiglu_linear(cpu::concat({gate, up}, 2), w);
   EXPECT_TRUE(test::tensors_close(got, ops::linear(ops::swiglu(gate, up), w), 1e-6));
   EXPECT_THROW(ops::swiglu_linear(rnd({2, 13}, 18), w), Error);
+}
+
+TEST(DecodeOps, ArgmaxTakesTheFirstOfTiesAndRejectsNaN) {
+  const float inf = INFINITY;
+  Tensor x = Tensor::from_vector({1, 5, 2, 5, -1, /**/ -inf, -inf, -inf, -inf, -inf, /**/ 0, 0, 0, 0, 7}, {3, 5});
+  EXPECT_EQ(ops::argmax(x), (std::vector<int64_t>{1, 0, 4}));
+  EXPECT_EQ(ops::argmax(x.reshape({15})), std::vector<int64_t>{14});
+  EXPECT_THROW(ops::argmax(Tensor::from_vector({1, NAN, 2}, {1, 3})), Error);
+  EXPECT_THROW(ops::argmax(Tensor::empty({2, 0}, DType::F32)), Error);
 }
 
 }  // namespace

@@ -54,16 +54,23 @@ Generation generate_tokens(const MistralModel& lm, const std::vector<int64_t>& p
 
   check_cancel(opt.cancel);
   auto t0 = Clock::now();
+  // The next token from the last position's hidden state [1, hidden]. Greedy: the argmax on the logits'
+  // device, so only the id comes back (not the vocabulary-wide row).
+  auto choose = [&](const Tensor& last) -> int64_t {
+    const Tensor logits = lm.logits(last);
+    ERNIE_CHECK(logits.numel() == vocab, "generate: logits row has ", std::to_string(logits.numel()),
+                " entries, vocabulary is ", std::to_string(vocab));
+    if (!sampler.params().do_sample()) return ops::argmax(logits)[0];
+    std::vector<float> row = logits.to_vector();
+    return sampler.next(row.data(), vocab);
+  };
   KVCache cache = lm.new_cache(std::min<int64_t>(limit, P + 256));
   Tensor hidden = lm.forward(prompt_ids, L, &cache);
-  std::vector<float> row = lm.logits(ops::slice(hidden, 0, P - 1, 1)).to_vector();
+  int64_t next = choose(ops::slice(hidden, 0, P - 1, 1));
   g.prefill_s = seconds_since(t0);
 
   auto t1 = Clock::now();
   while (true) {
-    ERNIE_CHECK(int64_t(row.size()) == vocab, "generate: logits row has ", std::to_string(row.size()),
-                " entries, vocabulary is ", std::to_string(vocab));
-    const int64_t next = sampler.next(row.data(), vocab);
     g.ids.push_back(next);
     if (opt.on_token) opt.on_token(int(g.ids.size()));
     if (next == opt.eos_id) {
@@ -74,7 +81,7 @@ Generation generate_tokens(const MistralModel& lm, const std::vector<int64_t>& p
     check_cancel(opt.cancel);
     if (cache.length + 1 > cache.capacity())
       cache = grow_cache(lm, cache, std::min<int64_t>(limit, 2 * cache.capacity()));
-    row = lm.logits(lm.forward({next}, L, &cache)).to_vector();
+    next = choose(lm.forward({next}, L, &cache));
   }
   g.decode_s = seconds_since(t1);
   return g;

@@ -208,6 +208,11 @@ Tensor embedding(const Tensor& table, const std::vector<int64_t>& ids, Device de
   ERNIE_CHECK(act == DType::F32, "embedding: the CPU backend computes in F32");
   return cpu::embedding(table, ids);
 }
+std::vector<int64_t> argmax(const Tensor& x) {
+  ERNIE_CHECK(x.defined() && x.ndim() >= 1 && x.dim(-1) > 0, "argmax: x ",
+              x.defined() ? shape_str(x.shape()) : "undefined", " has no values per row");
+  ERNIE_OP(argmax, x.device(), x);
+}
 Tensor cast(const Tensor& x, DType dtype) { ERNIE_OP(cast, x.device(), x, dtype); }
 
 void release_cached_memory(Device device) {

@@ -145,6 +145,11 @@ Tensor slice(const Tensor& x, int dim, int64_t start, int64_t len);
 // Rows of table[V, C] picked by ids (I64 or I32 on the host): [n, C], in the table's device/activation dtype.
 Tensor embedding(const Tensor& table, const std::vector<int64_t>& ids, Device device, DType act);
 
+// ---- reductions ---------------------------------------------------------------------------------------------------
+// Index of the largest value in each row of a float tensor [..., n] (the first one on ties, as torch.argmax), on
+// the host: greedy decoding brings back one id instead of the row. Throws Error when a row holds NaN.
+std::vector<int64_t> argmax(const Tensor& x);
+
 // ---- conversions ------------------------------------------------------------------------------------------------
 // Cast a float tensor to `dtype` on its own device.
 Tensor cast(const Tensor& x, DType dtype);

@@ -1,10 +1,11 @@
 // The decode-step kernels against their CPU twins, in F32 and BF16: add_rms_norm, qkv_rope (into KV-cache
 // rows), swiglu_linear (the GEMV with the activation in its input, and the fallback), the GEMV's grid of a
-// few warps per column, GEMVs launched as programmatic dependents (ERNIE_PDL=1), and the one-kernel split-key decode attention (GQA groups, chunk counts around its
-// 32-key chunks, 1..4 query rows).
+// few warps per column, GEMVs launched as programmatic dependents (ERNIE_PDL=1), argmax, and the one-kernel
+// split-key decode attention (GQA groups, chunk counts around its 32-key chunks, 1..4 query rows).
 #include <cmath>
 #include <cstdlib>
 
+#include "core/error.h"
 #include "gpu_util.h"
 #include "ops/cpu/cpu_ops.h"
 
@@ -129,6 +130,27 @@ TEST(CudaDecode, ProgrammaticDependentLaunchChain) {
   Tensor o = ops::linear(attn.reshape({1, 256}), up(wo, dt));
   EXPECT_TRUE(tensors_close(down(o), cpu::linear(down(attn).reshape({1, 256}), wo, {}), 2e-2, 0.999));
   unsetenv("ERNIE_PDL");
+}
+
+// Greedy decoding's argmax: the first index of the largest value (ties planted across thread strides and at
+// the ends), NaN an error.
+TEST(CudaDecode, Argmax) {
+  ERNIE_REQUIRE_GPU();
+  FOR_DTYPES {
+    for (int64_t rows : {1, 3}) for (int64_t n : {1, 33, 1000, 131072}) {
+      SCOPED_TRACE("rows " + std::to_string(rows) + " n " + std::to_string(n));
+      Tensor x = as_dtype(rnd({rows, n}, 70, 4.f), dt);
+      float* v = x.f32();
+      if (n > 4) v[n - 1] = v[n / 2] = v[3] = 9.f;  // row 0: three equal maxima, the first at 3
+      if (rows > 1) v[n] = 9.f;                     // row 1: the max at its first index
+      EXPECT_EQ(ops::argmax(up(x, dt)), cpu::argmax(x));
+    }
+    Tensor all_inf = Tensor::from_vector(std::vector<float>(100, -INFINITY), {1, 100});
+    EXPECT_EQ(ops::argmax(up(all_inf, dt)), std::vector<int64_t>{0});
+    Tensor nan = rnd({2, 700}, 71);
+    nan.f32()[700 + 333] = NAN;
+    EXPECT_THROW(ops::argmax(up(nan, dt)), Error);
+  }
 }
 
 struct DecodeCase {

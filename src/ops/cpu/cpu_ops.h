@@ -45,6 +45,7 @@ Tensor concat(const std::vector<Tensor>& xs, int dim);
 Tensor slice(const Tensor& x, int dim, int64_t start, int64_t len);
 Tensor embedding(const Tensor& table, const std::vector<int64_t>& ids);
 Tensor cast(const Tensor& x, DType dtype);
+std::vector<int64_t> argmax(const Tensor& x);  // argmax.cpp / argmax.cu
 
 void set_threads(int n);  // OpenMP and OpenBLAS threads; 0 = all cores
 }  // namespace ernie::cpu

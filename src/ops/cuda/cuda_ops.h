@@ -60,6 +60,7 @@ Tensor concat(const std::vector<Tensor>& xs, int dim);
 Tensor slice(const Tensor& x, int dim, int64_t start, int64_t len);
 Tensor embedding(const Tensor& table, const std::vector<int64_t>& ids, Device device, DType act);
 Tensor cast(const Tensor& x, DType dtype);
+std::vector<int64_t> argmax(const Tensor& x);  // argmax.cpp / argmax.cu
 
 // ---- device management (device.cpp) ------------------------------------------------------------------
 struct MemoryStats {
