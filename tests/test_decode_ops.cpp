@@ -1,6 +1,7 @@
 // The decode-step fused ops on the CPU: add_rms_norm, qkv_rope (GQA split of a stacked q|k|v projection,
 // written into caller tensors such as KV-cache rows) and swiglu_linear (a stacked gate|up projection) equal
-// the separate ops they replace; argmax (greedy decoding's next id) takes the first of ties like torch (the CUDA kernels are checked against these in tests/gpu).
+// the separate ops they replace; argmax (greedy decoding's next id) takes the first of ties like torch (the
+// CUDA kernels are checked against these in tests/gpu).
 #include <gtest/gtest.h>
 
 #include <cmath>

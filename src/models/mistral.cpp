@@ -95,7 +95,8 @@ void write_cache_rows(const Tensor& cache, int64_t pos0, const Tensor& src) {
 
 // Rows [pos0, pos0 + T) of a cache tensor as [1, T, heads, head_dim] (a view, written through by qkv_rope).
 Tensor cache_rows(const Tensor& cache, int64_t pos0, int64_t T) {
-  return cache.reshape({cache.dim(1), cache.dim(2), cache.dim(3)}).narrow(pos0, T).reshape({1, T, cache.dim(2), cache.dim(3)});
+  const Tensor rows = cache.reshape({cache.dim(1), cache.dim(2), cache.dim(3)}).narrow(pos0, T);
+  return rows.reshape({1, T, cache.dim(2), cache.dim(3)});
 }
 
 // The first `n` cached rows as [1, n, heads, head_dim] (a view).

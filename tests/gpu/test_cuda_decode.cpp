@@ -39,7 +39,8 @@ TEST(CudaDecode, QkvRopeIntoCacheRows) {
   FOR_DTYPES {
     // (B, S, Hq, Hkv, D, table rows): the PE's heads, an odd head_dim (scalar path), GQA 3:1, batch tables.
     struct Case { int64_t B, S, Hq, Hkv, D, tb; };
-    for (Case c : {Case{1, 1, 32, 8, 128, 1}, Case{1, 5, 4, 2, 12, 1}, Case{2, 3, 6, 2, 16, 2}, Case{1, 4, 3, 1, 64, 1}}) {
+    const Case cases[] = {{1, 1, 32, 8, 128, 1}, {1, 5, 4, 2, 12, 1}, {2, 3, 6, 2, 16, 2}, {1, 4, 3, 1, 64, 1}};
+    for (const Case& c : cases) {
       SCOPED_TRACE("B " + std::to_string(c.B) + " S " + std::to_string(c.S) + " Hq " + std::to_string(c.Hq) + " Hkv " +
                    std::to_string(c.Hkv) + " D " + std::to_string(c.D));
       const int64_t W = (c.Hq + 2 * c.Hkv) * c.D;

@@ -53,7 +53,9 @@ std::vector<int64_t> argmax(const Tensor& x) {
   ERNIE_CHECK(rows <= INT32_MAX, "argmax: too many rows");
   Tensor idx = Tensor::empty({rows}, DType::I64, x.device());
   cudaStream_t st = stream(detail::dev(x));
-  ERNIE_DISPATCH_ACT(x.dtype(), "argmax", { argmax_kernel<T><<<unsigned(rows), kThreads, 0, st>>>(x.data<T>(), n, idx.data<int64_t>()); });
+  ERNIE_DISPATCH_ACT(x.dtype(), "argmax", {
+    argmax_kernel<T><<<unsigned(rows), kThreads, 0, st>>>(x.data<T>(), n, idx.data<int64_t>());
+  });
   ERNIE_CUDA_LAUNCH("argmax");
   Tensor host = idx.to(kCPU);
   std::vector<int64_t> best(host.data<int64_t>(), host.data<int64_t>() + rows);

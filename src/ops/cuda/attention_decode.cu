@@ -53,7 +53,10 @@ __global__ void __launch_bounds__(32 * kWarps) decode_kernel(const Params p, flo
   int64_t j = int64_t(split) * keys_per_split + warp;
   if (j < j1) load_lane_dims(K + j * ks, D, 1.f, kv), load_lane_dims(V + j * ks, D, 1.f, vv);
   for (; j < j1; j += kWarps) {
-    if (j + kWarps < j1) load_lane_dims(K + (j + kWarps) * ks, D, 1.f, kn), load_lane_dims(V + (j + kWarps) * ks, D, 1.f, vn);
+    if (j + kWarps < j1) {  // the next key's rows in flight while this one is scored
+      load_lane_dims(K + (j + kWarps) * ks, D, 1.f, kn);
+      load_lane_dims(V + (j + kWarps) * ks, D, 1.f, vn);
+    }
 #pragma unroll
     for (int g = 0; g < kHeads; ++g)
       if (g < hb) r[g].add(warp_dot(qv[g], kv), vv);

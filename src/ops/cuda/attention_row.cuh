@@ -12,7 +12,8 @@ constexpr int kMaxPerLane = 8;
 
 // The lane's dims of a row of D values, times `scale`; dims past D read as 0.
 template <class T>
-__device__ __forceinline__ void load_lane_dims(const T* __restrict__ row, int D, float scale, float (&out)[kMaxPerLane]) {
+__device__ __forceinline__ void load_lane_dims(const T* __restrict__ row, int D, float scale,
+                                               float (&out)[kMaxPerLane]) {
 #pragma unroll
   for (int i = 0; i < kMaxPerLane; ++i) {
     const int d = threadIdx.x + 32 * i;

@@ -12,6 +12,8 @@
 // swiglu_linear: the same kernel whose x rows are silu(gate)·up of a stacked gate|up row, staged (rounded to
 // the activation dtype, as swiglu stores it) in shared memory by each block first.
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -121,9 +123,13 @@ void launch(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, int64_
   const size_t smem = kSwiglu ? size_t(M * K) * sizeof(T) : 0;
   const dim3 block(32, kWarps);
   const bool pdl = pdl_enabled();
+  const char* grid_env = std::getenv("ERNIE_GEMV_GRID");
+  const bool grid_per_column = grid_env && std::strcmp(grid_env, "columns") == 0;
   auto args = [&](auto kernel) {
     // As many warps as fit at once, then as few as give every warp the same number of columns (±1).
-    const int64_t fit = int64_t(resident_blocks(reinterpret_cast<const void*>(kernel), smem, device)) * kWarps;
+    // (ERNIE_GEMV_GRID=columns: a warp per column, the grid before this, for measuring.)
+    const int64_t fit =
+        grid_per_column ? N : int64_t(resident_blocks(reinterpret_cast<const void*>(kernel), smem, device)) * kWarps;
     const int64_t per_warp = (N + fit - 1) / fit, warps = (N + per_warp - 1) / per_warp;
     const unsigned grid = unsigned((warps + kWarps - 1) / kWarps);
     // PDL: the first rows' prefix, within kPrefetchBytes in all (a part of L2).
@@ -172,7 +178,8 @@ Tensor swiglu_linear(const Tensor& gate_up, const ops::Weight& w) {
           swiglu_halves_kernel<T, kPack<T>><<<detail::blocks_for(n / kPack<T>, 256), 256, 0, st>>>(
               gate_up.data<T>(), act.data<T>(), n / kPack<T>, K);
         else
-          swiglu_halves_kernel<T, 1><<<detail::blocks_for(n, 256), 256, 0, st>>>(gate_up.data<T>(), act.data<T>(), n, K);
+          swiglu_halves_kernel<T, 1><<<detail::blocks_for(n, 256), 256, 0, st>>>(gate_up.data<T>(), act.data<T>(), n,
+                                                                                K);
       });
       ERNIE_CUDA_LAUNCH("swiglu_linear");
     }

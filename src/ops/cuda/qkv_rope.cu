@@ -79,7 +79,9 @@ ops::Qkv qkv_rope(const Tensor& qkv, int64_t heads_q, int64_t heads_kv, const Te
   const int64_t pairs = B * S * (heads_q + 2 * heads_kv) * (D / 2);
   if (pairs == 0) return r;
   cudaStream_t st = stream(detail::dev(qkv));
-  auto table = [&](const Tensor& c, const Tensor& s) { return Table{c.data<float>(), s.data<float>(), c.dim(0) == 1 ? 0 : S * D}; };
+  auto table = [&](const Tensor& c, const Tensor& s) {
+    return Table{c.data<float>(), s.data<float>(), c.dim(0) == 1 ? 0 : S * D};
+  };
   const Table tq = table(cos_q, sin_q), tk = table(cos_k, sin_k);
   ERNIE_DISPATCH_ACT(qkv.dtype(), "qkv_rope", {
     auto run = [&](auto pc) {
