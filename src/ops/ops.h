@@ -51,7 +51,7 @@ Tensor linear_gated_residual(const Tensor& residual, const Tensor& gate, const W
 
 // Row-wise symmetric quantization of a float [rows, cols] tensor (a weight, or activations) to `q` = I8 or
 // F8_E4M3, on its own device: scale[r] = max|x[r, :]| / qmax (qmax 127 or 448; 1 for an all-zero row),
-// q = x / scale rounded to nearest even (I8 clamped to ±127, F8 saturating, as f32_to_fp8_e4m3).
+// q = x · (1 / scale) rounded to nearest even (I8 clamped to ±127, F8 saturating, as f32_to_fp8_e4m3).
 Weight quantize(const Tensor& x, DType q);
 // q · scale as F32 [rows, cols] on the weight's device (a float weight: converted to F32).
 Tensor dequantize(const Weight& w);

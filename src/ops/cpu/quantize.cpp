@@ -1,5 +1,5 @@
 // Row-wise symmetric 8-bit quantization (ops::quantize) and its inverse, the reference the CUDA kernels
-// match bit for bit: scale = max|row| / qmax, q = round-to-nearest-even(x / scale).
+// match bit for bit: scale = max|row| / qmax, q = round-to-nearest-even(x · (1 / scale)).
 #include <cmath>
 #include <vector>
 

@@ -60,13 +60,13 @@ __global__ void quantize_kernel(const T* __restrict__ x, Q* __restrict__ q, floa
     for (int e = 0; e < P; ++e) amax = fmaxf(amax, fabsf(to_f(a.v[e])));
   }
   amax = block_max(amax);
-  const float s = amax > 0.f ? __fdiv_rn(amax, qmax) : 1.f;
+  const float s = amax > 0.f ? __fdiv_rn(amax, qmax) : 1.f, inv = __frcp_rn(s);
   if (threadIdx.x == 0) scale[row] = s;
   for (int64_t i = threadIdx.x; i < packs; i += kThreads) {
     const In a = xr[i];
     Out r;
 #pragma unroll
-    for (int e = 0; e < P; ++e) r.v[e] = encode<Q>(__fdiv_rn(to_f(a.v[e]), s));
+    for (int e = 0; e < P; ++e) r.v[e] = encode<Q>(__fmul_rn(to_f(a.v[e]), inv));
     qr[i] = r;
   }
 }
@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(kRowThreads) quantize_rows_kernel(
 #pragma unroll
       for (int e = 0; e < P; ++e) amax = fmaxf(amax, fabsf(to_f(a[j].v[e])));
   amax = block_reduce(amax, MaxOp());
-  const float s = amax > 0.f ? __fdiv_rn(amax, qmax) : 1.f;
+  const float s = amax > 0.f ? __fdiv_rn(amax, qmax) : 1.f, inv = __frcp_rn(s);
   if (threadIdx.x == 0) scale[row] = s;
   Out* qr = reinterpret_cast<Out*>(q) + row * cp;
 #pragma unroll
@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(kRowThreads) quantize_rows_kernel(
     if (i >= cp) continue;
     Out r;
 #pragma unroll
-    for (int e = 0; e < P; ++e) r.v[e] = encode<Q>(__fdiv_rn(to_f(a[j].v[e]), s));
+    for (int e = 0; e < P; ++e) r.v[e] = encode<Q>(__fmul_rn(to_f(a[j].v[e]), inv));
     qr[i] = r;
   }
 }

@@ -75,8 +75,8 @@ __device__ __forceinline__ float block_reduce(float v, Op op) {
 
 // quantize()'s fp8 scale of a row with maximum magnitude amax, and the code of one value.
 __device__ __forceinline__ float fp8_row_scale(float amax) { return amax > 0.f ? __fdiv_rn(amax, kFp8E4m3Max) : 1.f; }
-__device__ __forceinline__ uint8_t fp8_code(float v, float scale) {  // e4m3, nearest even, saturating
-  return uint8_t(__nv_cvt_float_to_fp8(__fdiv_rn(v, scale), __NV_SATFINITE, __NV_E4M3));
+__device__ __forceinline__ uint8_t fp8_code(float v, float inv_scale) {  // e4m3, nearest even, saturating
+  return uint8_t(__nv_cvt_float_to_fp8(__fmul_rn(v, inv_scale), __NV_SATFINITE, __NV_E4M3));
 }
 
 // The end of an fp8 producer: the thread's np packs `r` of row `row` (pack i = threadIdx.x + j·blockDim.x,
@@ -92,13 +92,14 @@ __device__ __forceinline__ void store_fp8_row(const Pack<T> (&r)[NP], int64_t ro
       for (int e = 0; e < kPack<T>; ++e) amax = fmaxf(amax, fabsf(to_f(r[j].v[e])));
   const float s = fp8_row_scale(block_reduce(amax, MaxOp()));
   if (threadIdx.x == 0) qs[row] = s;
+  const float inv = __frcp_rn(s);
 #pragma unroll
   for (int j = 0; j < NP; ++j) {
     const int i = threadIdx.x + j * blockDim.x;
     if (i >= cp) continue;
     Codes<T> c;
 #pragma unroll
-    for (int e = 0; e < kPack<T>; ++e) c.v[e] = fp8_code(to_f(r[j].v[e]), s);
+    for (int e = 0; e < kPack<T>; ++e) c.v[e] = fp8_code(to_f(r[j].v[e]), inv);
     q[row * cp + i] = c;
   }
 }
