@@ -86,7 +86,7 @@ TEST(CudaPerf, DISABLED_FusedFp8Producers) {
     std::printf("%-34s %7.1f us, %5.0f GB/s\n", what, s * 1e6, bytes / s / 1e9);
   };
   const char* rt = std::getenv("ERNIE_ROW_THREADS");
-  std::printf("row blocks of up to %s threads (ERNIE_ROW_THREADS)\n", rt ? rt : "512");
+  std::printf("row blocks: %s (ERNIE_ROW_THREADS)\n", rt ? rt : "the smallest with at most 4 packs per thread");
   Tensor o;
   ops::Weight q;
   report("rms_norm_modulate [4296, 4096]", time_s([&] { o = ops::rms_norm_modulate(x, w, 1e-6f, v, v); }), 4 * S * C);
