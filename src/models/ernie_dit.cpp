@@ -303,7 +303,7 @@ ErnieDit::LinearInput ErnieDit::mlp(const Block& blk, const LinearInput& x) cons
 }
 
 // ErnieImageSharedAdaLNBlock: x + gate_msa · to_out(attention), then + gate_mlp · linear_fc2(mlp), each
-// projection and its gated residual in one op (linear_gated_residual: the GEMM's epilogue on CUDA).
+// projection and its gated residual in one op (linear_gated_residual: inside the fp8 GEMM on CUDA).
 Tensor ErnieDit::layer(const Block& blk, const Tensor& x, const Rotary& rope, const Modulation& mod,
                        const std::vector<int64_t>& kv_len) const {
   const bool fp8_qkv = blk.to_qkv.defined() ? is_fp8(blk.to_qkv)
