@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,15 @@ inline const SafeTensorsFile& golden() {
   return *g;
 }
 inline Tensor golden_tensor(const std::string& name) { return golden().tensor(name); }
+
+// Uniform in [-scale, scale] (offset shifts the mean), F32 on the host, the same values for the same seed.
+inline Tensor rnd(const Shape& s, uint32_t seed, float scale = 1.f, float offset = 0.f) {
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<float> d(-scale, scale);
+  std::vector<float> v(size_t(shape_numel(s)));
+  for (float& x : v) x = d(g) + offset;
+  return Tensor::from_vector(v, s);
+}
 inline std::vector<int64_t> golden_ids(const std::string& name) {
   Tensor t = golden_tensor(name);
   const int64_t* p = t.data<int64_t>();

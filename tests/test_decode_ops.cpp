@@ -15,13 +15,7 @@
 namespace ernie {
 namespace {
 
-Tensor rnd(const Shape& s, uint32_t seed) {
-  std::mt19937 g(seed);
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  Tensor t = Tensor::empty(s, DType::F32);
-  for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = u(g);
-  return t;
-}
+using test::rnd;
 
 TEST(DecodeOps, AddRmsNormIsAddThenRmsNorm) {
   Tensor x = rnd({3, 7}, 1), y = rnd({3, 7}, 2), w = rnd({7}, 3);

@@ -16,13 +16,7 @@ namespace {
 
 using test::tensors_close;
 
-Tensor rnd(const Shape& s, uint32_t seed, float amp = 1.f, float offset = 0.f) {
-  std::mt19937 g(seed);
-  std::uniform_real_distribution<float> u(-amp, amp);
-  Tensor t = Tensor::empty(s, DType::F32);
-  for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = u(g) + offset;
-  return t;
-}
+using test::rnd;
 
 // Rows [first, first + n) of a [..., C] tensor set to zero.
 void zero_rows(Tensor& t, int64_t first, int64_t n) {

@@ -11,13 +11,7 @@
 namespace ernie {
 namespace {
 
-Tensor rnd(const Shape& s, uint32_t seed) {
-  std::mt19937 g(seed);
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  Tensor t = Tensor::empty(s, DType::F32);
-  for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = u(g);
-  return t;
-}
+using test::rnd;
 
 TEST(FusedOps, QkvNormRopeSplitsLikeSeparateProjections) {
   const int64_t B = 2, S = 5, H = 3, D = 8, C = 16;

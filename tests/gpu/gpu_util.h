@@ -1,5 +1,5 @@
-// Helpers of the GPU tests: skip without a device, random host tensors, moving to/from the GPU in a
-// given activation dtype, and the tolerances of CUDA vs the CPU twin.
+// Helpers of the GPU tests: skip without a device, the activation dtypes, moving to/from the GPU in a
+// given activation dtype (random host tensors: golden.h), and the tolerances of CUDA vs the CPU twin.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -25,14 +25,11 @@ inline bool have_gpu() {
     ::ernie::cuda::set_poison_allocations(true);                         \
   } while (0)
 
-// Uniform in [-scale, scale] (offset shifts the mean), F32 on the host.
-inline Tensor rnd(const Shape& s, uint32_t seed, float scale = 1.f, float offset = 0.f) {
-  std::mt19937 g(seed);
-  std::uniform_real_distribution<float> d(-scale, scale);
-  std::vector<float> v(size_t(shape_numel(s)));
-  for (float& x : v) x = d(g) + offset;
-  return Tensor::from_vector(v, s);
-}
+// The activation dtypes of the CUDA backend; FOR_DTYPES { ... } runs a body for each, traced with its name.
+inline const DType kDtypes[] = {DType::F32, DType::BF16};
+#define FOR_DTYPES                                \
+  for (::ernie::DType dt : ::ernie::test::kDtypes) \
+    if (::testing::ScopedTrace dtype_trace(__FILE__, __LINE__, dtype_name(dt)); true)
 
 // The host tensor as the GPU will see it in `dt` (bf16 rounding applied), still F32 on the host:
 // the CPU twin gets exactly the values the GPU gets.

@@ -12,12 +12,6 @@
 namespace ernie::test {
 namespace {
 
-const DType kDtypes[] = {DType::F32, DType::BF16};
-
-#define FOR_DTYPES \
-  for (DType dt : kDtypes)  \
-    if (::testing::ScopedTrace dtype_trace(__FILE__, __LINE__, dtype_name(dt)); true)
-
 TEST(CudaDecode, AddRmsNorm) {
   ERNIE_REQUIRE_GPU();
   FOR_DTYPES {
