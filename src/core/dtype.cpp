@@ -97,6 +97,7 @@ uint8_t f32_to_fp8_e4m3(float f) {
 float fp8_e5m2_to_f32(uint8_t v) { return f16_to_f32(uint16_t(v) << 8); }
 
 void convert_to_f32(DType src, const void* in, float* out, size_t n) {
+  if (n == 0) return;  // empty tensors may have no storage at all (null pointers)
   switch (src) {
     case DType::F32: std::memcpy(out, in, n * 4); return;
     case DType::BF16: {
@@ -124,6 +125,7 @@ void convert_to_f32(DType src, const void* in, float* out, size_t n) {
 }
 
 void convert_from_f32(DType dst, const float* in, void* out, size_t n) {
+  if (n == 0) return;
   switch (dst) {
     case DType::F32: std::memcpy(out, in, n * 4); return;
     case DType::BF16: {
