@@ -177,6 +177,23 @@ void quantized_weight(const Tensor& q, const Tensor& scale, const char* op) {
               scale.device().str());
 }
 
+int64_t row_vector_stride(const Tensor& x, const Tensor& v, const char* op, const char* what) {
+  ERNIE_CHECK(x.ndim() >= 2, op, ": x ", shape_str(x.shape()), " must be [B, S, C]");
+  const int64_t b = x.dim(0), c = x.dim(-1);
+  const int64_t vb = v.ndim() >= 1 ? v.dim(0) : 0;
+  ERNIE_CHECK(v.ndim() >= 2 && v.dim(-1) == c && (vb == b || vb == 1) && v.numel() == vb * c, op, ": ", what, " ",
+              shape_str(v.shape()), " must be [", std::to_string(b), " or 1, ", std::to_string(c), "] for x ",
+              shape_str(x.shape()));
+  return vb == 1 ? 0 : c;
+}
+
+void fp8_linear_operands(const Tensor& x, const Tensor& sx, const Tensor& q, const Tensor& scale) {
+  quantized_weight(x, sx, "linear (quantized x)");
+  quantized_weight(q, scale, "linear");
+  ERNIE_CHECK(x.dtype() == DType::F8_E4M3 && q.dtype() == DType::F8_E4M3, "linear: a pre-quantized x needs F8_E4M3 ",
+              "x and weight, got ", dtype_name(x.dtype()), " and ", dtype_name(q.dtype()));
+}
+
 float quantize(const Tensor& x, DType q) {
   ERNIE_CHECK(q == DType::I8 || q == DType::F8_E4M3, "quantize: target dtype must be I8 or F8_E4M3, not ",
               dtype_name(q));

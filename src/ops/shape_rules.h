@@ -61,6 +61,12 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attentio
 
 // An 8-bit weight: q [rows, cols] I8 or F8_E4M3 with scale [rows] F32 on q's device.
 void quantized_weight(const Tensor& q, const Tensor& scale, const char* op);
+// x [B, ..., C] with a per-row vector v [B or 1, C] (any shape with those leading/trailing sizes): the stride
+// (in elements) between rows of v, C, or 0 when it broadcasts over B. `what` names v in the error.
+int64_t row_vector_stride(const Tensor& x, const Tensor& v, const char* op, const char* what);
+// linear on a pre-quantized activation: x / sx and q / scale each an 8-bit tensor with its row scales, both
+// F8_E4M3.
+void fp8_linear_operands(const Tensor& x, const Tensor& sx, const Tensor& q, const Tensor& scale);
 // quantize(x, q): x a 2-D float tensor, q I8 or F8_E4M3; returns qmax (127 or 448).
 float quantize(const Tensor& x, DType q);
 

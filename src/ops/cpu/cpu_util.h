@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/tensor.h"
+#include "ops/shape_rules.h"
 
 namespace ernie::cpu::detail {
 
@@ -45,13 +46,7 @@ inline std::vector<float> vec_f32(const Tensor& v, int64_t n, const char* op, co
 // Returns the stride (in floats) between rows of v: C, or 0 when it broadcasts over B.
 inline int64_t row_vector_stride(const Tensor& x, const Tensor& v, const char* op, const char* vn) {
   check_act(v, op, vn);
-  ERNIE_CHECK(x.ndim() >= 2, op, ": x ", shape_str(x.shape()), " must be [B, S, C]");
-  const int64_t b = x.dim(0), c = x.dim(-1);
-  const int64_t vb = v.ndim() >= 1 ? v.dim(0) : 0;
-  ERNIE_CHECK(v.ndim() >= 2 && v.dim(-1) == c && (vb == b || vb == 1) && v.numel() == vb * c, op, ": ", vn, " ",
-              shape_str(v.shape()), " must be [", std::to_string(b), " or 1, ", std::to_string(c), "] for x ",
-              shape_str(x.shape()));
-  return vb == 1 ? 0 : c;
+  return ops::rules::row_vector_stride(x, v, op, vn);
 }
 
 inline std::string shapes(const Tensor& a, const Tensor& b) {

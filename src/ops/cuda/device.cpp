@@ -10,6 +10,7 @@
 
 #include "ops/cuda/common.h"
 #include "ops/cuda/cuda_ops.h"
+#include "ops/shape_rules.h"
 
 namespace ernie::cuda {
 
@@ -292,13 +293,7 @@ void check_float(const Tensor& t, const char* op, const char* what) {
 int64_t row_vector_stride(const Tensor& x, const Tensor& v, const char* op, const char* what) {
   check_same_device(x, v, op, what);
   check_float(v, op, what);
-  ERNIE_CHECK(x.ndim() >= 2, op, ": x ", shape_str(x.shape()), " must be [B, S, C]");
-  const int64_t b = x.dim(0), c = x.dim(-1);
-  const int64_t vb = v.ndim() >= 1 ? v.dim(0) : 0;
-  ERNIE_CHECK(v.ndim() >= 2 && v.dim(-1) == c && (vb == b || vb == 1) && v.numel() == vb * c, op, ": ", what, " ",
-              shape_str(v.shape()), " must be [", std::to_string(b), " or 1, ", std::to_string(c), "] for x ",
-              shape_str(x.shape()));
-  return vb == 1 ? 0 : c;
+  return ops::rules::row_vector_stride(x, v, op, what);
 }
 
 std::string shapes(const Tensor& a, const Tensor& b) { return shape_str(a.shape()) + " and " + shape_str(b.shape()); }

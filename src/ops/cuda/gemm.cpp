@@ -352,10 +352,7 @@ Tensor linear_q(const Tensor& x, const Tensor& q, const Tensor& scale, const Ten
 
 Tensor linear_fp8(const Tensor& x, const Tensor& sx, const Tensor& q, const Tensor& scale, const Tensor& bias,
                   DType out) {
-  ops::rules::quantized_weight(x, sx, "linear (quantized x)");
-  ops::rules::quantized_weight(q, scale, "linear");
-  ERNIE_CHECK(x.dtype() == DType::F8_E4M3 && q.dtype() == DType::F8_E4M3, "linear: a pre-quantized x needs F8_E4M3 ",
-              "x and weight, got ", dtype_name(x.dtype()), " and ", dtype_name(q.dtype()));
+  ops::rules::fp8_linear_operands(x, sx, q, scale);
   ERNIE_CHECK(x.device().is_cuda(), "linear: x is on ", x.device().str(), ", expected a CUDA device");
   detail::check_same_device(x, q, "linear", "weight");
   ERNIE_CHECK(out == DType::F32 || out == DType::BF16, "linear: output dtype must be F32 or BF16, not ",
