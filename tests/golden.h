@@ -124,6 +124,14 @@ std::string error_of(F&& f) {
   return "";
 }
 
+// Expects `f` to throw an ernie::Error whose message contains `needle`.
+template <class F>
+void expect_error(F&& f, const std::string& needle) {
+  const std::string msg = error_of(f);
+  EXPECT_FALSE(msg.empty()) << "no error thrown (expected one mentioning '" << needle << "')";
+  EXPECT_NE(msg.find(needle), std::string::npos) << msg;
+}
+
 // A scratch folder removed at the end of the test.
 struct TempDir {
   std::filesystem::path path;

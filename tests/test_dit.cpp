@@ -33,16 +33,7 @@ DitInputs golden_inputs() {
           golden_ids("dit.text_lens")};
 }
 
-// Expects `fn` to throw an Error whose message contains `needle`.
-template <class Fn>
-void expect_error(Fn&& fn, const std::string& needle) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error thrown (expected one mentioning '" << needle << "')";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
+using test::expect_error;
 
 TEST(Dit, MatchesReferenceForward) {
   DitInputs in = golden_inputs();

@@ -36,15 +36,7 @@ void zero_rows(Tensor& t, int64_t first, int64_t n) {
   return ::testing::AssertionSuccess();
 }
 
-template <class F>
-void expect_error(F fn, const std::string& needle) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error (expected '" << needle << "')";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
+using test::expect_error;
 
 TEST(FusedFp8, RmsNormModulateIsQuantizeOfTheUnfusedOp) {
   for (int64_t C : {64, 37})

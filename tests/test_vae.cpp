@@ -33,15 +33,7 @@ Tensor random_tensor(const Shape& shape, uint32_t seed) {
   return Tensor::from_vector(v, shape);
 }
 
-template <class F>
-void expect_error(F&& f, const std::string& needle) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an error mentioning '" << needle << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
+using ernie::test::expect_error;
 
 }  // namespace
 

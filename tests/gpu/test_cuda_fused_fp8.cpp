@@ -1,6 +1,6 @@
 // Quantize once, reuse (CUDA): the fused fp8 producers equal quantize() of the unfused CUDA op bit for bit
 // and track the CPU twin; the linear on a pre-quantized activation equals the fp8 linear; the row-resident
-// quantize kernel still matches the CPU bit for bit; qkv_norm_rope with many heads against the CPU.
+// quantize kernel still matches the CPU bit for bit (qkv_norm_rope with many heads: test_cuda_ops.cpp).
 #include <cstring>
 
 #include "gpu_util.h"
@@ -33,13 +33,11 @@ void expect_tracks_cpu(const ops::Weight& gpu, const ops::Weight& cpu, DType dt)
   EXPECT_TRUE(tensors_close(gpu.scale.to(kCPU), cpu.scale, dt == DType::F32 ? 1e-5 : 1e-2));
 }
 
-#define FOR_ACT_DTYPES for (DType dt : {DType::F32, DType::BF16})
-
 // Shapes: the DiT's hidden width, an odd row count with rows that fit one pack per thread, a width the
 // pack does not divide for bf16 (the composed fallback), and a row too long for one block (fallback).
 TEST(CudaFusedFp8, RmsNormModulateFp8) {
   ERNIE_REQUIRE_GPU();
-  FOR_ACT_DTYPES for (Shape s : {Shape{2, 9, 4096}, Shape{2, 7, 200}, Shape{2, 5, 12}, Shape{1, 3, 40000}})
+  FOR_DTYPES for (Shape s : {Shape{2, 9, 4096}, Shape{2, 7, 200}, Shape{2, 5, 12}, Shape{1, 3, 40000}})
     for (int64_t vb : {int64_t(2), int64_t(1)}) for (DType wt : {dt, DType::F32, DType::BF16}) {
       SCOPED_TRACE(std::string(dtype_name(dt)) + " " + shape_str(s) + " vector rows " + std::to_string(vb) +
                    " weight " + dtype_name(wt));
@@ -66,7 +64,7 @@ TEST(CudaFusedFp8, RmsNormModulateFp8) {
 
 TEST(CudaFusedFp8, GegluFp8) {
   ERNIE_REQUIRE_GPU();
-  FOR_ACT_DTYPES for (Shape s : {Shape{1, 7, 12288}, Shape{3, 5, 40}, Shape{2, 3, 36}, Shape{1, 2, 40000}}) {
+  FOR_DTYPES for (Shape s : {Shape{1, 7, 12288}, Shape{3, 5, 40}, Shape{2, 3, 36}, Shape{1, 2, 40000}}) {
     SCOPED_TRACE(std::string(dtype_name(dt)) + " " + shape_str(s));
     Tensor gate = as_dtype(rnd(s, 70, 3.f), dt), u = as_dtype(rnd(s, 71, 2.f), dt);
     const int64_t C = s.back(), rows = gate.numel() / C;
@@ -83,7 +81,7 @@ TEST(CudaFusedFp8, GegluFp8) {
 // tensor-core path for BF16 with K, N multiples of 16; the float fallback for F32 or K = 40), and the CPU twin.
 TEST(CudaFusedFp8, LinearOnAQuantizedInput) {
   ERNIE_REQUIRE_GPU();
-  FOR_ACT_DTYPES for (int64_t K : {int64_t(96), int64_t(40)}) for (bool with_bias : {false, true}) {
+  FOR_DTYPES for (int64_t K : {int64_t(96), int64_t(40)}) for (bool with_bias : {false, true}) {
     SCOPED_TRACE(std::string(dtype_name(dt)) + " K=" + std::to_string(K) + (with_bias ? " bias" : ""));
     const int64_t M = 77;
     const Tensor x = as_dtype(rnd({1, M, K}, 1), dt);
@@ -108,7 +106,7 @@ TEST(CudaFusedFp8, LinearOnAQuantizedInput) {
 // composition (a gate per batch row), each equal to the op on the float input, and the CPU twin.
 TEST(CudaFusedFp8, LinearGatedResidualOnAQuantizedInput) {
   ERNIE_REQUIRE_GPU();
-  FOR_ACT_DTYPES for (int64_t gb : {int64_t(1), int64_t(2)}) {
+  FOR_DTYPES for (int64_t gb : {int64_t(1), int64_t(2)}) {
     SCOPED_TRACE(std::string(dtype_name(dt)) + " gate rows " + std::to_string(gb));
     const int64_t B = 2, S = 40, K = 96, N = 48;
     const Tensor x = as_dtype(rnd({B, S, K}, 10), dt), res = as_dtype(rnd({B, S, N}, 11), dt);
@@ -157,26 +155,6 @@ TEST(CudaFusedFp8, QuantizeRowsMatchCpuBitForBit) {
         h = h.cast(dt);
         EXPECT_TRUE(same_bits(ops::quantize(h.to(kGPU), qt), cpu::quantize(h, qt)));
       }
-}
-
-// qkv_norm_rope's kernel with the DiT's 32 heads (whole chunks of heads per warp) and with 5 (a partial one).
-TEST(CudaFusedFp8, QkvNormRopeManyHeads) {
-  ERNIE_REQUIRE_GPU();
-  FOR_ACT_DTYPES for (int64_t H : {int64_t(32), int64_t(5)}) for (bool norms : {true, false}) {
-    SCOPED_TRACE(std::string(dtype_name(dt)) + " heads " + std::to_string(H) + (norms ? " norms" : ""));
-    const int64_t B = 1, S = 37, D = 128;
-    Tensor q = as_dtype(rnd({B, S, H, D}, 64, 2.f), dt), k = as_dtype(rnd({B, S, H, D}, 65, 2.f), dt),
-           v = as_dtype(rnd({B, S, H, D}, 66), dt);
-    Tensor nq = as_dtype(rnd({D}, 67), dt), nk = as_dtype(rnd({D}, 68), dt);
-    Tensor cs = rnd({1, S, D}, 69), sn = rnd({1, S, D}, 70);
-    Tensor qkv = cpu::concat({q.reshape({B, S, H * D}), k.reshape({B, S, H * D}), v.reshape({B, S, H * D})}, 2);
-    ops::Qkv got = ops::qkv_norm_rope(up(qkv, dt), H, norms ? up(nq, dt) : Tensor(), norms ? up(nk, dt) : Tensor(),
-                                      1e-6f, cs.to(kGPU), sn.to(kGPU));
-    Tensor rq = norms ? cpu::rms_norm(q, nq, 1e-6f) : q, rk = norms ? cpu::rms_norm(k, nk, 1e-6f) : k;
-    EXPECT_TRUE(tensors_close(down(got.q), cpu::rope(rq, cs, sn), tol(dt), min_cos(dt)));
-    EXPECT_TRUE(tensors_close(down(got.k), cpu::rope(rk, cs, sn), tol(dt), min_cos(dt)));
-    EXPECT_TRUE(tensors_close(down(got.v), v, 0));
-  }
 }
 
 }  // namespace

@@ -122,6 +122,23 @@ TEST(CudaOps, ModulateAndGatedResidual) {
   }
 }
 
+// qkv_norm_rope on CUDA against the CPU composition: q, k, v [B, S, H, D] stacked, tables with tb rows.
+void check_qkv_norm_rope(int64_t B, int64_t S, int64_t H, int64_t D, int64_t tb, bool norms, DType dt) {
+  SCOPED_TRACE("B " + std::to_string(B) + " S " + std::to_string(S) + " H " + std::to_string(H) + " D " +
+               std::to_string(D) + " table rows " + std::to_string(tb) + (norms ? " norms" : ""));
+  Tensor q = as_dtype(rnd({B, S, H, D}, 64, 2.f), dt), k = as_dtype(rnd({B, S, H, D}, 65, 2.f), dt),
+         v = as_dtype(rnd({B, S, H, D}, 66), dt);
+  Tensor nq = norms ? as_dtype(rnd({D}, 67), dt) : Tensor(), nk = norms ? as_dtype(rnd({D}, 68), dt) : Tensor();
+  Tensor cs = rnd({tb, S, D}, 69), sn = rnd({tb, S, D}, 70);
+  Tensor qkv = cpu::concat({q.reshape({B, S, H * D}), k.reshape({B, S, H * D}), v.reshape({B, S, H * D})}, 2);
+  ops::Qkv got = ops::qkv_norm_rope(up(qkv, dt), H, norms ? up(nq, dt) : Tensor(), norms ? up(nk, dt) : Tensor(),
+                                    1e-6f, cs.to(kGPU), sn.to(kGPU));
+  Tensor rq = norms ? cpu::rms_norm(q, nq, 1e-6f) : q, rk = norms ? cpu::rms_norm(k, nk, 1e-6f) : k;
+  EXPECT_TRUE(tensors_close(down(got.q), cpu::rope(rq, cs, sn), tol(dt), min_cos(dt)));
+  EXPECT_TRUE(tensors_close(down(got.k), cpu::rope(rk, cs, sn), tol(dt), min_cos(dt)));
+  EXPECT_TRUE(tensors_close(down(got.v), v, 0));
+}
+
 // The fused DiT ops against the composition of the CPU twins (the fused kernel for head_dim 128 and
 // 16-byte rows; head_dim 64 and a 12-wide row take the composed fallback).
 TEST(CudaOps, FusedNormModulateAndQkvRope) {
@@ -133,21 +150,11 @@ TEST(CudaOps, FusedNormModulateAndQkvRope) {
       EXPECT_TRUE(tensors_close(down(ops::rms_norm_modulate(up(x, dt), up(w, dt), 1e-6f, up(shift, dt), up(scl, dt))),
                                 cpu::modulate(cpu::rms_norm(x, w, 1e-6f), shift, scl), tol(dt), min_cos(dt)));
     }
-    for (int64_t D : {int64_t(128), int64_t(64)}) for (int64_t tb : {int64_t(2), int64_t(1)}) for (bool norms : {true, false}) {
-      SCOPED_TRACE("D " + std::to_string(D) + " table rows " + std::to_string(tb) + (norms ? " norms" : ""));
-      const int64_t B = 2, S = 11, H = 3;
-      Tensor q = as_dtype(rnd({B, S, H, D}, 64, 2.f), dt), k = as_dtype(rnd({B, S, H, D}, 65, 2.f), dt),
-             v = as_dtype(rnd({B, S, H, D}, 66), dt);
-      Tensor nq = norms ? as_dtype(rnd({D}, 67), dt) : Tensor(), nk = norms ? as_dtype(rnd({D}, 68), dt) : Tensor();
-      Tensor cs = rnd({tb, S, D}, 69), sn = rnd({tb, S, D}, 70);
-      Tensor qkv = cpu::concat({q.reshape({B, S, H * D}), k.reshape({B, S, H * D}), v.reshape({B, S, H * D})}, 2);
-      ops::Qkv got = ops::qkv_norm_rope(up(qkv, dt), H, norms ? up(nq, dt) : Tensor(), norms ? up(nk, dt) : Tensor(),
-                                        1e-6f, cs.to(kGPU), sn.to(kGPU));
-      Tensor rq = norms ? cpu::rms_norm(q, nq, 1e-6f) : q, rk = norms ? cpu::rms_norm(k, nk, 1e-6f) : k;
-      EXPECT_TRUE(tensors_close(down(got.q), cpu::rope(rq, cs, sn), tol(dt), min_cos(dt)));
-      EXPECT_TRUE(tensors_close(down(got.k), cpu::rope(rk, cs, sn), tol(dt), min_cos(dt)));
-      EXPECT_TRUE(tensors_close(down(got.v), v, 0));
-    }
+    for (int64_t D : {int64_t(128), int64_t(64)}) for (int64_t tb : {int64_t(2), int64_t(1)}) for (bool norms : {true, false})
+      check_qkv_norm_rope(2, 11, 3, D, tb, norms, dt);
+    // The DiT's 32 heads (whole chunks of heads per warp) and 5 (a partial one).
+    for (int64_t H : {int64_t(32), int64_t(5)})
+      for (bool norms : {true, false}) check_qkv_norm_rope(1, 37, H, 128, 1, norms, dt);
   }
 }
 
