@@ -4,10 +4,10 @@
 
 namespace ernie {
 
-Flux2Vae Flux2Vae::random(const VaeConfig& cfg, Device device, DType act, uint64_t seed) {
+Flux2Vae Flux2Vae::random(const VaeConfig& cfg, Device device, DType act, uint64_t seed, ops::Layout decode_layout) {
   auto make = [seed](const std::string& name, const Shape& shape) { return random_weights::vae_tensor(name, shape, seed); };
   return build(cfg, device, act, random_weights::from_specs(vae_tensor_specs(cfg), "Flux2Vae::random", make),
-               "Flux2Vae::random");
+               "Flux2Vae::random", decode_layout);
 }
 
 }  // namespace ernie

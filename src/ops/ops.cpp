@@ -110,8 +110,9 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps) { ERNIE_OP(rms
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps) {
   ERNIE_OP(layer_norm, x.device(), x, weight, bias, eps);
 }
-Tensor group_norm(const Tensor& x, int groups, const Tensor& weight, const Tensor& bias, float eps, bool silu) {
-  ERNIE_OP(group_norm, x.device(), x, groups, weight, bias, eps, silu);
+Tensor group_norm(const Tensor& x, int groups, const Tensor& weight, const Tensor& bias, float eps, bool silu,
+                  Layout layout) {
+  ERNIE_OP(group_norm, x.device(), x, groups, weight, bias, eps, silu, layout);
 }
 Tensor silu(const Tensor& x) { ERNIE_OP(silu, x.device(), x); }
 Tensor gelu(const Tensor& x) { ERNIE_OP(gelu, x.device(), x); }
@@ -187,13 +188,18 @@ Tensor swiglu_linear(const Tensor& gate_up, const Weight& w) {
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale, const AttentionMask& mask) {
   ERNIE_OP(attention, q.device(), q, k, v, scale, mask);
 }
-Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int stride, int pad) {
-  ERNIE_OP(conv2d, x.device(), x, w, bias, stride, pad);
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int stride, int pad, Layout layout) {
+  ERNIE_OP(conv2d, x.device(), x, w, bias, stride, pad, layout);
+}
+Tensor conv_weight_nhwc(const Tensor& w) {
+  ERNIE_CHECK(w.defined() && w.ndim() == 4, "conv_weight_nhwc: weight ", w.defined() ? shape_str(w.shape()) : "undefined",
+              " is not [O, I, kh, kw]");
+  return permute(w, {0, 2, 3, 1});
 }
 Tensor pad2d(const Tensor& x, int left, int right, int top, int bottom) {
   ERNIE_OP(pad2d, x.device(), x, left, right, top, bottom);
 }
-Tensor upsample_nearest2x(const Tensor& x) { ERNIE_OP(upsample_nearest2x, x.device(), x); }
+Tensor upsample_nearest2x(const Tensor& x, Layout layout) { ERNIE_OP(upsample_nearest2x, x.device(), x, layout); }
 Tensor permute(const Tensor& x, const std::vector<int>& dims) { ERNIE_OP(permute, x.device(), x, dims); }
 Tensor concat(const std::vector<Tensor>& xs, int dim) {
   ERNIE_CHECK(!xs.empty(), "concat: no tensors");

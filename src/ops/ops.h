@@ -4,7 +4,8 @@
 // weights may be F32, BF16 or F16 anywhere (the CPU converts them on the fly).
 //
 // Layout conventions: row-major, contiguous. Token sequences are [B, S, C]; attention heads are
-// [B, S, heads, head_dim]; images are NCHW. "Per-row" vectors ([B, C]) broadcast over S.
+// [B, S, heads, head_dim]; images are NCHW unless an op takes a Layout (below). "Per-row" vectors ([B, C])
+// broadcast over S.
 #pragma once
 #include <utility>
 #include <vector>
@@ -16,6 +17,10 @@ namespace ernie::ops {
 // ---- GEMM -------------------------------------------------------------------------------------------
 // A linear layer's weight [out, in]: a float tensor (F32, BF16, F16; `scale` undefined), or 8-bit with one
 // F32 scale per output row, w[o, :] ≈ q[o, :] · scale[o]: I8 (|q| <= 127) or F8_E4M3 (|q| <= 448).
+// Where an image keeps its channels: NCHW [B, C, H, W], or channels-last NHWC [B, H, W, C] (the VAE
+// decoder's activations: cuDNN's tensor-core convolutions read and write it without conversions).
+enum class Layout { NCHW, NHWC };
+
 struct Weight {
   Tensor w, scale;
   Weight() = default;
@@ -61,8 +66,10 @@ Tensor dequantize(const Weight& w);
 Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps);
 // (x - mean) * rsqrt(var + eps) * weight + bias; weight/bias may be undefined.
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps);
-// GroupNorm over [B, C, H, W] with per-channel affine; `silu` fuses the activation after it.
-Tensor group_norm(const Tensor& x, int groups, const Tensor& weight, const Tensor& bias, float eps, bool silu = false);
+// GroupNorm over [B, C, H, W] (NHWC: [B, H, W, C]; any number of spatial dims) with per-channel affine;
+// `silu` fuses the activation after it.
+Tensor group_norm(const Tensor& x, int groups, const Tensor& weight, const Tensor& bias, float eps, bool silu = false,
+                  Layout layout = Layout::NCHW);
 
 // ---- elementwise -----------------------------------------------------------------------------------------
 Tensor silu(const Tensor& x);
@@ -129,11 +136,16 @@ struct AttentionMask {
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale, const AttentionMask& mask = {});
 
 // ---- convolution and resampling ------------------------------------------------------------------------------
-// 2-D convolution, NCHW, weight [O, I, kh, kw], symmetric zero padding `pad`.
-Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int stride, int pad);
+// 2-D convolution with symmetric zero padding `pad`. NCHW: x [B, I, H, W], weight [O, I, kh, kw] ->
+// [B, O, Ho, Wo]. NHWC: x [B, H, W, I], weight [O, kh, kw, I] (conv_weight_nhwc of the NCHW weight) ->
+// [B, Ho, Wo, O].
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int stride, int pad, Layout layout = Layout::NCHW);
+// An NCHW convolution weight [O, I, kh, kw] as conv2d's NHWC layout takes it: [O, kh, kw, I].
+Tensor conv_weight_nhwc(const Tensor& w);
 // Zero-pad H and W: (left, right, top, bottom).
 Tensor pad2d(const Tensor& x, int left, int right, int top, int bottom);
-Tensor upsample_nearest2x(const Tensor& x);  // [B, C, H, W] -> [B, C, 2H, 2W]
+// [B, C, H, W] -> [B, C, 2H, 2W]; NHWC: [B, H, W, C] -> [B, 2H, 2W, C].
+Tensor upsample_nearest2x(const Tensor& x, Layout layout = Layout::NCHW);
 
 // ---- layout -------------------------------------------------------------------------------------------------------
 // Generic permutation of up to 6 dims (like torch.permute(...).contiguous()).

@@ -90,7 +90,11 @@ Shape pad2d(const Tensor& x, int left, int right, int top, int bottom) {
   return s;
 }
 
-Shape upsample_nearest2x(const Tensor& x) {
+Shape upsample_nearest2x(const Tensor& x, Layout layout) {
+  if (layout == Layout::NHWC) {
+    ERNIE_CHECK(x.ndim() == 4, "upsample_nearest2x: x ", shape_str(x.shape()), " is not [B, H, W, C]");
+    return {x.dim(0), 2 * x.dim(1), 2 * x.dim(2), x.dim(3)};
+  }
   ERNIE_CHECK(x.ndim() >= 2, "upsample_nearest2x: x ", shape_str(x.shape()), " needs at least [H, W]");
   Shape s = x.shape();
   s[s.size() - 2] = 2 * x.dim(-2);
@@ -98,15 +102,26 @@ Shape upsample_nearest2x(const Tensor& x) {
   return s;
 }
 
-Shape conv2d(const Tensor& x, const Tensor& w, int stride, int pad) {
-  ERNIE_CHECK(x.ndim() == 4 && w.ndim() == 4 && x.dim(1) == w.dim(1), "conv2d: x ", shape_str(x.shape()),
-              " [B, I, H, W] and weight ", shape_str(w.shape()), " [O, I, kh, kw] do not match");
+Shape conv2d(const Tensor& x, const Tensor& w, int stride, int pad, Layout layout) {
+  const bool nhwc = layout == Layout::NHWC;
+  ERNIE_CHECK(x.ndim() == 4 && w.ndim() == 4 && x.dim(nhwc ? 3 : 1) == w.dim(nhwc ? 3 : 1), "conv2d: x ",
+              shape_str(x.shape()), nhwc ? " [B, H, W, I]" : " [B, I, H, W]", " and weight ", shape_str(w.shape()),
+              nhwc ? " [O, kh, kw, I]" : " [O, I, kh, kw]", " do not match");
   ERNIE_CHECK(stride >= 1 && pad >= 0, "conv2d: stride ", std::to_string(stride), " / pad ", std::to_string(pad),
               " invalid");
-  const int64_t H = x.dim(2), W = x.dim(3), kh = w.dim(2), kw = w.dim(3);
+  const int64_t H = x.dim(nhwc ? 1 : 2), W = x.dim(nhwc ? 2 : 3), kh = w.dim(nhwc ? 1 : 2), kw = w.dim(nhwc ? 2 : 3);
   ERNIE_CHECK(H + 2 * pad >= kh && W + 2 * pad >= kw, "conv2d: kernel ", shape_str(w.shape()),
               " larger than padded input ", shape_str(x.shape()));
-  return {x.dim(0), w.dim(0), (H + 2 * pad - kh) / stride + 1, (W + 2 * pad - kw) / stride + 1};
+  const int64_t Ho = (H + 2 * pad - kh) / stride + 1, Wo = (W + 2 * pad - kw) / stride + 1;
+  return nhwc ? Shape{x.dim(0), Ho, Wo, w.dim(0)} : Shape{x.dim(0), w.dim(0), Ho, Wo};
+}
+
+void group_norm(const Tensor& x, int groups, Layout layout) {
+  ERNIE_CHECK(x.ndim() >= 2, "group_norm: x ", shape_str(x.shape()),
+              layout == Layout::NHWC ? " must be [B, ..., C]" : " must be [B, C, ...]");
+  const int64_t c = x.dim(layout == Layout::NHWC ? -1 : 1);
+  ERNIE_CHECK(groups > 0 && c % groups == 0, "group_norm: ", std::to_string(c), " channels of x ",
+              shape_str(x.shape()), " are not divisible into ", std::to_string(groups), " groups");
 }
 
 void rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {

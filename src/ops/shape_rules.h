@@ -36,12 +36,15 @@ RowCopy slice(const Tensor& x, int dim, int64_t start, int64_t len);
 
 // x [..., H, W] -> [..., H + top + bottom, W + left + right]; padding non-negative.
 Shape pad2d(const Tensor& x, int left, int right, int top, int bottom);
-// x [..., H, W] -> [..., 2H, 2W].
-Shape upsample_nearest2x(const Tensor& x);
+// x [..., H, W] -> [..., 2H, 2W]; NHWC: x [B, H, W, C] -> [B, 2H, 2W, C].
+Shape upsample_nearest2x(const Tensor& x, Layout layout = Layout::NCHW);
 
 // x [B, I, H, W], weight [O, I, kh, kw], stride >= 1, pad >= 0, kernel within the padded input;
-// returns [B, O, Ho, Wo].
-Shape conv2d(const Tensor& x, const Tensor& w, int stride, int pad);
+// returns [B, O, Ho, Wo]. NHWC: x [B, H, W, I], weight [O, kh, kw, I], returns [B, Ho, Wo, O].
+Shape conv2d(const Tensor& x, const Tensor& w, int stride, int pad, Layout layout = Layout::NCHW);
+
+// group_norm's x and groups: [B, C, ...] (NHWC: [B, ..., C]) with C divisible into `groups`.
+void group_norm(const Tensor& x, int groups, Layout layout);
 
 // x [B, S, heads, head_dim] with head_dim even; cos and sin [B or 1, S, head_dim] alike.
 void rope(const Tensor& x, const Tensor& cos, const Tensor& sin);

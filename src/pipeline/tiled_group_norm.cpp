@@ -86,15 +86,19 @@ bool TiledGroupNorm::end_pass() {
   return true;
 }
 
-Tensor TiledGroupNorm::call(const Tensor& x, int groups, const Flux2Vae::Norm& n, float eps, bool silu) {
+Tensor TiledGroupNorm::call(const Tensor& x, int groups, const Flux2Vae::Norm& n, float eps, bool silu,
+                            ops::Layout lay) {
   const size_t call = calls_++;
   ERNIE_CHECK(call <= k_, "tiled GroupNorm: call ", I(int64_t(call)), " after the recorded call ", I(int64_t(k_)));
-  ERNIE_CHECK(x.ndim() == 4 && x.dim(2) % in_h_ == 0 && x.dim(3) % in_w_ == 0 && x.dim(2) / in_h_ == x.dim(3) / in_w_,
-              "tiled GroupNorm: input ", shape_str(x.shape()), " is not the ", I(in_h_), "x", I(in_w_),
-              " tile at a multiple of its resolution");
-  const int64_t B = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3), f = H / in_h_;
+  const bool nhwc = lay == ops::Layout::NHWC;
+  ERNIE_CHECK(x.ndim() == 4, "tiled GroupNorm: input ", shape_str(x.shape()), " is not an image");
+  const int64_t B = x.dim(0), C = x.dim(nhwc ? 3 : 1), H = x.dim(nhwc ? 1 : 2), W = x.dim(nhwc ? 2 : 3);
+  ERNIE_CHECK(H % in_h_ == 0 && W % in_w_ == 0 && H / in_h_ == W / in_w_, "tiled GroupNorm: input ",
+              shape_str(x.shape()), " is not the ", I(in_h_), "x", I(in_w_), " tile at a multiple of its resolution");
+  const int64_t f = H / in_h_;
   ERNIE_CHECK(groups > 0 && C % groups == 0, "tiled GroupNorm: ", I(C), " channels in ", I(groups), " groups");
-  const ChannelSums s = channel_sums(x, y0_ * f, y1_ * f, x0_ * f, x1_ * f);
+  // The moments are gathered on the NCHW form (a copy, in the tiled path only).
+  const ChannelSums s = channel_sums(nhwc ? ops::permute(x, {0, 3, 1, 2}) : x, y0_ * f, y1_ * f, x0_ * f, x1_ * f);
 
   if (call == k_) {  // record the core's moments and stop the step
     const GroupMoments core = group_moments(s.core_s, s.core_q, B, C, groups, double((y1_ - y0_) * (x1_ - x0_) * f * f));
@@ -129,7 +133,7 @@ Tensor TiledGroupNorm::call(const Tensor& x, int groups, const Flux2Vae::Norm& n
     }
     const Tensor xb = B == 1 ? x : ops::slice(x, 0, bi, 1);
     rows.push_back(ops::group_norm(xb, groups, Tensor::from_vector(w2, {C}).to(x.device()),
-                                   Tensor::from_vector(b2, {C}).to(x.device()), eps, silu));
+                                   Tensor::from_vector(b2, {C}).to(x.device()), eps, silu, lay));
   }
   return B == 1 ? rows[0] : ops::concat(rows, 0);
 }

@@ -39,14 +39,14 @@ class TiledGroupNorm {
   // step finished without a call k. Throws if some tiles stopped and others did not.
   bool end_pass();
   Flux2Vae::GroupNormFn fn() {
-    return [this](const Tensor& x, int groups, const Flux2Vae::Norm& n, float eps, bool silu) {
-      return call(x, groups, n, eps, silu);
+    return [this](const Tensor& x, int groups, const Flux2Vae::Norm& n, float eps, bool silu, ops::Layout lay) {
+      return call(x, groups, n, eps, silu, lay);
     };
   }
   size_t known() const { return global_.size(); }  // calls with whole-image moments
 
  private:
-  Tensor call(const Tensor& x, int groups, const Flux2Vae::Norm& n, float eps, bool silu);
+  Tensor call(const Tensor& x, int groups, const Flux2Vae::Norm& n, float eps, bool silu, ops::Layout lay);
 
   std::vector<GroupMoments> global_;  // whole-image moments of calls 0 .. known()-1
   GroupMoments acc_;                  // call k's moments over the cores seen in this pass

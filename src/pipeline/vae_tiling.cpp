@@ -24,44 +24,66 @@ std::vector<int64_t> core_cuts(int64_t n, int64_t tile) {
   return c;
 }
 
-// Rows [y0, y1) and columns [x0, x1) of the host tensor x [B, C, H, W] (any dtype), as a new host tensor.
-Tensor host_rect(const Tensor& x, int64_t y0, int64_t y1, int64_t x0, int64_t x1) {
-  const int64_t BC = x.dim(0) * x.dim(1), H = x.dim(2), W = x.dim(3), h = y1 - y0, w = x1 - x0;
-  const size_t e = dtype_size(x.dtype());
-  Tensor r = Tensor::empty({x.dim(0), x.dim(1), h, w}, x.dtype());
+// An image tensor as [outer, H, W, inner]: NCHW [B·C, H, W, 1], NHWC [B, H, W, C]. hd and wd are the
+// dims of H and W.
+struct Grid {
+  int64_t outer, H, W, inner;
+  int hd, wd;
+};
+Grid grid_of(const Tensor& x, ops::Layout lay) {
+  if (lay == ops::Layout::NHWC) return {x.dim(0), x.dim(1), x.dim(2), x.dim(3), 1, 2};
+  return {x.dim(0) * x.dim(1), x.dim(2), x.dim(3), 1, 2, 3};
+}
+// The shape of x with H and W replaced.
+Shape with_hw(const Tensor& x, ops::Layout lay, int64_t H, int64_t W) {
+  Shape s = x.shape();
+  const Grid g = grid_of(x, lay);
+  s[size_t(g.hd)] = H, s[size_t(g.wd)] = W;
+  return s;
+}
+
+// Rows [y0, y1) and columns [x0, x1) of the host tensor x (any dtype), as a new host tensor.
+Tensor host_rect(const Tensor& x, ops::Layout lay, int64_t y0, int64_t y1, int64_t x0, int64_t x1) {
+  const Grid g = grid_of(x, lay);
+  const int64_t h = y1 - y0, w = x1 - x0;
+  const size_t e = dtype_size(x.dtype()) * size_t(g.inner);
+  Tensor r = Tensor::empty(with_hw(x, lay, h, w), x.dtype());
   const char* src = static_cast<const char*>(x.raw());
   char* dst = static_cast<char*>(r.raw());
 #pragma omp parallel for collapse(2) schedule(static) if (r.nbytes() > (size_t(1) << 22))
-  for (int64_t i = 0; i < BC; ++i)
+  for (int64_t i = 0; i < g.outer; ++i)
     for (int64_t y = 0; y < h; ++y)
-      std::memcpy(dst + size_t((i * h + y) * w) * e, src + size_t((i * H + y0 + y) * W + x0) * e, size_t(w) * e);
+      std::memcpy(dst + size_t((i * h + y) * w) * e, src + size_t((i * g.H + y0 + y) * g.W + x0) * e, size_t(w) * e);
   return r;
 }
 
-// Copies the host tensor src [B, C, h, w] into the host tensor dst [B, C, H, W] at (y0, x0) (same dtype).
-void paste(const Tensor& dst, const Tensor& src, int64_t y0, int64_t x0) {
-  const int64_t BC = src.dim(0) * src.dim(1), h = src.dim(2), w = src.dim(3), H = dst.dim(2), W = dst.dim(3);
-  const size_t e = dtype_size(src.dtype());
+// Copies the host tensor src into the host tensor dst (same dtype, layout and channels) at (y0, x0).
+void paste(const Tensor& dst, const Tensor& src, ops::Layout lay, int64_t y0, int64_t x0) {
+  const Grid gs = grid_of(src, lay), gd = grid_of(dst, lay);
+  const int64_t h = gs.H, w = gs.W, H = gd.H, W = gd.W;
+  const size_t e = dtype_size(src.dtype()) * size_t(gs.inner);
   const char* s = static_cast<const char*>(src.raw());
   char* d = static_cast<char*>(dst.raw());
 #pragma omp parallel for collapse(2) schedule(static) if (src.nbytes() > (size_t(1) << 22))
-  for (int64_t i = 0; i < BC; ++i)
+  for (int64_t i = 0; i < gs.outer; ++i)
     for (int64_t y = 0; y < h; ++y)
       std::memcpy(d + size_t((i * H + y0 + y) * W + x0) * e, s + size_t((i * h + y) * w) * e, size_t(w) * e);
 }
 
-// Runs `steps` over the tiles of x ([B, C, h*r, w*r] for an h×w latent grid cut at ys × xs) in lockstep:
+// Runs `steps` over the tiles of x ([B, C, h*r, w*r] for an h×w latent grid cut at ys × xs, or its NHWC
+// form, as `lay` says) in lockstep:
 // every step over all tiles (one pass per GroupNorm it holds, plus one; tiled_group_norm.h) before the
 // next. A tile is its core plus `halo` pixels of the step's input on every side, which covers the step's
 // convolutions, so the cores come out as the untiled step would give them. Each step's output cores are
-// assembled ([B, C', h*r', w*r'] in the VAE's activation dtype) on the host, or with `on_device` on the
-// VAE's device (ops::concat, no host round trips).
-Tensor run_tiled(const Flux2Vae& vae, Tensor x, const std::vector<Flux2Vae::Step>& steps,
+// assembled (in `lay`, in the VAE's activation dtype) on the host, or with `on_device` on the VAE's device
+// (ops::concat, no host round trips).
+Tensor run_tiled(const Flux2Vae& vae, Tensor x, ops::Layout lay, const std::vector<Flux2Vae::Step>& steps,
                  const std::vector<int64_t>& ys, const std::vector<int64_t>& xs, int64_t halo, bool on_device) {
   const int64_t h = ys.back(), w = xs.back();
+  const int hd = grid_of(x, lay).hd, wd = grid_of(x, lay).wd;
   x = x.to(on_device ? vae.device() : kCPU);
   for (size_t si = 0; si < steps.size(); ++si) {
-    const int64_t H = x.dim(2), W = x.dim(3), r = H / h;
+    const int64_t H = x.dim(hd), W = x.dim(wd), r = H / h;
     ERNIE_CHECK(H % h == 0 && W == w * r, "tiled VAE: step ", I(int64_t(si)), " input ", shape_str(x.shape()),
                 " is not the ", I(h), "x", I(w), " latent grid at an integer resolution");
     TiledGroupNorm gn;
@@ -74,8 +96,8 @@ Tensor run_tiled(const Flux2Vae& vae, Tensor x, const std::vector<Flux2Vae::Step
           const int64_t cy0 = ys[i] * r, cy1 = ys[i + 1] * r, cx0 = xs[j] * r, cx1 = xs[j + 1] * r;
           const int64_t ey0 = std::max<int64_t>(0, cy0 - halo), ey1 = std::min(H, cy1 + halo);
           const int64_t ex0 = std::max<int64_t>(0, cx0 - halo), ex1 = std::min(W, cx1 + halo);
-          Tensor in = on_device ? ops::slice(ops::slice(x, 2, ey0, ey1 - ey0), 3, ex0, ex1 - ex0)
-                                : host_rect(x, ey0, ey1, ex0, ex1).to(vae.device());
+          Tensor in = on_device ? ops::slice(ops::slice(x, hd, ey0, ey1 - ey0), wd, ex0, ex1 - ex0)
+                                : host_rect(x, lay, ey0, ey1, ex0, ex1).to(vae.device());
           if (in.dtype() != vae.act_dtype()) in = ops::cast(in, vae.act_dtype());
           gn.begin_tile(ey1 - ey0, ex1 - ex0, cy0 - ey0, cy1 - ey0, cx0 - ex0, cx1 - ex0);
           Tensor out;
@@ -85,7 +107,8 @@ Tensor run_tiled(const Flux2Vae& vae, Tensor x, const std::vector<Flux2Vae::Step
             continue;  // this pass only gathered a GroupNorm's moments
           }
           // Output pixels per input pixel: oh / ih (2 upsampler, 1/2 downsampler, 1 otherwise).
-          const int64_t ih = ey1 - ey0, iw = ex1 - ex0, oh = out.dim(2), ow = out.dim(3);
+          ERNIE_CHECK(out.ndim() == 4, "tiled VAE: step ", I(int64_t(si)), " gave ", shape_str(out.shape()));
+          const int64_t ih = ey1 - ey0, iw = ex1 - ex0, oh = out.dim(hd), ow = out.dim(wd);
           auto at = [](int64_t p, int64_t num, int64_t den) {
             ERNIE_CHECK(p * num % den == 0, "tiled VAE: a tile edge falls between output pixels (", I(p), " * ",
                         I(num), " / ", I(den), "); use an even halo");
@@ -95,23 +118,23 @@ Tensor run_tiled(const Flux2Vae& vae, Tensor x, const std::vector<Flux2Vae::Step
                       I(int64_t(si)), " turned a ", I(ih), "x", I(iw), " tile into ", shape_str(out.shape()));
           const int64_t oy = at(cy0 - ey0, oh, ih), ox = at(cx0 - ex0, ow, iw);
           const int64_t ch = at(cy1 - cy0, oh, ih), cw = at(cx1 - cx0, ow, iw);
-          const Tensor core = ops::slice(ops::slice(out, 2, oy, ch), 3, ox, cw);
+          const Tensor core = ops::slice(ops::slice(out, hd, oy, ch), wd, ox, cw);
           if (on_device) {
             cores[i].push_back(core);
             continue;
           }
-          if (!y.defined()) y = Tensor::empty({x.dim(0), out.dim(1), at(H, oh, ih), at(W, ow, iw)}, out.dtype());
-          paste(y, core.to(kCPU), at(cy0, oh, ih), at(cx0, ow, iw));
+          if (!y.defined()) y = Tensor::empty(with_hw(out, lay, at(H, oh, ih), at(W, ow, iw)), out.dtype());
+          paste(y, core.to(kCPU), lay, at(cy0, oh, ih), at(cx0, ow, iw));
         }
       if (!gn.end_pass()) break;
     }
     if (on_device) {  // rows of cores side by side, then the rows stacked; each row's cores freed as it goes
       std::vector<Tensor> rows;
       for (std::vector<Tensor>& row : cores) {
-        rows.push_back(row.size() == 1 ? row[0] : ops::concat(row, 3));
+        rows.push_back(row.size() == 1 ? row[0] : ops::concat(row, wd));
         row.clear();
       }
-      y = rows.size() == 1 ? rows[0] : ops::concat(rows, 2);
+      y = rows.size() == 1 ? rows[0] : ops::concat(rows, hd);
     }
     x = y;
   }
@@ -132,10 +155,9 @@ Tensor vae_decode_tiled(const Flux2Vae& vae, const Tensor& z, const VaeTiling& t
               " is not [B, C, h, w]");
   if (z.dim(2) <= t.tile && z.dim(3) <= t.tile) return vae.decode(z).to(kCPU).to_f32();
   const Tensor h = vae.decode_mid(z);
-  return run_tiled(vae, h, vae.decode_up_steps(), core_cuts(z.dim(2), t.tile), core_cuts(z.dim(3), t.tile), t.halo,
-                   t.on_device)
-      .to(kCPU)
-      .to_f32();
+  const Tensor y = run_tiled(vae, h, vae.decode_layout(), vae.decode_up_steps(), core_cuts(z.dim(2), t.tile),
+                             core_cuts(z.dim(3), t.tile), t.halo, t.on_device);
+  return vae.decode_image(y).to(kCPU).to_f32();
 }
 
 Tensor vae_encode_mean_tiled(const Flux2Vae& vae, const Tensor& image, const VaeTiling& t) {
@@ -147,8 +169,8 @@ Tensor vae_encode_mean_tiled(const Flux2Vae& vae, const Tensor& image, const Vae
               "multiples of ", I(s), ", got ", shape_str(image.shape()));
   const int64_t h = image.dim(2) / s, w = image.dim(3) / s;
   if (h <= t.tile && w <= t.tile) return vae.encode(image).first.to(kCPU).to_f32();
-  const Tensor x = run_tiled(vae, image, vae.encode_down_steps(), core_cuts(h, t.tile), core_cuts(w, t.tile), t.halo,
-                             t.on_device);
+  const Tensor x = run_tiled(vae, image, ops::Layout::NCHW, vae.encode_down_steps(), core_cuts(h, t.tile),
+                             core_cuts(w, t.tile), t.halo, t.on_device);
   return vae.encode_mid(x).first.to(kCPU).to_f32();
 }
 

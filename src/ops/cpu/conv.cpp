@@ -1,5 +1,5 @@
-// conv2d (NCHW, im2col + sgemm in bands of output rows so the column buffer stays small), zero
-// padding and nearest-neighbour 2x upsampling.
+// conv2d (im2col + sgemm in bands of output rows or pixels so the column buffer stays small; NCHW or
+// NHWC), zero padding and nearest-neighbour 2x upsampling (NCHW or NHWC).
 #include <cblas.h>
 
 #include <algorithm>
@@ -14,12 +14,51 @@ namespace ernie::cpu {
 
 namespace {
 constexpr int64_t kColumnFloats = int64_t(8) << 20;  // 32 MiB im2col buffer
-}
 
-Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int stride, int pad) {
+// NHWC: x [B, H, W, I], w [O, kh, kw, I]. A band of output pixels gathers its patches as rows
+// [npix, kh*kw*I] (each tap a contiguous run of I channels), and rows · wᵀ are the output pixels' rows.
+Tensor conv2d_nhwc(const Tensor& x, const Tensor& w, const Tensor& bias, int stride, int pad, const Shape& out) {
+  const int64_t B = x.dim(0), H = x.dim(1), W = x.dim(2), I = x.dim(3);
+  const int64_t O = w.dim(0), kh = w.dim(1), kw = w.dim(2), Ho = out[1], Wo = out[2], hw = Ho * Wo;
+  std::vector<float> b = detail::vec_f32(bias, O, "conv2d", "bias");
+  Tensor wf = w.to_f32();
+  const int64_t K = kh * kw * I;
+  Tensor y = Tensor::empty(out, DType::F32);
+  if (y.numel() == 0) return y;
+  const float* xp = x.f32();
+  float* yp = y.f32();
+  const int64_t band = std::max<int64_t>(1, std::min<int64_t>(hw, kColumnFloats / std::max<int64_t>(1, K)));
+  std::vector<float> cols(static_cast<size_t>(K * band));
+  for (int64_t n = 0; n < B; ++n)
+    for (int64_t p0 = 0; p0 < hw; p0 += band) {
+      const int64_t np = std::min(band, hw - p0);
+      float* yrows = yp + (n * hw + p0) * O;
+#pragma omp parallel for schedule(static) if (detail::worth_threads(K * np))
+      for (int64_t p = 0; p < np; ++p) {
+        const int64_t oy = (p0 + p) / Wo, ox = (p0 + p) % Wo;
+        for (int64_t dy = 0; dy < kh; ++dy)
+          for (int64_t dx = 0; dx < kw; ++dx) {
+            const int64_t iy = oy * stride - pad + dy, ix = ox * stride - pad + dx;
+            float* dst = cols.data() + p * K + (dy * kw + dx) * I;
+            if (iy >= 0 && iy < H && ix >= 0 && ix < W)
+              std::memcpy(dst, xp + ((n * H + iy) * W + ix) * I, size_t(I) * 4);
+            else
+              std::fill(dst, dst + I, 0.f);
+          }
+        for (int64_t o = 0; o < O; ++o) yrows[p * O + o] = b.empty() ? 0.f : b[size_t(o)];
+      }
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(np), int(O), int(K), 1.f, cols.data(), int(K),
+                  wf.data<float>(), int(K), 1.f, yrows, int(O));
+    }
+  return y;
+}
+}  // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int stride, int pad, ops::Layout layout) {
   detail::check_act(x, "conv2d", "x");
   detail::check_weight(w, "conv2d", "weight");
-  const Shape out = ops::rules::conv2d(x, w, stride, pad);
+  const Shape out = ops::rules::conv2d(x, w, stride, pad, layout);
+  if (layout == ops::Layout::NHWC) return conv2d_nhwc(x, w, bias, stride, pad, out);
   const int64_t B = x.dim(0), I = x.dim(1), H = x.dim(2), W = x.dim(3);
   const int64_t O = w.dim(0), kh = w.dim(2), kw = w.dim(3), Ho = out[2], Wo = out[3];
   std::vector<float> b = detail::vec_f32(bias, O, "conv2d", "bias");
@@ -72,9 +111,21 @@ Tensor pad2d(const Tensor& x, int left, int right, int top, int bottom) {
   return y;
 }
 
-Tensor upsample_nearest2x(const Tensor& x) {
+Tensor upsample_nearest2x(const Tensor& x, ops::Layout layout) {
   detail::check_act(x, "upsample_nearest2x", "x");
-  const Shape s = ops::rules::upsample_nearest2x(x);
+  const Shape s = ops::rules::upsample_nearest2x(x, layout);
+  if (layout == ops::Layout::NHWC) {  // every output pixel is a copy of the C channels of its source pixel
+    const int64_t B = x.dim(0), H = x.dim(1), W = x.dim(2), C = x.dim(3);
+    Tensor y = Tensor::empty(s, DType::F32);
+    const float* xp = x.f32();
+    float* yp = y.f32();
+#pragma omp parallel for collapse(2) schedule(static) if (detail::worth_threads(y.numel()))
+    for (int64_t n = 0; n < B; ++n)
+      for (int64_t r = 0; r < 2 * H; ++r)
+        for (int64_t c = 0; c < 2 * W; ++c)
+          std::memcpy(yp + ((n * 2 * H + r) * 2 * W + c) * C, xp + ((n * H + r / 2) * W + c / 2) * C, size_t(C) * 4);
+    return y;
+  }
   const int64_t H = x.dim(-2), W = x.dim(-1), planes = (H * W != 0) ? x.numel() / (H * W) : 0;
   Tensor y = Tensor::empty(s, DType::F32);
   const float* xp = x.f32();

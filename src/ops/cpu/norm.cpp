@@ -6,6 +6,7 @@
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cpu/cpu_util.h"
 #include "ops/cpu/row_math.h"
+#include "ops/shape_rules.h"
 
 namespace ernie::cpu {
 
@@ -62,12 +63,14 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, flo
   return y;
 }
 
-Tensor group_norm(const Tensor& x, int groups, const Tensor& weight, const Tensor& bias, float eps, bool silu) {
+Tensor group_norm(const Tensor& x, int groups, const Tensor& weight, const Tensor& bias, float eps, bool silu,
+                  ops::Layout layout) {
   detail::check_act(x, "group_norm", "x");
-  ERNIE_CHECK(x.ndim() >= 2, "group_norm: x ", shape_str(x.shape()), " must be [B, C, ...]");
-  const int64_t n = x.dim(0), c = x.dim(1), hw = (n * c != 0) ? x.numel() / (n * c) : 0;
-  ERNIE_CHECK(groups > 0 && c % groups == 0, "group_norm: ", std::to_string(c), " channels of x ",
-              shape_str(x.shape()), " are not divisible into ", std::to_string(groups), " groups");
+  ops::rules::group_norm(x, groups, layout);
+  // Element (n, c, i) of x, i the spatial index, sits at n * c * hw + c * cs + i * is.
+  const bool nhwc = layout == ops::Layout::NHWC;
+  const int64_t n = x.dim(0), c = x.dim(nhwc ? -1 : 1), hw = (n * c != 0) ? x.numel() / (n * c) : 0;
+  const int64_t cs = nhwc ? 1 : hw, is = nhwc ? c : 1;
   std::vector<float> w = detail::vec_f32(weight, c, "group_norm", "weight");
   std::vector<float> b = detail::vec_f32(bias, c, "group_norm", "bias");
   const int64_t cg = c / groups, len = cg * hw;
@@ -76,16 +79,22 @@ Tensor group_norm(const Tensor& x, int groups, const Tensor& weight, const Tenso
   float* yp = y.f32();
 #pragma omp parallel for schedule(static) if (detail::worth_threads(x.numel()))
   for (int64_t bg = 0; bg < n * groups; ++bg) {
-    const int64_t g = bg % groups;
-    const float* a = xp + bg * len;
-    float* o = yp + bg * len;
-    const auto [mean, inv] = mean_inv_std(a, len, eps);
+    const int64_t g = bg % groups, base = (bg / groups) * c * hw + g * cg * cs;
+    double s = 0;
+    for (int64_t ch = 0; ch < cg; ++ch)
+      for (int64_t i = 0; i < hw; ++i) s += xp[base + ch * cs + i * is];
+    const double mean = len ? s / double(len) : 0;
+    double v = 0;
+    for (int64_t ch = 0; ch < cg; ++ch)
+      for (int64_t i = 0; i < hw; ++i) v += (xp[base + ch * cs + i * is] - mean) * (xp[base + ch * cs + i * is] - mean);
+    const double inv = 1.0 / std::sqrt((len ? v / double(len) : 0) + double(eps));
     for (int64_t ch = 0; ch < cg; ++ch) {
       const int64_t cc = g * cg + ch;
       const float sc = w.empty() ? 1.f : w[cc], sh = b.empty() ? 0.f : b[cc];
-      for (int64_t i = ch * hw; i < (ch + 1) * hw; ++i) {
-        float t = float((a[i] - mean) * inv) * sc + sh;
-        o[i] = silu ? t / (1.f + std::exp(-t)) : t;
+      for (int64_t i = 0; i < hw; ++i) {
+        const int64_t k = base + ch * cs + i * is;
+        const float t = float((xp[k] - mean) * inv) * sc + sh;
+        yp[k] = silu ? t / (1.f + std::exp(-t)) : t;
       }
     }
   }

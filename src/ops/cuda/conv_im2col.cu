@@ -1,6 +1,6 @@
 // Kernels of conv2d's portable path (no cuDNN, or ERNIE_CONV=im2col): im2col into pixel-major rows
-// [npix, I*kh*kw] for a GEMM against w[O, I*kh*kw], the transpose of its [npix, O] result into NCHW,
-// and a per-channel bias add for the cuDNN path.
+// [npix, I*kh*kw] (NHWC: [npix, kh*kw*I]) for a GEMM against the weight's rows, the transpose of its
+// [npix, O] result into NCHW (NHWC takes it as it is), and a per-channel bias add for the cuDNN path.
 #include <algorithm>
 
 #include "ops/cuda/common.h"
@@ -20,6 +20,20 @@ __global__ void im2col_kernel(const T* __restrict__ x, T* __restrict__ col, int6
     const int oy = int(p / Wo), ox = int(p % Wo);
     const int iy = oy * stride - pad + dy, ix = ox * stride - pad + dx;
     col[i] = (iy >= 0 && iy < H && ix >= 0 && ix < W) ? x[(int64_t(c) * H + iy) * W + ix] : from_f<T>(0.f);
+  }
+}
+
+// The same from x [H, W, I] (NHWC) into rows [npix, kh*kw*I]: each tap a run of I channels.
+template <class T>
+__global__ void im2col_nhwc_kernel(const T* __restrict__ x, T* __restrict__ col, int64_t p0, int64_t npix, int I,
+                                   int H, int W, int kh, int kw, int stride, int pad, int Wo) {
+  const int64_t K = int64_t(I) * kh * kw, n = npix * K;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t k = i % K, p = p0 + i / K;
+    const int tap = int(k / I), c = int(k % I), dy = tap / kw, dx = tap % kw;
+    const int oy = int(p / Wo), ox = int(p % Wo);
+    const int iy = oy * stride - pad + dy, ix = ox * stride - pad + dx;
+    col[i] = (iy >= 0 && iy < H && ix >= 0 && ix < W) ? x[(int64_t(iy) * W + ix) * I + c] : from_f<T>(0.f);
   }
 }
 
@@ -55,7 +69,48 @@ __global__ void bias_nchw_kernel(T* __restrict__ y, VecF bias, int64_t planes, i
   }
 }
 
+// y [rows, O] += bias[O] (NHWC): packs of V channels, which O % V == 0 keeps inside a row.
+template <class T, int V>
+__global__ void bias_nhwc_kernel(T* __restrict__ y, VecF bias, int64_t packs, int O) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < packs; i += int64_t(gridDim.x) * blockDim.x) {
+    const int c0 = int(i * V % O);
+    if constexpr (V == 1) {
+      y[i] = from_f<T>(to_f(y[i]) + bias[c0]);
+    } else {
+      Pack<T>* p = reinterpret_cast<Pack<T>*>(y) + i;
+      Pack<T> v = *p;
+#pragma unroll
+      for (int e = 0; e < V; ++e) v.v[e] = from_f<T>(to_f(v.v[e]) + bias[c0 + e]);
+      *p = v;
+    }
+  }
+}
+
 }  // namespace
+
+void im2col_nhwc(const Tensor& x_img, Tensor& col, int64_t p0, int64_t npix, int kh, int kw, int stride, int pad,
+                 int Wo, cudaStream_t st) {
+  const int H = int(x_img.dim(0)), W = int(x_img.dim(1)), I = int(x_img.dim(2));
+  const int64_t n = npix * I * kh * kw;
+  ERNIE_DISPATCH_ACT(x_img.dtype(), "conv2d",
+                     im2col_nhwc_kernel<T><<<detail::blocks_for(n, 256), 256, 0, st>>>(
+                         x_img.data<T>(), col.data<T>(), p0, npix, I, H, W, kh, kw, stride, pad, Wo));
+  ERNIE_CUDA_LAUNCH("conv2d im2col");
+}
+
+void add_channel_bias_nhwc(Tensor& y, const Tensor& bias, cudaStream_t st) {
+  const int64_t O = y.dim(-1), n = y.numel();
+  if (n == 0) return;
+  ERNIE_DISPATCH_ACT(y.dtype(), "conv2d", {
+    if (O % kPack<T> == 0 && aligned16(y.raw())) {
+      bias_nhwc_kernel<T, kPack<T>><<<detail::blocks_for(n / kPack<T>, 256), 256, 0, st>>>(y.data<T>(), vec(bias),
+                                                                                          n / kPack<T>, int(O));
+    } else {
+      bias_nhwc_kernel<T, 1><<<detail::blocks_for(n, 256), 256, 0, st>>>(y.data<T>(), vec(bias), n, int(O));
+    }
+  });
+  ERNIE_CUDA_LAUNCH("conv2d bias");
+}
 
 void im2col(const Tensor& x_img, Tensor& col, int64_t p0, int64_t npix, int kh, int kw, int stride, int pad, int Wo,
             cudaStream_t st) {

@@ -25,7 +25,8 @@ Tensor dequantize(const Tensor& q, const Tensor& scale);
 bool fp8_gemm_supported(int device);
 Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps);
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps);
-Tensor group_norm(const Tensor& x, int groups, const Tensor& weight, const Tensor& bias, float eps, bool silu);
+Tensor group_norm(const Tensor& x, int groups, const Tensor& weight, const Tensor& bias, float eps, bool silu,
+                  ops::Layout layout = ops::Layout::NCHW);
 Tensor silu(const Tensor& x);
 Tensor gelu(const Tensor& x);
 Tensor add(const Tensor& a, const Tensor& b);
@@ -52,9 +53,10 @@ ops::Qkv qkv_rope(const Tensor& qkv, int64_t heads_q, int64_t heads_kv, const Te
                   const Tensor& cos_k, const Tensor& sin_k, const Tensor& k_out, const Tensor& v_out);
 Tensor swiglu_linear(const Tensor& gate_up, const ops::Weight& w);
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale, const ops::AttentionMask& mask);
-Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int stride, int pad);
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int stride, int pad,
+              ops::Layout layout = ops::Layout::NCHW);
 Tensor pad2d(const Tensor& x, int left, int right, int top, int bottom);
-Tensor upsample_nearest2x(const Tensor& x);
+Tensor upsample_nearest2x(const Tensor& x, ops::Layout layout = ops::Layout::NCHW);
 Tensor permute(const Tensor& x, const std::vector<int>& dims);
 Tensor concat(const std::vector<Tensor>& xs, int dim);
 Tensor slice(const Tensor& x, int dim, int64_t start, int64_t len);

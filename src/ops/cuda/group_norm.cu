@@ -1,10 +1,14 @@
-// GroupNorm over [B, C, *] with per-channel affine and optional fused SiLU. A group can hold millions
-// of elements (VAE decoder at 1024²), so the statistics are split over chunks: pass 1 writes each
-// chunk's (count, mean, M2); pass 2 combines a group's chunks (Chan's formula, double); pass 3 normalises.
+// GroupNorm over [B, C, *] (or channels-last [B, *, C]) with per-channel affine and optional fused SiLU.
+// A group can hold millions of elements (VAE decoder at 1024²), so the statistics are split over chunks:
+// pass 1 writes each chunk's (mean, M2), two passes over the chunk; pass 2 combines a group's chunks
+// (Chan's formula, double); pass 3 normalises. NCHW: a chunk is a contiguous run of one group. NHWC: a
+// chunk is a run of pixels with all their channels, a block's threads laid out as (channel packs, pixels)
+// so that each thread keeps to the same channels, and its (mean, M2) per group go out at once.
 #include <algorithm>
 
 #include "ops/cuda/common.h"
 #include "ops/cuda/cuda_ops.h"
+#include "ops/shape_rules.h"
 
 namespace ernie::cuda {
 
@@ -56,12 +60,15 @@ __device__ Moments combine(Moments a, Moments b) {
   return {tot, a.mean + d * b.n / tot, a.m2 + b.m2 + d * d * a.n * b.n / tot};
 }
 
-// One warp per group: combines its chunks into (mean, 1/std), written over the first chunk's slot.
-__global__ void group_finalize_kernel(float* __restrict__ stats, int64_t len, int chunks, float eps) {
+// One warp per group: combines its chunks into (mean, 1/std), written over the first chunk's slot. Chunk c
+// covers min(chunk, units - c * chunk) units of `unit` elements each (NCHW: elements; NHWC: pixels of a
+// group's channels).
+__global__ void group_finalize_kernel(float* __restrict__ stats, int64_t units, int64_t chunk, double unit,
+                                      int chunks, float eps) {
   const int64_t bg = blockIdx.x;
   Moments m{0, 0, 0};
   for (int c = threadIdx.x; c < chunks; c += 32) {
-    const double nb = double(min(kChunk, len - int64_t(c) * kChunk));
+    const double nb = double(min(chunk, units - int64_t(c) * chunk)) * unit;
     m = combine(m, {nb, stats[(bg * chunks + c) * 2], stats[(bg * chunks + c) * 2 + 1]});
   }
   for (int o = 16; o > 0; o >>= 1) {
@@ -96,20 +103,167 @@ __global__ void group_apply_kernel(const T* __restrict__ x, const float* __restr
   }
 }
 
+// ---- NHWC -------------------------------------------------------------------------------------------------
+constexpr int64_t kChunkNhwc = 32768;  // elements per block (whole pixels)
+
+// V consecutive channels of x at element offset i: one 16-byte pack when V is the pack size, else one element.
+template <class T, int V>
+__device__ __forceinline__ void load_v(const T* __restrict__ x, int64_t i, float (&v)[V]) {
+  if constexpr (V == 1) {
+    v[0] = to_f(x[i]);
+  } else {
+    const Pack<T> a = *reinterpret_cast<const Pack<T>*>(x + i);
+#pragma unroll
+    for (int e = 0; e < V; ++e) v[e] = to_f(a.v[e]);
+  }
+}
+
+// grid (chunks, B), block (C / V channel packs, P pixels): pixels [chunk * ppc, +ppc) of batch row b.
+// stats[((b * groups + g) * chunks + chunk) * 2] = (mean, M2) of group g over the chunk.
+template <class T, int V>
+__global__ void group_stats_nhwc_kernel(const T* __restrict__ x, float* __restrict__ stats, int64_t hw, int C,
+                                        int groups, int64_t ppc, int chunks) {
+  extern __shared__ float sh[];  // [P][C] per-channel partial sums, then [groups] means
+  const int P = blockDim.y, c0 = threadIdx.x * V, cg = C / groups, t = threadIdx.y * blockDim.x + threadIdx.x;
+  float* part = sh;
+  float* gmean = sh + P * C;
+  const int64_t p0 = blockIdx.x * ppc, p1 = min(hw, p0 + ppc);
+  const T* xb = x + blockIdx.y * hw * C + c0;
+  float s[V] = {}, v[V];
+  for (int64_t p = p0 + threadIdx.y; p < p1; p += P) {
+    load_v<T, V>(xb, p * C, v);
+#pragma unroll
+    for (int e = 0; e < V; ++e) s[e] += v[e];
+  }
+#pragma unroll
+  for (int e = 0; e < V; ++e) part[threadIdx.y * C + c0 + e] = s[e];
+  __syncthreads();
+  const float n = float((p1 - p0) * cg);
+  if (t < groups) {
+    float a = 0.f;
+    for (int r = 0; r < P; ++r)
+      for (int k = 0; k < cg; ++k) a += part[r * C + t * cg + k];
+    gmean[t] = a / n;
+  }
+  __syncthreads();
+  float m[V];
+#pragma unroll
+  for (int e = 0; e < V; ++e) m[e] = gmean[(c0 + e) / cg], s[e] = 0.f;
+  for (int64_t p = p0 + threadIdx.y; p < p1; p += P) {
+    load_v<T, V>(xb, p * C, v);
+#pragma unroll
+    for (int e = 0; e < V; ++e) s[e] += (v[e] - m[e]) * (v[e] - m[e]);
+  }
+#pragma unroll
+  for (int e = 0; e < V; ++e) part[threadIdx.y * C + c0 + e] = s[e];
+  __syncthreads();
+  if (t < groups) {
+    float a = 0.f;
+    for (int r = 0; r < P; ++r)
+      for (int k = 0; k < cg; ++k) a += part[r * C + t * cg + k];
+    float* out = stats + ((int64_t(blockIdx.y) * groups + t) * chunks + blockIdx.x) * 2;
+    out[0] = gmean[t];
+    out[1] = a;
+  }
+}
+
+// Packs of V channels of x [B, hw, C]: (x - mean) * inv * w + b of the pack's groups, SiLU when asked.
+template <class T, int V>
+__global__ void group_apply_nhwc_kernel(const T* __restrict__ x, const float* __restrict__ stats, VecF w, VecF b,
+                                        T* __restrict__ y, int64_t packs, int64_t hwc, int C, int groups, int chunks,
+                                        bool silu) {
+  const int cg = C / groups;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < packs; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t e0 = i * V, row = e0 / hwc;
+    const int c0 = int(e0 % C);
+    float v[V];
+    load_v<T, V>(x, e0, v);
+    Pack<T> o;
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      const int c = c0 + e;
+      const float* st = stats + (row * groups + c / cg) * chunks * 2;
+      float r = (v[e] - st[0]) * st[1];
+      if (w.defined()) r *= w[c];
+      if (b.defined()) r += b[c];
+      if (silu) r = silu_f(r);
+      o.v[e] = from_f<T>(r);
+    }
+    if constexpr (V == 1)
+      y[e0] = o.v[0];
+    else
+      *reinterpret_cast<Pack<T>*>(y + e0) = o;
+  }
+}
+
+// The stats kernel's block for C channels in packs of V: C / V lanes (at most 1024) by P pixels.
+struct NhwcBlock {
+  int L, P;
+  bool fits(int groups) const { return L <= 1024 && groups <= L * P; }  // one thread per group sums it
+};
+NhwcBlock nhwc_block(int64_t C, int V) {
+  const int64_t L = C / V;
+  return {int(std::min<int64_t>(L, 1 << 20)), int(std::max<int64_t>(1, 256 / L))};
+}
+
+// The three passes on x [B, hw, C] (nhwc_block(C, V) fits the groups).
+template <class T, int V>
+void group_norm_nhwc(const Tensor& x, Tensor& y, int groups, const Tensor& weight, const Tensor& bias, float eps,
+                     bool silu, cudaStream_t st) {
+  const int64_t B = x.dim(0), C = x.dim(-1), hw = x.numel() / (B * C);
+  const auto [L, P] = nhwc_block(C, V);
+  const int64_t ppc = std::max<int64_t>(P, kChunkNhwc / C);
+  const int chunks = int((hw + ppc - 1) / ppc);
+  Tensor stats = Tensor::empty({B * groups, chunks, 2}, DType::F32, x.device());
+  const size_t shmem = size_t(P * C + groups) * sizeof(float);
+  group_stats_nhwc_kernel<T, V><<<dim3(unsigned(chunks), unsigned(B)), dim3(unsigned(L), unsigned(P)), shmem, st>>>(
+      x.data<T>(), stats.data<float>(), hw, int(C), groups, ppc, chunks);
+  ERNIE_CUDA_LAUNCH("group_norm");
+  group_finalize_kernel<<<unsigned(B * groups), 32, 0, st>>>(stats.data<float>(), hw, ppc, double(C / groups), chunks,
+                                                             eps);
+  ERNIE_CUDA_LAUNCH("group_norm");
+  const int64_t packs = x.numel() / V;
+  group_apply_nhwc_kernel<T, V><<<detail::blocks_for(packs, kThreads), kThreads, 0, st>>>(
+      x.data<T>(), stats.data<float>(), vec(weight), vec(bias), y.data<T>(), packs, hw * C, int(C), groups, chunks,
+      silu);
+  ERNIE_CUDA_LAUNCH("group_norm");
+}
+
 }  // namespace
 
-Tensor group_norm(const Tensor& x, int groups, const Tensor& weight, const Tensor& bias, float eps, bool silu) {
+Tensor group_norm(const Tensor& x, int groups, const Tensor& weight, const Tensor& bias, float eps, bool silu,
+                  ops::Layout layout) {
   detail::check_act(x, "group_norm", "x");
-  ERNIE_CHECK(x.ndim() >= 2, "group_norm: x ", shape_str(x.shape()), " must be [B, C, ...]");
-  const int64_t n = x.dim(0), c = x.dim(1), hw = (n * c) ? x.numel() / (n * c) : 0;
-  ERNIE_CHECK(groups > 0 && c % groups == 0, "group_norm: ", std::to_string(c), " channels of x ",
-              shape_str(x.shape()), " are not divisible into ", std::to_string(groups), " groups");
+  ops::rules::group_norm(x, groups, layout);
+  const bool nhwc = layout == ops::Layout::NHWC;
+  const int64_t n = x.dim(0), c = x.dim(nhwc ? -1 : 1), hw = (n * c) ? x.numel() / (n * c) : 0;
   for (auto [t, what] : {std::pair{&weight, "weight"}, std::pair{&bias, "bias"}}) {
     if (!t->defined()) continue;
     detail::check_same_device(x, *t, "group_norm", what);
     detail::check_float(*t, "group_norm", what);
     ERNIE_CHECK(t->numel() == c, "group_norm: ", what, " ", shape_str(t->shape()), " should have ", std::to_string(c),
                 " elements");
+  }
+  if (nhwc) {
+    Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+    if (y.numel() == 0) return y;
+    cudaStream_t st = stream(detail::dev(x));
+    ERNIE_DISPATCH_ACT(x.dtype(), "group_norm", {
+      constexpr int kV = kPack<T>;
+      if (c % kV == 0 && nhwc_block(c, kV).fits(groups) && aligned16(x.raw()) && aligned16(y.raw())) {
+        group_norm_nhwc<T, kV>(x, y, groups, weight, bias, eps, silu, st);
+        return y;
+      }
+      if (nhwc_block(c, 1).fits(groups)) {
+        group_norm_nhwc<T, 1>(x, y, groups, weight, bias, eps, silu, st);
+        return y;
+      }
+    });
+    // Wider than a block: through the NCHW kernels.
+    std::vector<int> to_nchw{0, x.ndim() - 1}, to_nhwc{0};
+    for (int d = 1; d + 1 < x.ndim(); ++d) to_nchw.push_back(d), to_nhwc.push_back(d + 1);
+    to_nhwc.push_back(1);
+    return permute(group_norm(permute(x, to_nchw), groups, weight, bias, eps, silu), to_nhwc);
   }
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   const int64_t cg = c / groups, len = cg * hw;
@@ -122,7 +276,7 @@ Tensor group_norm(const Tensor& x, int groups, const Tensor& weight, const Tenso
   ERNIE_DISPATCH_ACT(x.dtype(), "group_norm", {
     group_stats_kernel<T><<<grid, kThreads, 0, st>>>(x.data<T>(), stats.data<float>(), len, chunks);
     ERNIE_CUDA_LAUNCH("group_norm");
-    group_finalize_kernel<<<unsigned(n * groups), 32, 0, st>>>(stats.data<float>(), len, chunks, eps);
+    group_finalize_kernel<<<unsigned(n * groups), 32, 0, st>>>(stats.data<float>(), len, kChunk, 1.0, chunks, eps);
     ERNIE_CUDA_LAUNCH("group_norm");
     group_apply_kernel<T><<<grid, kThreads, 0, st>>>(x.data<T>(), stats.data<float>(), vec(weight), vec(bias),
                                                      y.data<T>(), len, hw, chunks, groups, int(cg), silu);

@@ -69,6 +69,17 @@ __global__ void upsample2x_kernel(const E* __restrict__ x, E* __restrict__ y, in
   }
 }
 
+// NHWC [B, H, W, C] -> [B, 2H, 2W, C]: output pixel (p, r, c) is input pixel (p, r / 2, c / 2), each a run of
+// `cu` units (16-byte packs when the pixel's bytes allow, else elements).
+template <class U>
+__global__ void upsample2x_nhwc_kernel(const U* __restrict__ x, U* __restrict__ y, int64_t n, int64_t H, int64_t W,
+                                       int64_t cu) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t k = i % cu, q = i / cu, c = q % (2 * W), r = (q / (2 * W)) % (2 * H), p = q / (4 * H * W);
+    y[i] = x[((p * H + r / 2) * W + c / 2) * cu + k];
+  }
+}
+
 template <class S, class D>
 __global__ void gather_rows_kernel(const S* __restrict__ table, const int64_t* __restrict__ ids, D* __restrict__ y,
                                    int64_t n, int64_t C) {
@@ -161,14 +172,30 @@ Tensor pad2d(const Tensor& x, int left, int right, int top, int bottom) {
   return y;
 }
 
-Tensor upsample_nearest2x(const Tensor& x) {
+Tensor upsample_nearest2x(const Tensor& x, ops::Layout layout) {
   detail::check_act(x, "upsample_nearest2x", "x");
-  const Shape s = ops::rules::upsample_nearest2x(x);
-  const int64_t H = x.dim(-2), W = x.dim(-1);
+  const Shape s = ops::rules::upsample_nearest2x(x, layout);
   Tensor y = Tensor::empty(s, x.dtype(), x.device());
   const int64_t n = y.numel();
   if (n == 0) return y;
   cudaStream_t st = stream(detail::dev(x));
+  if (layout == ops::Layout::NHWC) {
+    const int64_t H = x.dim(1), W = x.dim(2), row = x.dim(3) * int64_t(dtype_size(x.dtype()));
+    if (row % 16 == 0 && aligned16(x.raw()) && aligned16(y.raw())) {
+      const int64_t units = int64_t(y.nbytes()) / 16;
+      upsample2x_nhwc_kernel<uint4><<<detail::blocks_for(units, kThreads), kThreads, 0, st>>>(
+          static_cast<const uint4*>(x.raw()), static_cast<uint4*>(y.raw()), units, H, W, row / 16);
+    } else {
+      by_size(x.dtype(), [&](auto e) {
+        using E = decltype(e);
+        upsample2x_nhwc_kernel<E><<<detail::blocks_for(n, kThreads), kThreads, 0, st>>>(x.data<E>(), y.data<E>(), n, H,
+                                                                                         W, x.dim(3));
+      });
+    }
+    ERNIE_CUDA_LAUNCH("upsample_nearest2x");
+    return y;
+  }
+  const int64_t H = x.dim(-2), W = x.dim(-1);
   by_size(x.dtype(), [&](auto e) {
     using E = decltype(e);
     constexpr int64_t kIn = 8 / int64_t(sizeof(E));  // input elements per 8 bytes
