@@ -42,6 +42,17 @@ TEST(Flux2Vae, DecodeMatchesGolden) {
   EXPECT_TRUE(test::tensors_close(img, test::golden_tensor("vae.dec.img"), test::kCpuRelL2));
 }
 
+// The decoder's activations in either layout (channels-last is the default above) give the golden image.
+TEST(Flux2Vae, DecodeMatchesGoldenInEitherLayout) {
+  for (ops::Layout lay : {ops::Layout::NCHW, ops::Layout::NHWC}) {
+    const Flux2Vae v = Flux2Vae::load(tiny(), kCPU, DType::F32, lay);
+    ASSERT_EQ(v.decode_layout(), lay);
+    const Tensor img = v.decode(test::golden_tensor("vae.dec.z"));
+    EXPECT_TRUE(test::tensors_close(img, test::golden_tensor("vae.dec.img"), test::kCpuRelL2))
+        << (lay == ops::Layout::NHWC ? "NHWC" : "NCHW");
+  }
+}
+
 TEST(Flux2Vae, EncodeMatchesGolden) {
   auto [mean, logvar] = vae().encode(test::golden_tensor("vae.enc.img"));
   EXPECT_TRUE(test::tensors_close(mean, test::golden_tensor("vae.enc.mean"), test::kCpuRelL2));

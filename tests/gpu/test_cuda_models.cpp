@@ -39,10 +39,15 @@ TEST(CudaGolden, VaeDecodeAndEncode) {
   const ModelFolder m = ModelFolder::open(tiny_model(), false);
   for (DType dt : {DType::F32, DType::BF16}) {
     SCOPED_TRACE(dtype_name(dt));
+    // The decoder channels-last (the default) and NCHW.
+    for (ops::Layout lay : {ops::Layout::NCHW, ops::Layout::NHWC}) {
+      const char* ln = lay == ops::Layout::NHWC ? "NHWC" : "NCHW";
+      Flux2Vae v = Flux2Vae::load(m, kGPU, dt, lay);
+      auto r = close_for(v.decode(golden_tensor("vae.dec.z").to_f32()), golden_tensor("vae.dec.img"), dt);
+      EXPECT_TRUE(r) << "vae.dec.img " << ln;
+      std::printf("vae.dec.img %s %s: %s\n", dtype_name(dt), ln, r.message());
+    }
     Flux2Vae vae = Flux2Vae::load(m, kGPU, dt);
-    auto r = close_for(vae.decode(golden_tensor("vae.dec.z").to_f32()), golden_tensor("vae.dec.img"), dt);
-    EXPECT_TRUE(r) << "vae.dec.img";
-    std::printf("vae.dec.img %s: %s\n", dtype_name(dt), r.message());
     auto [mean, logvar] = vae.encode(golden_tensor("vae.enc.img").to_f32());
     auto rm = close_for(mean, golden_tensor("vae.enc.mean"), dt), rl = close_for(logvar, golden_tensor("vae.enc.logvar"), dt);
     EXPECT_TRUE(rm) << "vae.enc.mean";

@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "gpu_util.h"
+#include "models/flux2_vae.h"
 
 namespace ernie::test {
 namespace {
@@ -106,18 +107,41 @@ TEST(CudaPerf, DISABLED_FusedFp8Producers) {
   EXPECT_TRUE(std::isfinite(down(r.q).to_vector()[0]) && std::isfinite(down(o).to_vector()[0]));
 }
 
+// The VAE decoder's convolutions, GroupNorms and upsampling at their 1024² shapes in both layouts (NCHW pays
+// cuDNN's layout conversions around every convolution; NHWC does not), then one whole 1024² decode
+// (released config, random weights) with the decoder in each layout.
 TEST(CudaPerf, DISABLED_VaeConvAndGroupNorm) {
   ERNIE_REQUIRE_GPU();
   cuda::set_poison_allocations(false);
-  for (auto [C, HW] : {std::pair{512, 128}, std::pair{512, 256}, std::pair{256, 512}, std::pair{128, 1024}}) {
-    Tensor x = gpu_rnd({1, C, HW, HW}, 20), w = gpu_rnd({C, C, 3, 3}, 21, 0.02f), b = gpu_rnd({C}, 22);
-    Tensor o;
-    double s = time_s([&] { o = ops::conv2d(x, w, b, 1, 1); }, 5);
-    std::printf("conv3x3 bf16 C=%d %dx%d: %.3f ms, %.0f TFLOP/s\n", C, HW, HW, s * 1e3,
-                2.0 * C * C * 9 * double(HW) * HW / s / 1e12);
-    s = time_s([&] { o = ops::group_norm(x, 32, b, b, 1e-6f, true); }, 5);
-    std::printf("group_norm+silu C=%d %dx%d: %.3f ms, %.0f GB/s\n", C, HW, HW, s * 1e3,
-                2 * 2.0 * C * double(HW) * HW / s / 1e9);
+  for (ops::Layout lay : {ops::Layout::NCHW, ops::Layout::NHWC}) {
+    const bool nhwc = lay == ops::Layout::NHWC;
+    const char* ln = nhwc ? "NHWC" : "NCHW";
+    for (auto [C, HW] : {std::pair{512, 128}, std::pair{512, 256}, std::pair{256, 512}, std::pair{128, 1024}}) {
+      const Shape xs = nhwc ? Shape{1, HW, HW, C} : Shape{1, C, HW, HW};
+      Tensor x = gpu_rnd(xs, 20), w = gpu_rnd({C, C, 3, 3}, 21, 0.02f), b = gpu_rnd({C}, 22);
+      if (nhwc) w = ops::conv_weight_nhwc(w);
+      Tensor o;
+      double s = time_s([&] { o = ops::conv2d(x, w, b, 1, 1, lay); }, 5);
+      std::printf("%s conv3x3 bf16 C=%d %dx%d: %.3f ms, %.0f TFLOP/s\n", ln, C, HW, HW, s * 1e3,
+                  2.0 * C * C * 9 * double(HW) * HW / s / 1e12);
+      s = time_s([&] { o = ops::group_norm(x, 32, b, b, 1e-6f, true, lay); }, 5);
+      std::printf("%s group_norm+silu C=%d %dx%d: %.3f ms, %.0f GB/s\n", ln, C, HW, HW, s * 1e3,
+                  2 * 2.0 * C * double(HW) * HW / s / 1e9);
+      if (HW <= 512) {
+        s = time_s([&] { o = ops::upsample_nearest2x(x, lay); }, 5);
+        std::printf("%s upsample_nearest2x C=%d %dx%d: %.3f ms, %.0f GB/s\n", ln, C, HW, HW, s * 1e3,
+                    5 * 2.0 * C * double(HW) * HW / s / 1e9);
+      }
+    }
+  }
+  for (ops::Layout lay : {ops::Layout::NCHW, ops::Layout::NHWC}) {
+    const Flux2Vae vae = Flux2Vae::random(VaeConfig{}, kGPU, DType::BF16, 7, lay);
+    const Tensor z = rnd({1, vae.config().latent_channels, 128, 128}, 23).to(kGPU);
+    Tensor img;
+    const double s = time_s([&] { img = vae.decode(z); }, 5);
+    std::printf("VAE decode 1024x1024 bf16, decoder %s: %.2f ms\n", lay == ops::Layout::NHWC ? "NHWC" : "NCHW",
+                s * 1e3);
+    EXPECT_TRUE(std::isfinite(down(img).to_vector()[0]));
   }
 }
 

@@ -42,6 +42,7 @@ TEST(CudaVaeTiling, TinyFixtureMatchesUntiled) {
   for (DType dt : {DType::F32, DType::BF16}) {
     SCOPED_TRACE(dtype_name(dt));
     check_decode_and_encode(Flux2Vae::load(m, kGPU, dt), 24, 28, 10, "tiny");
+    check_decode_and_encode(Flux2Vae::load(m, kGPU, dt, ops::Layout::NCHW), 24, 28, 10, "tiny, NCHW decoder");
   }
 }
 

@@ -91,7 +91,20 @@ struct Plan {
   cudnnConvolutionDescriptor_t cd = nullptr;
   cudnnConvolutionFwdAlgo_t algo{};
   size_t workspace = 0;
+  // The bias in the convolution's epilogue (cudnnConvolutionBiasActivationForward with the identity, which
+  // cuDNN runs for IMPLICIT_PRECOMP_GEMM only): bias [1, O, 1, 1] and the activation; null otherwise.
+  cudnnTensorDescriptor_t bd = nullptr;
+  cudnnActivationDescriptor_t act = nullptr;
 };
+
+// ERNIE_CONV_BIAS=kernel: the bias in a pass of its own after every cuDNN convolution (for comparison).
+bool bias_in_epilogue() {
+  static const bool on = [] {
+    const char* e = std::getenv("ERNIE_CONV_BIAS");
+    return !(e && std::strcmp(e, "kernel") == 0);
+  }();
+  return on;
+}
 
 cudnnHandle_t cudnn_handle(int device) {
   static std::mutex mu;
@@ -152,9 +165,8 @@ const Plan* plan_for(const Key& key, cudnnHandle_t h, const Operands& ops) {
   tuning::Cache& cache = tuning::Cache::of(tuning_identity(int(device)));
   // Workspace: at most 1 GiB, and at most half of what is free (under a --max-vram cap that can be little).
   const size_t ws_limit = std::min(kMaxWorkspace, available_bytes(int(device)) / 2) & ~size_t(255);
-  std::string ks = "conv";
-  for (int64_t v : {int64_t(dt), B, I, H, W, O, kh, kw, int64_t(stride), int64_t(pad)}) ks += " " + std::to_string(v);
-  if (nhwc) ks += " nhwc";
+  std::string ks = nhwc ? "conv_nhwc" : "conv";
+  for (int64_t v : {int64_t(dt), B, I, H, W, O, kh, kw, int64_t(stride), int64_t(pad)}) ks.append(" ").append(std::to_string(v));
   bool ok = false;
   if (tuning::enabled()) {
     if (auto e = cache.find(ks); e && e->is_object() && e->value("algo", json()).is_number_integer() &&
@@ -187,6 +199,12 @@ const Plan* plan_for(const Key& key, cudnnHandle_t h, const Operands& ops) {
     for (int i = 0; i < found && !ok; ++i)
       ok = perf[i].status == CUDNN_STATUS_SUCCESS && try_algo(perf[i].algo, perf[i].mathType, ws_limit);
   }
+  if (ok && p.algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM && bias_in_epilogue()) {
+    ERNIE_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p.bd));
+    ERNIE_CUDNN_CHECK(cudnnSetTensor4dDescriptor(p.bd, format, type, 1, int(O), 1, 1));
+    ERNIE_CUDNN_CHECK(cudnnCreateActivationDescriptor(&p.act));
+    ERNIE_CUDNN_CHECK(cudnnSetActivationDescriptor(p.act, CUDNN_ACTIVATION_IDENTITY, CUDNN_NOT_PROPAGATE_NAN, 0.0));
+  }
   if (!ok) {  // the portable path takes the shape
     cudnnDestroyTensorDescriptor(p.xd);
     cudnnDestroyTensorDescriptor(p.yd);
@@ -213,8 +231,17 @@ bool conv_cudnn(const Tensor& x, const Tensor& w, const Tensor& bias, int stride
   Tensor ws;
   if (p.workspace) ws = Tensor::empty({int64_t(p.workspace)}, DType::U8, x.device());
   const float alpha = 1.f, beta = 0.f;
-  ERNIE_CUDNN_CHECK(cudnnConvolutionForward(h, &alpha, p.xd, x.raw(), p.wd, w.raw(), p.cd, p.algo,
-                                            p.workspace ? ws.raw() : nullptr, p.workspace, &beta, p.yd, y.raw()));
+  void* wsp = p.workspace ? ws.raw() : nullptr;
+  if (bias.defined() && p.bd && bias.dtype() == x.dtype()) {
+    // y = conv(x) + 0 · z + bias, z = y (not read with a zero scale); a shape cuDNN turns down at run time
+    // takes the separate pass below.
+    if (cudnnConvolutionBiasActivationForward(h, &alpha, p.xd, x.raw(), p.wd, w.raw(), p.cd, p.algo, wsp, p.workspace,
+                                              &beta, p.yd, y.raw(), p.bd, bias.raw(), p.act, p.yd,
+                                              y.raw()) == CUDNN_STATUS_SUCCESS)
+      return true;
+  }
+  ERNIE_CUDNN_CHECK(cudnnConvolutionForward(h, &alpha, p.xd, x.raw(), p.wd, w.raw(), p.cd, p.algo, wsp, p.workspace,
+                                            &beta, p.yd, y.raw()));
   if (bias.defined()) nhwc ? add_channel_bias_nhwc(y, bias, stream(device)) : add_channel_bias(y, bias, stream(device));
   return true;
 }
@@ -262,7 +289,7 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int stride, 
       const Tensor bc = cast(bias.reshape({O}), x.dtype());
       bp = concat({bc, Tensor::zeros({8 - O}, bc.dtype(), bc.device())}, 0);
     }
-    return slice(conv2d(x, wp, bp, stride, pad, layout), int(cdim), 0, O);
+    return slice(cuda::conv2d(x, wp, bp, stride, pad, layout), int(cdim), 0, O);
   }
   if (!force_im2col()) {
     // NCHW: cuDNN's tensor-core kernels stage NHWC copies of input and output in the workspace; when those

@@ -263,7 +263,7 @@ Tensor group_norm(const Tensor& x, int groups, const Tensor& weight, const Tenso
     std::vector<int> to_nchw{0, x.ndim() - 1}, to_nhwc{0};
     for (int d = 1; d + 1 < x.ndim(); ++d) to_nchw.push_back(d), to_nhwc.push_back(d + 1);
     to_nhwc.push_back(1);
-    return permute(group_norm(permute(x, to_nchw), groups, weight, bias, eps, silu), to_nhwc);
+    return cuda::permute(cuda::group_norm(cuda::permute(x, to_nchw), groups, weight, bias, eps, silu), to_nhwc);
   }
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   const int64_t cg = c / groups, len = cg * hw;
