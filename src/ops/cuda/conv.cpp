@@ -166,7 +166,8 @@ const Plan* plan_for(const Key& key, cudnnHandle_t h, const Operands& ops) {
   // Workspace: at most 1 GiB, and at most half of what is free (under a --max-vram cap that can be little).
   const size_t ws_limit = std::min(kMaxWorkspace, available_bytes(int(device)) / 2) & ~size_t(255);
   std::string ks = nhwc ? "conv_nhwc" : "conv";
-  for (int64_t v : {int64_t(dt), B, I, H, W, O, kh, kw, int64_t(stride), int64_t(pad)}) ks.append(" ").append(std::to_string(v));
+  for (int64_t v : {int64_t(dt), B, I, H, W, O, kh, kw, int64_t(stride), int64_t(pad)})
+    ks.append(" ").append(std::to_string(v));
   bool ok = false;
   if (tuning::enabled()) {
     if (auto e = cache.find(ks); e && e->is_object() && e->value("algo", json()).is_number_integer() &&
