@@ -1,5 +1,5 @@
 // The decode-step fused ops on the CPU: add_rms_norm, qkv_rope (GQA split of a stacked q|k|v projection,
-// written into caller tensors such as KV-cache rows) and swiglu_linear (a stacked gate|up projection) equal
+// written into caller tensors such as KV-cache rows) and linear_swiglu (a stacked gate|up projection) equal
 // the separate ops they replace; argmax (greedy decoding's next id) takes the first of ties like torch (the
 // CUDA kernels are checked against these in tests/gpu).
 #include <gtest/gtest.h>
@@ -50,11 +50,12 @@ TEST(DecodeOps, QkvRopeSplitsLikeSeparateProjectionsIntoTheCache) {
   EXPECT_THROW(ops::qkv_rope(qkv, Hq, Hkv, cq, sq, ck, sk, Tensor::zeros({B, S, Hq, D}, DType::F32)), Error);
 }
 
-TEST(DecodeOps, SwigluLinearIsSwigluThenLinear) {
-  Tensor gate = rnd({2, 5, 12}, 15), up = rnd({2, 5, 12}, 16), w = rnd({7, 12}, 17);
-  Tensor got = ops::swiglu_linear(cpu::concat({gate, up}, 2), w);
-  EXPECT_TRUE(test::tensors_close(got, ops::linear(ops::swiglu(gate, up), w), 1e-6));
-  EXPECT_THROW(ops::swiglu_linear(rnd({2, 13}, 18), w), Error);
+TEST(DecodeOps, LinearSwigluIsTheStackedProjectionThenSwiglu) {
+  Tensor x = rnd({2, 5, 12}, 15), wg = rnd({7, 12}, 16), wu = rnd({7, 12}, 17);
+  Tensor got = ops::linear_swiglu(x, cpu::concat({wg, wu}, 0));
+  EXPECT_TRUE(test::tensors_close(got, ops::swiglu(ops::linear(x, wg), ops::linear(x, wu)), 1e-6));
+  EXPECT_THROW(ops::linear_swiglu(x, rnd({7, 12}, 18)), Error);   // an odd number of rows
+  EXPECT_THROW(ops::linear_swiglu(x, rnd({14, 13}, 19)), Error);  // the wrong input width
 }
 
 TEST(DecodeOps, ArgmaxTakesTheFirstOfTiesAndRejectsNaN) {

@@ -234,10 +234,10 @@ Tensor MistralModel::self_attn(const Layer& l, const Tensor& x, const Tensor& co
   return ops::linear(attn_output.reshape({T, Hq * D}), l.o_proj);
 }
 
-// down_proj(act_fn(gate_proj(x)) * up_proj(x)); on CUDA gate|up is one projection and the activation runs
-// inside down_proj's input.
+// down_proj(act_fn(gate_proj(x)) * up_proj(x)); on CUDA gate|up is one projection whose GEMV applies the
+// activation.
 Tensor MistralModel::mlp(const Layer& l, const Tensor& x) const {
-  if (l.gate_up_proj.defined()) return ops::swiglu_linear(ops::linear(x, l.gate_up_proj), l.down_proj);
+  if (l.gate_up_proj.defined()) return ops::linear(ops::linear_swiglu(x, l.gate_up_proj), l.down_proj);
   return ops::linear(ops::swiglu(ops::linear(x, l.gate_proj), ops::linear(x, l.up_proj)), l.down_proj);
 }
 

@@ -181,9 +181,9 @@ Qkv qkv_rope(const Tensor& qkv, int64_t heads_q, int64_t heads_kv, const Tensor&
   ERNIE_CHECK(qkv.defined(), "qkv_rope: qkv is undefined");
   ERNIE_OP(qkv_rope, qkv.device(), qkv, heads_q, heads_kv, cos_q, sin_q, cos_k, sin_k, k_out, v_out);
 }
-Tensor swiglu_linear(const Tensor& gate_up, const Weight& w) {
-  ERNIE_CHECK(gate_up.defined() && w.defined(), "swiglu_linear: an input is undefined");
-  ERNIE_OP(swiglu_linear, gate_up.device(), gate_up, w);
+Tensor linear_swiglu(const Tensor& x, const Weight& gate_up) {
+  ERNIE_CHECK(x.defined() && gate_up.defined(), "linear_swiglu: an input is undefined");
+  ERNIE_OP(linear_swiglu, x.device(), x, gate_up);
 }
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale, const AttentionMask& mask) {
   ERNIE_OP(attention, q.device(), q, k, v, scale, mask);

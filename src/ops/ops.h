@@ -114,9 +114,9 @@ SumNorm add_rms_norm(const Tensor& x, const Tensor& y, const Tensor& weight, flo
 // rows of a KV cache), receive k and v and are returned as them; otherwise k and v are new tensors.
 Qkv qkv_rope(const Tensor& qkv, int64_t heads_q, int64_t heads_kv, const Tensor& cos_q, const Tensor& sin_q,
              const Tensor& cos_k, const Tensor& sin_k, const Tensor& k_out = {}, const Tensor& v_out = {});
-// linear(swiglu(gate, up), w) where gate_up [..., 2·I] holds gate then up (a stacked gate|up projection's
-// output); CUDA fuses the activation into the GEMV's input for a few rows.
-Tensor swiglu_linear(const Tensor& gate_up, const Weight& w);
+// swiglu(gate, up) of a stacked gate|up projection w [2·I, in] (gate rows then up rows): [..., I], each half
+// rounded to x's dtype as linear(x, w) would store it. CUDA computes it inside the GEMV for a few rows.
+Tensor linear_swiglu(const Tensor& x, const Weight& gate_up);
 
 // ---- positional ---------------------------------------------------------------------------------------------
 // Rotate-half RoPE on x[B, S, heads, D] with full-width tables cos/sin [B or 1, S, D] (F32):

@@ -160,11 +160,11 @@ int64_t qkv_rope(const Tensor& qkv, int64_t heads_q, int64_t heads_kv, const Ten
   return D;
 }
 
-int64_t swiglu_linear(const Tensor& gate_up, const Tensor& w) {
-  ERNIE_CHECK(gate_up.ndim() >= 1 && gate_up.dim(-1) % 2 == 0 && w.ndim() == 2 && w.dim(1) * 2 == gate_up.dim(-1),
-              "swiglu_linear: gate_up ", shape_str(gate_up.shape()), " is not [..., 2·in] for weight ",
-              shape_str(w.shape()));
-  return w.dim(1);
+int64_t linear_swiglu(const Tensor& x, const Tensor& gate_up) {
+  ERNIE_CHECK(x.ndim() >= 1 && gate_up.ndim() == 2 && gate_up.dim(0) % 2 == 0 && gate_up.dim(1) == x.dim(-1),
+              "linear_swiglu: weight ", shape_str(gate_up.shape()), " is not a stacked gate|up [2·I, in] for x ",
+              shape_str(x.shape()));
+  return gate_up.dim(0) / 2;
 }
 
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask) {

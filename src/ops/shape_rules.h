@@ -56,7 +56,7 @@ void add_rms_norm(const Tensor& x, const Tensor& y);
 int64_t qkv_rope(const Tensor& qkv, int64_t heads_q, int64_t heads_kv, const Tensor& cos_q, const Tensor& sin_q,
                  const Tensor& cos_k, const Tensor& sin_k, const Tensor& k_out, const Tensor& v_out);
 // gate_up [..., 2·I] and a weight [out, I]. Returns I.
-int64_t swiglu_linear(const Tensor& gate_up, const Tensor& w);
+int64_t linear_swiglu(const Tensor& x, const Tensor& gate_up);  // returns I
 
 // q [B, Sq, Hq, D], k = v [B, Sk, Hkv, D] with Hq a multiple of Hkv; mask.kv_len empty or B entries in
 // [0, Sk]; mask.q_offset >= 0.

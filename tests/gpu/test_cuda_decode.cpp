@@ -1,7 +1,7 @@
 // The decode-step kernels against their CPU twins, in F32 and BF16: add_rms_norm, qkv_rope (into KV-cache
-// rows), swiglu_linear (the GEMV with the activation in its input, and the fallback), the GEMV's grid of a
-// few warps per column, GEMVs launched as programmatic dependents (ERNIE_PDL=1), argmax, and the one-kernel
-// split-key decode attention (GQA groups, chunk counts around its 32-key chunks, 1..4 query rows).
+// rows), linear_swiglu (the GEMV with the activation in its epilogue, and the fallback), the GEMV's grid of a
+// few warps per column, the decode kernels launched as programmatic dependents (the default on Hopper), argmax, and the one-kernel
+// split-key decode attention (GQA groups, chunk counts around its 64-key chunks, 1..4 query rows).
 #include <cmath>
 #include <cstdlib>
 
@@ -59,25 +59,29 @@ TEST(CudaDecode, QkvRopeIntoCacheRows) {
   }
 }
 
-// 1..4 rows take the fused GEMV (K a multiple of the pack), 5 rows and K = 100 the activation kernel + linear.
-TEST(CudaDecode, SwigluLinear) {
+// 1..4 rows take the GEMV with the activation in its epilogue (K a multiple of the pack), 5 rows and K = 100
+// the projection and then the activation kernel.
+TEST(CudaDecode, LinearSwiglu) {
   ERNIE_REQUIRE_GPU();
   FOR_DTYPES {
-    for (int64_t M : {1, 2, 3, 4, 5}) for (int64_t K : {3072, 100}) for (int64_t N : {1003, 64}) {
-      SCOPED_TRACE("M " + std::to_string(M) + " K " + std::to_string(K) + " N " + std::to_string(N));
-      Tensor gate_up = as_dtype(rnd({1, M, 2 * K}, 20, 3.f), dt), w = as_dtype(rnd({N, K}, 21, 0.05f), dt);
-      // The activation rounded to dt as the GPU stages it, then the linear.
-      Tensor act = as_dtype(cpu::swiglu(cpu::slice(gate_up, 2, 0, K), cpu::slice(gate_up, 2, K, K)), dt);
-      Tensor got = ops::swiglu_linear(up(gate_up, dt), up(w, dt));
-      EXPECT_TRUE(tensors_close(down(got), cpu::linear(act, w, {}), tol(dt, 1e-5), min_cos(dt)));
+    for (int64_t M : {1, 2, 3, 4, 5}) for (int64_t K : {3072, 100}) for (int64_t I : {1003, 64}) {
+      SCOPED_TRACE("M " + std::to_string(M) + " K " + std::to_string(K) + " I " + std::to_string(I));
+      Tensor x = as_dtype(rnd({1, M, K}, 20, 1.f), dt), w = as_dtype(rnd({2 * I, K}, 21, 0.05f), dt);
+      // Each half of the projection rounded to dt as a stored linear output, then the activation.
+      Tensor h = as_dtype(cpu::linear(x, w, {}), dt);
+      Tensor ref = cpu::swiglu(cpu::slice(h, 2, 0, I), cpu::slice(h, 2, I, I));
+      Tensor got = ops::linear_swiglu(up(x, dt), up(w, dt));
+      EXPECT_TRUE(tensors_close(down(got), ref, tol(dt, 1e-5), min_cos(dt)));
     }
   }
-  // An 8-bit weight: the activation kernel, then the quantized linear.
-  Tensor gate_up = as_dtype(rnd({2, 2 * 64}, 22), DType::BF16), w = rnd({40, 64}, 23, 0.05f);
+  // An 8-bit weight: the quantized linear, then the activation kernel.
+  Tensor x = as_dtype(rnd({2, 64}, 22), DType::BF16), w = rnd({80, 64}, 23, 0.05f);
   ops::Weight q = ops::quantize(w.to(kGPU), DType::I8);
-  Tensor act = as_dtype(cpu::swiglu(cpu::slice(gate_up, 1, 0, 64), cpu::slice(gate_up, 1, 64, 64)), DType::BF16);
-  EXPECT_TRUE(tensors_close(down(ops::swiglu_linear(up(gate_up, DType::BF16), q)),
-                            cpu::linear(act, down(ops::dequantize(q)), {}), 2e-2, 0.999));
+  Tensor h = as_dtype(cpu::linear(x, down(ops::dequantize(q)), {}), DType::BF16);
+  EXPECT_TRUE(tensors_close(down(ops::linear_swiglu(up(x, DType::BF16), q)),
+                            cpu::swiglu(cpu::slice(h, 1, 0, 40), cpu::slice(h, 1, 40, 40)), 2e-2, 0.999));
+  EXPECT_THROW(ops::linear_swiglu(up(x, DType::BF16), up(as_dtype(rnd({81, 64}, 24), DType::BF16), DType::BF16)),
+               Error);
 }
 
 // More columns than warps fit on the GPU at once: each warp takes several, strided.
@@ -94,11 +98,10 @@ TEST(CudaDecode, GemvManyColumnsPerWarp) {
   }
 }
 
-// ERNIE_PDL=1: GEMVs launched as programmatic dependents right after the kernels that feed them (add_rms_norm,
+// Programmatic dependent launch (on by default on Hopper): GEMVs right after the kernels that feed them (add_rms_norm,
 // another GEMV, attention) still see their finished inputs; a chain like one MLP step, several times over.
 TEST(CudaDecode, ProgrammaticDependentLaunchChain) {
   ERNIE_REQUIRE_GPU();
-  setenv("ERNIE_PDL", "1", 1);
   const DType dt = DType::BF16;
   const int64_t C = 512, I = 1024;
   Tensor h = as_dtype(rnd({1, C}, 40, 1.f), dt), nw = as_dtype(rnd({C}, 41, 0.5f, 1.f), dt);
@@ -109,11 +112,13 @@ TEST(CudaDecode, ProgrammaticDependentLaunchChain) {
     SCOPED_TRACE("step " + std::to_string(step));
     Tensor delta = as_dtype(rnd({1, C}, 50 + step), dt);
     ops::SumNorm g = ops::add_rms_norm(gh, up(delta, dt), gnw, 1e-5f);
-    Tensor out = ops::swiglu_linear(ops::linear(g.normed, gwgu), gwd);
+    Tensor out = ops::linear(ops::linear_swiglu(g.normed, gwgu), gwd);
     gh = g.sum;
     // The CPU twin from the GPU's own rounded intermediates, so only this step's error counts.
     Tensor normed = down(g.normed), gate_up = as_dtype(cpu::linear(normed, wgu, {}), dt);
-    Tensor act = as_dtype(cpu::swiglu(cpu::slice(gate_up, 1, 0, I), cpu::slice(gate_up, 1, I, I)), dt);
+    Tensor act = down(ops::linear_swiglu(g.normed, gwgu));
+    EXPECT_TRUE(tensors_close(act, cpu::swiglu(cpu::slice(gate_up, 1, 0, I), cpu::slice(gate_up, 1, I, I)), 2e-2,
+                              0.999));
     EXPECT_TRUE(tensors_close(down(g.sum), as_dtype(cpu::add(ref_h, delta), dt), 5e-3, 0.9999));
     EXPECT_TRUE(tensors_close(down(out), cpu::linear(act, wd, {}), 2e-2, 0.999));
     ref_h = down(g.sum);
@@ -124,7 +129,6 @@ TEST(CudaDecode, ProgrammaticDependentLaunchChain) {
   Tensor attn = ops::attention(up(q, dt), up(k, dt), up(v, dt), 0.125f);
   Tensor o = ops::linear(attn.reshape({1, 256}), up(wo, dt));
   EXPECT_TRUE(tensors_close(down(o), cpu::linear(down(attn).reshape({1, 256}), wo, {}), 2e-2, 0.999));
-  unsetenv("ERNIE_PDL");
 }
 
 // Greedy decoding's argmax: the first index of the largest value (ties planted across thread strides and at
@@ -158,17 +162,17 @@ TEST(CudaDecode, AttentionSplitKeys) {
   ERNIE_REQUIRE_GPU();
   const std::vector<DecodeCase> cases = {
       {1, 1, 1, 32, 8, 128, 0, {}},             // one key
-      {1, 1, 31, 32, 8, 128, 30, {}},           // one chunk (written by its block directly)
-      {1, 1, 32, 32, 8, 128, 31, {}},           // exactly one chunk
-      {1, 1, 33, 32, 8, 128, 32, {}},           // a second chunk of one key
+      {1, 1, 33, 32, 8, 128, 32, {}},           // one chunk (written by its block directly)
+      {1, 1, 64, 32, 8, 128, 63, {}},           // exactly one chunk
+      {1, 1, 65, 32, 8, 128, 64, {}},           // a second chunk of one key
       {1, 1, 1100, 32, 8, 128, 1099, {}},       // the PE at ~1,100 keys
-      {1, 1, 9000, 32, 8, 128, 8999, {}},       // more keys than 256 chunks of 32: longer chunks
+      {1, 1, 17000, 32, 8, 128, 16999, {}},     // more keys than 256 chunks of 64: longer chunks
       {1, 4, 300, 32, 8, 128, 296, {}},         // 4 query rows, causal
       {1, 2, 200, 24, 4, 128, 198, {}},         // groups of 6 query heads: two head chunks (4 + 2)
       {1, 3, 77, 8, 8, 64, 74, {}},             // no GQA
       {1, 1, 100, 12, 1, 12, 99, {}},           // odd head_dim 12 (the tiny PE), 12 heads on one kv head
       {2, 1, 130, 4, 2, 256, 1 << 20, {130, 0}},  // head_dim 256, an empty batch row
-      {3, 2, 65, 4, 2, 128, 1 << 20, {64, 33, 65}},  // kv lengths at and around chunk edges
+      {3, 2, 129, 4, 2, 128, 1 << 20, {128, 65, 129}},  // kv lengths at and around chunk edges
   };
   uint32_t seed = 200;
   FOR_DTYPES {

@@ -76,6 +76,53 @@ TEST(CudaPerf, DISABLED_Elementwise) {
   std::printf("rope: %.1f us, %.0f GB/s\n", s * 1e6, 2 * bytes / s / 1e9);
 }
 
+// The prompt enhancer's decode step at batch 1 (Ministral 3B shapes, bf16, a 1,100-token cache): each kernel
+// warm and alone, then one layer's chain of them (26 layers and the LM head make a token). GB/s counts the
+// weight bytes. Run with and without ERNIE_PDL=1.
+TEST(CudaPerf, DISABLED_Decode) {
+  ERNIE_REQUIRE_GPU();
+  cuda::set_poison_allocations(false);
+  const int64_t C = 3072, I = 9216, Hq = 32, Hkv = 8, D = 128, Sk = 1100;
+  auto report = [](const char* what, double s, double bytes) {
+    std::printf("%-34s %7.2f us, %5.0f GB/s\n", what, s * 1e6, bytes / s / 1e9);
+  };
+  const char* pdl = std::getenv("ERNIE_PDL");
+  std::printf("ERNIE_PDL=%s\n", pdl ? pdl : "");
+  Tensor x = gpu_rnd({1, C}, 40), h = gpu_rnd({1, C}, 41), nw = gpu_rnd({C}, 42);
+  Tensor wqkv = gpu_rnd({(Hq + 2 * Hkv) * D, C}, 43, 0.02f), wo = gpu_rnd({C, Hq * D}, 44, 0.02f);
+  Tensor wgu = gpu_rnd({2 * I, C}, 45, 0.02f), wd = gpu_rnd({C, I}, 46, 0.02f), head = gpu_rnd({131072, C}, 47, 0.02f);
+  Tensor q = gpu_rnd({1, 1, Hq, D}, 48), k = gpu_rnd({1, Sk, Hkv, D}, 49), v = gpu_rnd({1, Sk, Hkv, D}, 50);
+  Tensor a = gpu_rnd({1, I}, 51), o;
+  auto bytes = [](const Tensor& w) { return double(w.nbytes()); };
+  const int it = 200;
+  report("gemv qkv [6144, 3072]", time_s([&] { o = ops::linear(x, wqkv); }, it), bytes(wqkv));
+  report("gemv o [3072, 4096]", time_s([&] { o = ops::linear(q.reshape({1, Hq * D}), wo); }, it), bytes(wo));
+  report("linear_swiglu [2x9216, 3072]", time_s([&] { o = ops::linear_swiglu(x, wgu); }, it), bytes(wgu));
+  report("gemv down [3072, 9216]", time_s([&] { o = ops::linear(a, wd); }, it), bytes(wd));
+  report("gemv lm head [131072, 3072]", time_s([&] { o = ops::linear(x, head); }, 20), bytes(head));
+  report("attention decode Sk 1100", time_s([&] { o = ops::attention(q, k, v, 0.088f); }, it), 2 * bytes(k));
+  report("add_rms_norm [1, 3072]", time_s([&] { o = ops::add_rms_norm(x, h, nw, 1e-5f).normed; }, it), 0);
+  auto chain = [&] {
+    ops::SumNorm r = ops::add_rms_norm(x, h, nw, 1e-5f);
+    o = ops::linear(r.normed, wqkv);
+    o = ops::attention(q, k, v, 0.088f);
+    o = ops::linear(o.reshape({1, Hq * D}), wo);
+    r = ops::add_rms_norm(r.sum, o, nw, 1e-5f);
+    o = ops::linear(ops::linear_swiglu(r.normed, wgu), wd);
+  };
+  const double layer = time_s(chain, it);
+  report("one layer's chain", layer, bytes(wqkv) + bytes(wo) + bytes(wgu) + bytes(wd));
+  // The host's share: the time to enqueue the chain (10 times, behind a long kernel so nothing waits).
+  o = ops::linear(x, head);
+  auto t = std::chrono::steady_clock::now();
+  for (int i = 0; i < 10; ++i) chain();
+  const double enqueue = std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count() / 10;
+  cuda::synchronize(0);
+  std::printf("one layer's chain enqueued in %.2f us (host)\n", enqueue * 1e6);
+  std::printf("26 layers + head: %.3f ms/token\n", (26 * layer + time_s([&] { o = ops::linear(x, head); }, 20)) * 1e3);
+  EXPECT_TRUE(std::isfinite(down(o).to_vector()[0]));
+}
+
 // The DiT's memory-bound row ops at 1024² (4296 tokens, bf16): the fused fp8 producers next to the unfused
 // op + quantize they replace, and qkv_norm_rope. GB/s counts the bytes each op must move once.
 TEST(CudaPerf, DISABLED_FusedFp8Producers) {

@@ -36,7 +36,7 @@ Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin);
 ops::SumNorm add_rms_norm(const Tensor& x, const Tensor& y, const Tensor& weight, float eps);
 ops::Qkv qkv_rope(const Tensor& qkv, int64_t heads_q, int64_t heads_kv, const Tensor& cos_q, const Tensor& sin_q,
                   const Tensor& cos_k, const Tensor& sin_k, const Tensor& k_out, const Tensor& v_out);
-Tensor swiglu_linear(const Tensor& gate_up, const ops::Weight& w);
+Tensor linear_swiglu(const Tensor& x, const ops::Weight& gate_up);
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale, const ops::AttentionMask& mask);
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int stride, int pad,
               ops::Layout layout = ops::Layout::NCHW);

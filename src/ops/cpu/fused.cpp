@@ -36,12 +36,12 @@ ops::Qkv qkv_rope(const Tensor& qkv, int64_t heads_q, int64_t heads_kv, const Te
   return {q, k, v};
 }
 
-Tensor swiglu_linear(const Tensor& gate_up, const ops::Weight& w) {
-  detail::check_act(gate_up, "swiglu_linear", "gate_up");
-  const int64_t I = ops::rules::swiglu_linear(gate_up, w.w);
-  const int last = int(gate_up.ndim()) - 1;
-  Tensor act = swiglu(slice(gate_up, last, 0, I), slice(gate_up, last, I, I));
-  return w.quantized() ? linear_q(act, w.w, w.scale, {}) : linear(act, w.w, {});
+Tensor linear_swiglu(const Tensor& x, const ops::Weight& gate_up) {
+  detail::check_act(x, "linear_swiglu", "x");
+  const int64_t I = ops::rules::linear_swiglu(x, gate_up.w);
+  const Tensor h = gate_up.quantized() ? linear_q(x, gate_up.w, gate_up.scale, {}) : linear(x, gate_up.w, {});
+  const int last = int(h.ndim()) - 1;
+  return swiglu(slice(h, last, 0, I), slice(h, last, I, I));
 }
 
 }  // namespace ernie::cpu

@@ -24,7 +24,8 @@ template <class T, int P>
 __global__ void add_rms_norm_kernel(const Elems<T, P>* __restrict__ x, const Elems<T, P>* __restrict__ y, VecF w,
                                     Elems<T, P>* sum, Elems<T, P>* __restrict__ normed, int n, float eps) {
   __shared__ float part[kThreads / 32];
-  pdl_launch_dependents();  // a GEMV launched with PDL next may start its weight prefetch (it waits for us)
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t row = int64_t(blockIdx.x) * n;
   x += row, y += row, sum += row, normed += row;
   float ss = 0.f;
@@ -81,9 +82,8 @@ ops::SumNorm add_rms_norm(const Tensor& x, const Tensor& y, const Tensor& weight
     auto run = [&](auto p) {
       constexpr int P = decltype(p)::value;
       using E = Elems<T, P>;
-      add_rms_norm_kernel<T, P><<<unsigned(rows), kThreads, 0, st>>>(x.data<E>(), y.data<E>(), vec(weight),
-                                                                       r.sum.data<E>(), r.normed.data<E>(),
-                                                                       int(c / P), eps);
+      launch_kernel(pdl_enabled(detail::dev(x)), add_rms_norm_kernel<T, P>, dim3(unsigned(rows)), dim3(kThreads), 0, st,
+                    x.data<E>(), y.data<E>(), vec(weight), r.sum.data<E>(), r.normed.data<E>(), int(c / P), eps);
     };
     if (c % kPack<T> == 0 && aligned16(x.raw()) && aligned16(y.raw())) run(std::integral_constant<int, kPack<T>>{});
     else run(std::integral_constant<int, 1>{});

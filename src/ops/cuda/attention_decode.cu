@@ -1,15 +1,17 @@
 // Attention for a few query rows over a long cache (token-by-token decoding), split over the keys
 // ("flash-decoding"), in one kernel. A block takes one chunk of keys for one (batch row, query row) and up to
-// kHeads query heads that share one kv head (GQA), so each K/V row is read once for all of them: its warps
-// take every kWarps-th key (the next key's rows loaded while the current one is scored), keep one online
-// softmax per head (attention_row.cuh), then merge over the warps. With one chunk that is the output; else
-// each block writes (max, sum, unnormalised output) per head to a workspace and the last block of the
-// (row, head group) to finish merges the chunks (a ticket counter per group, reset by that block).
+// kHeads query heads that share one kv head (GQA), so each K/V row is read once for all of them. It walks its
+// chunk in tiles: the tile's K and V rows go to shared memory (16-byte loads; K rows padded by one 4-byte word
+// so that a thread per key reads them without bank conflicts), a thread per key scores it for every head, a
+// warp per head updates that head's online softmax over the tile, and each thread accumulates its share of
+// the heads' output dims. With one chunk that is the output; else each block writes (max, sum, unnormalised
+// output) per head to a workspace and the last block of the (row, head group) to finish merges the chunks
+// (a ticket counter per group, reset by that block).
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "ops/cuda/attention_internal.h"
-#include "ops/cuda/attention_row.cuh"
 #include "ops/cuda/common.h"
 #include "ops/cuda/pdl.cuh"
 
@@ -17,25 +19,59 @@ namespace ernie::cuda::attn {
 
 namespace {
 
-constexpr int kWarps = 4, kHeads = 4, kMinKeysPerSplit = 32, kMaxSplits = 256;
+constexpr int kWarps = 8, kThreads = 32 * kWarps, kHeads = 4, kMaxD = 256, kMinKeysPerSplit = 64, kMaxSplits = 256;
 constexpr int kMaxGroups = 32;                         // kv heads × head chunks per launch
 constexpr int kMaxTickets = kMaxBatch * 4 * kMaxGroups;  // × (batch row, query row)
-static_assert(kHeads <= kWarps, "the merge gives each head of a block one warp");
+static_assert(kHeads <= kWarps, "each head of a block gets one warp for its softmax");
+
+constexpr int kMaxTile = 64, kTileBytes = 36 * 1024;  // with the ~9 KiB of static arrays, within the default 48 KiB
+
+// K rows in shared memory are D + kPad<T> elements apart: an odd number of 4-byte words.
+template <class T>
+constexpr int kPad = int(4 / sizeof(T));
+// Keys per tile: the most (of 64, 32, 16, 8) whose K and V rows fit kTileBytes.
+template <class T>
+__host__ __device__ int tile_keys(int D) {
+  int t = kMaxTile;
+  while (t > 8 && size_t(t) * (2 * D + kPad<T>) * sizeof(T) > kTileBytes) t /= 2;
+  return t;
+}
 
 // Finished blocks per (batch row · query row, head group) of the launch in flight; 0 between launches.
 __device__ unsigned g_tickets[kMaxTickets];
 
+// Rows [0, nt) of src (row stride ks elements, D wide) into dst with row stride `stride`.
 template <class T>
-__global__ void __launch_bounds__(32 * kWarps) decode_kernel(const Params p, float* __restrict__ part, int splits,
-                                                             int keys_per_split, int chunks) {
-  __shared__ float sm[kWarps][kHeads], sl[kWarps][kHeads], sacc[kWarps][kHeads][32 * kMaxPerLane];
+__device__ __forceinline__ void load_tile(T* __restrict__ dst, int stride, const T* __restrict__ src, int64_t ks,
+                                          int nt, int D) {
+  constexpr int P = kPack<T>;
+  if (D % P == 0 && ks % P == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0) {
+    const int pr = D / P;
+#pragma unroll 4
+    for (int i = threadIdx.x; i < nt * pr; i += kThreads) {
+      const int t = i / pr, c = i % pr;
+      const Pack<T> v = *reinterpret_cast<const Pack<T>*>(src + t * ks + c * P);
+#pragma unroll
+      for (int e = 0; e < P; ++e) dst[t * stride + c * P + e] = v.v[e];
+    }
+  } else {
+    for (int i = threadIdx.x; i < nt * D; i += kThreads) dst[(i / D) * stride + i % D] = src[(i / D) * ks + i % D];
+  }
+}
+
+template <class T>
+__global__ void __launch_bounds__(kThreads) decode_kernel(const Params p, float* __restrict__ part, int splits,
+                                                          int keys_per_split, int chunks) {
+  extern __shared__ __align__(16) unsigned char tile_bytes[];  // K [tile][D + kPad], then V [tile][D]
+  __shared__ float sq[kHeads][kMaxD], ss[kHeads][kMaxTile], sm[kHeads], sl[kHeads], scorr[kHeads];
   __shared__ float wsplit[kHeads][kMaxSplits], inv_l[kHeads];
   __shared__ bool last;
-  pdl_launch_dependents();  // a GEMV launched with PDL next may start its weight prefetch (it waits for us)
+  pdl_wait();
+  pdl_launch_dependents();
   const int split = blockIdx.x, kh = blockIdx.y / chunks, chunk = blockIdx.y % chunks, z = blockIdx.z;
   const int b = z / p.Sq, row = z % p.Sq, G = p.Hq / p.Hkv, h0 = kh * G + chunk * kHeads;
-  const int hb = min(kHeads, G - chunk * kHeads), lane = threadIdx.x, warp = threadIdx.y, D = p.D;
-  const int tid = warp * 32 + lane;
+  const int hb = min(kHeads, G - chunk * kHeads), D = p.D, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int tile = tile_keys<T>(D), kstride = D + kPad<T>;
   const int64_t ks = int64_t(p.Hkv) * D;
   const T* q = static_cast<const T*>(p.q) + int64_t(z) * p.Hq * D;  // z = b·Sq + row
   const T* K = static_cast<const T*>(p.k) + int64_t(b) * p.Sk * ks + int64_t(kh) * D;
@@ -44,48 +80,76 @@ __global__ void __launch_bounds__(32 * kWarps) decode_kernel(const Params p, flo
   int64_t n = p.kv_len[b];
   if (p.causal) n = min(n, p.q_offset + row + 1);
   const int64_t j1 = min(n, int64_t(split + 1) * keys_per_split);
+  T* sk = reinterpret_cast<T*>(tile_bytes);
+  T* sv = sk + tile * kstride;
 
-  float qv[kHeads][kMaxPerLane];
-  OnlineRow r[kHeads];
+  for (int i = tid; i < hb * D; i += kThreads) sq[i / D][i % D] = to_f(q[int64_t(h0) * D + i]) * p.scale;
+  if (tid < kHeads) sm[tid] = -INFINITY, sl[tid] = 0.f;
+  // Thread tid owns outputs (head, dim) = idx / D, idx % D for idx = tid + k·kThreads < hb·D.
+  constexpr int kOuts = kHeads * kMaxD / kThreads;
+  float acc[kOuts] = {};
+  for (int64_t t0 = int64_t(split) * keys_per_split; t0 < j1; t0 += tile) {
+    const int nt = int(min(int64_t(tile), j1 - t0));
+    __syncthreads();  // the previous tile is consumed (and sq, sm, sl are set)
+    load_tile(sk, kstride, K + t0 * ks, ks, nt, D);
+    load_tile(sv, D, V + t0 * ks, ks, nt, D);
+    __syncthreads();
+    if (tid < nt) {  // scores of key tid for every head
+      float s[kHeads] = {};
+      const T* kr = sk + tid * kstride;
+#pragma unroll 8
+      for (int d = 0; d < D; ++d) {
+        const float kd = to_f(kr[d]);
 #pragma unroll
-  for (int g = 0; g < kHeads; ++g) load_lane_dims(q + int64_t(h0 + min(g, hb - 1)) * D, D, p.scale, qv[g]);
-  float kv[kMaxPerLane], vv[kMaxPerLane], kn[kMaxPerLane], vn[kMaxPerLane];
-  int64_t j = int64_t(split) * keys_per_split + warp;
-  if (j < j1) load_lane_dims(K + j * ks, D, 1.f, kv), load_lane_dims(V + j * ks, D, 1.f, vv);
-  for (; j < j1; j += kWarps) {
-    if (j + kWarps < j1) {  // the next key's rows in flight while this one is scored
-      load_lane_dims(K + (j + kWarps) * ks, D, 1.f, kn);
-      load_lane_dims(V + (j + kWarps) * ks, D, 1.f, vn);
+        for (int g = 0; g < kHeads; ++g) s[g] += sq[g][d] * kd;
+      }
+#pragma unroll
+      for (int g = 0; g < kHeads; ++g) ss[g][tid] = s[g];
     }
+    __syncthreads();
+    if (warp < hb) {  // head `warp`: the tile's max, its weights e^(s - m) in place, the running sum
+      float mt = -INFINITY;
+      for (int t = lane; t < nt; t += 32) mt = fmaxf(mt, ss[warp][t]);
+      for (int off = 16; off > 0; off >>= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, off));
+      const float m_new = fmaxf(sm[warp], mt);
+      float sum = 0.f;
+      for (int t = lane; t < nt; t += 32) {
+        const float e = __expf(ss[warp][t] - m_new);
+        ss[warp][t] = e;
+        sum += e;
+      }
+      sum = warp_sum(sum);
+      __syncwarp();
+      if (lane == 0) {
+        const float corr = __expf(sm[warp] - m_new);
+        scorr[warp] = corr, sl[warp] = sl[warp] * corr + sum, sm[warp] = m_new;
+      }
+    }
+    __syncthreads();
 #pragma unroll
-    for (int g = 0; g < kHeads; ++g)
-      if (g < hb) r[g].add(warp_dot(qv[g], kv), vv);
-#pragma unroll
-    for (int i = 0; i < kMaxPerLane; ++i) kv[i] = kn[i], vv[i] = vn[i];
+    for (int k = 0; k < kOuts; ++k) {
+      const int idx = tid + k * kThreads;
+      if (idx >= hb * D) break;
+      const int g = idx / D, d = idx % D;
+      float a = acc[k] * scorr[g];
+#pragma unroll 8
+      for (int t = 0; t < nt; ++t) a += ss[g][t] * to_f(sv[t * D + d]);
+      acc[k] = a;
+    }
   }
+  __syncthreads();  // sm, sl final
 
-  // Merge the warps: thread (g, d) for each head and output dim.
 #pragma unroll
-  for (int g = 0; g < kHeads; ++g) {
-    if (lane == 0) sm[warp][g] = r[g].m, sl[warp][g] = r[g].l;
-#pragma unroll
-    for (int i = 0; i < kMaxPerLane; ++i) sacc[warp][g][lane + 32 * i] = r[g].acc[i];
-  }
-  __syncthreads();
-  for (int idx = tid; idx < hb * D; idx += 32 * kWarps) {
+  for (int k = 0; k < kOuts; ++k) {
+    const int idx = tid + k * kThreads;
+    if (idx >= hb * D) break;
     const int g = idx / D, d = idx % D;
-    float M = -INFINITY, L = 0.f, a = 0.f;
-    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, sm[w][g]);
-    for (int w = 0; w < kWarps; ++w) {
-      const float e = sm[w][g] == -INFINITY ? 0.f : __expf(sm[w][g] - M);
-      L += sl[w][g] * e, a += sacc[w][g][d] * e;
-    }
     if (splits == 1) {
-      o[int64_t(h0 + g) * D + d] = from_f<T>(L > 0.f ? a / L : 0.f);
+      o[int64_t(h0) * D + idx] = from_f<T>(sl[g] > 0.f ? acc[k] / sl[g] : 0.f);
     } else {
       float* out = part + ((int64_t(z) * p.Hq + h0 + g) * splits + split) * (D + 2);
-      out[2 + d] = a;
-      if (d == 0) out[0] = M, out[1] = L;
+      out[2 + d] = acc[k];
+      if (d == 0) out[0] = sm[g], out[1] = sl[g];
     }
   }
   if (splits == 1) return;
@@ -113,14 +177,26 @@ __global__ void __launch_bounds__(32 * kWarps) decode_kernel(const Params p, flo
     if (lane == 0) inv_l[warp] = L > 0.f ? 1.f / L : 0.f;
   }
   __syncthreads();
-  for (int idx = tid; idx < hb * D; idx += 32 * kWarps) {
-    const int g = idx / D, d = idx % D;
-    const float* in = part + (int64_t(z) * p.Hq + h0 + g) * splits * (D + 2) + 2 + d;
-    float a = 0.f;
-#pragma unroll 4
-    for (int s = 0; s < splits; ++s) a += __ldcg(in + s * (D + 2)) * wsplit[g][s];
-    o[int64_t(h0 + g) * D + d] = from_f<T>(a * inv_l[g]);
+  // Thread tid sums its outputs together, eight chunks at a time: its loads are independent, so the merge
+  // costs a few L2 round trips rather than one per chunk.
+  const float* in[kOuts];
+  int head[kOuts];
+  float a[kOuts] = {};
+  const int outs = (hb * D - tid + kThreads - 1) / kThreads;  // this thread's outputs (at most kOuts)
+#pragma unroll
+  for (int k = 0; k < kOuts; ++k) {
+    const int idx = min(tid + k * kThreads, hb * D - 1);
+    head[k] = idx / D;
+    in[k] = part + (int64_t(z) * p.Hq + h0 + idx / D) * splits * (D + 2) + 2 + idx % D;
   }
+#pragma unroll 8
+  for (int s = 0; s < splits; ++s)
+#pragma unroll
+    for (int k = 0; k < kOuts; ++k)
+      if (k < outs) a[k] += __ldcg(in[k] + s * (D + 2)) * wsplit[head[k]][s];
+#pragma unroll
+  for (int k = 0; k < kOuts; ++k)
+    if (k < outs) o[int64_t(h0) * D + tid + k * kThreads] = from_f<T>(a[k] * inv_l[head[k]]);
   if (tid == 0) *ticket = 0;  // ready for the next launch
 }
 
@@ -129,7 +205,7 @@ int head_chunks(int Hq, int Hkv) { return (Hq / Hkv + kHeads - 1) / kHeads; }
 }  // namespace
 
 bool decode_supported(int Sq, int Hq, int Hkv, int D) {
-  return Sq <= 4 && D <= 32 * kMaxPerLane && Hkv > 0 && Hq % Hkv == 0 && Hkv * head_chunks(Hq, Hkv) <= kMaxGroups;
+  return Sq <= 4 && D <= kMaxD && Hkv > 0 && Hq % Hkv == 0 && Hkv * head_chunks(Hq, Hkv) <= kMaxGroups;
 }
 
 void decode(const Params& p, bool bf16, Tensor& workspace, cudaStream_t st) {
@@ -139,9 +215,15 @@ void decode(const Params& p, bool bf16, Tensor& workspace, cudaStream_t st) {
   const int64_t floats = splits == 1 ? 0 : int64_t(p.B) * p.Sq * p.Hq * splits * (p.D + 2);
   if (workspace.numel() < floats) workspace = Tensor::empty({floats}, DType::F32, workspace.device());
   float* part = static_cast<float*>(workspace.raw());
-  const dim3 grid(unsigned(splits), unsigned(p.Hkv * chunks), unsigned(p.B * p.Sq)), block(32, kWarps);
-  if (bf16) decode_kernel<__nv_bfloat16><<<grid, block, 0, st>>>(p, part, splits, keys_per_split, chunks);
-  else decode_kernel<float><<<grid, block, 0, st>>>(p, part, splits, keys_per_split, chunks);
+  const dim3 grid(unsigned(splits), unsigned(p.Hkv * chunks), unsigned(p.B * p.Sq));
+  auto run = [&](auto kernel, size_t elem) {
+    const size_t smem = size_t(bf16 ? tile_keys<__nv_bfloat16>(p.D) : tile_keys<float>(p.D)) *
+                        (2 * p.D + 4 / elem) * elem;
+    launch_kernel(pdl_enabled(detail::dev(workspace)), kernel, grid, dim3(kThreads), smem, st, p, part, splits,
+                  keys_per_split, chunks);
+  };
+  if (bf16) run(decode_kernel<__nv_bfloat16>, sizeof(__nv_bfloat16));
+  else run(decode_kernel<float>, sizeof(float));
   ERNIE_CUDA_LAUNCH("attention (decode)");
 }
 

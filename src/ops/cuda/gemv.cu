@@ -1,18 +1,14 @@
 // linear for a few rows (token-by-token decoding): y[m, n] = x[m, :] · w[n, :] (+ b[n]) for M <= 4. One warp
-// per output column reads the weight row once in 16-byte packs and dots it with every x row (fp32 sums).
-// Measured on the H200 (bench-pe decode): the same decode speed as cuBLASLt (179 tokens/s with either; the step
-// is GPU-bound), 2.7 TB/s on the weight read; kept for its lower host cost per call and because the recorded
-// decode figures include it. Splitting a column's K over several warps when columns are few measured slower
-// (decode 250 vs 267 tokens/s).
+// per output column streams the weight row once in 16-byte packs (four packs per lane in flight before any
+// arithmetic, evict-first so the weights do not push the KV cache and activations out of L2) and dots it with
+// every x row (fp32 sums). Measured on the H200 (CudaPerf.DISABLED_Decode): eight packs per lane took 84
+// registers and ran slower (fewer warps per SM), and so did fewer registers forced by launch bounds (spills).
 // The grid is sized to what fits on the GPU at once, each warp taking every W-th column (W warps in all,
-// chosen so every warp gets the same number of columns give or take one): no second, mostly idle wave of
-// blocks (a 9216-column matrix took 1.09 waves of 8-warp blocks).
-// ERNIE_PDL=1 launches it as a programmatic dependent (pdl.cuh): it prefetches a prefix of its weight rows
-// into L2 while the kernel before it finishes.
-// swiglu_linear: the same kernel whose x rows are silu(gate)·up of a stacked gate|up row, staged (rounded to
-// the activation dtype, as swiglu stores it) in shared memory by each block first.
+// chosen so every warp gets the same number of columns give or take one): no second, mostly idle wave.
+// kPair (linear_swiglu): the warp of column n also dots row n + N of a stacked gate|up weight [2N, K] and
+// stores silu(gate)·up, each dot rounded to the activation dtype first as a stored projection would be.
+// Launched as a programmatic dependent where pdl_enabled (pdl.cuh).
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -30,52 +26,62 @@ namespace {
 
 constexpr int kWarps = 8;
 constexpr int kMaxRows = 4;
-constexpr size_t kMaxStagedBytes = 48 * 1024;  // the default dynamic shared memory limit
-constexpr int64_t kPrefetchBytes = 24 << 20;    // L2 prefetch budget per GEMV under PDL (H200: 50 MB of L2)
 
-// kSwiglu: x is [M, 2·kp] packs (gate then up), staged to shared memory as silu(gate)·up [M, kp].
-// prefetch: with PDL (pdl.cuh), bytes of each warp's first weight row asked into L2 before the previous kernel
-// has finished (0: none).
-template <class T, int M, bool kSwiglu>
-__global__ void gemv_kernel(const Pack<T>* __restrict__ x, const Pack<T>* __restrict__ w, VecF bias,
-                            T* __restrict__ y, int64_t n_out, int kp, unsigned prefetch) {
-  extern __shared__ __align__(16) unsigned char staged_bytes[];
-  pdl_launch_dependents();
-  if (prefetch && threadIdx.x == 0 && blockIdx.x * int64_t(kWarps) + threadIdx.y < n_out)
-    prefetch_l2(w + (blockIdx.x * int64_t(kWarps) + threadIdx.y) * kp, prefetch);
+// One 16-byte pack of a weight row, read once: streamed past L1 and first out of L2.
+template <class T>
+__device__ __forceinline__ Pack<T> load_stream(const Pack<T>* p) {
+  const uint4 u = __ldcs(reinterpret_cast<const uint4*>(p));
+  Pack<T> r;
+  std::memcpy(&r, &u, sizeof(r));
+  return r;
+}
+
+template <class T, int M, bool kPair>
+__global__ void __launch_bounds__(32 * kWarps) gemv_kernel(const Pack<T>* __restrict__ x,
+                                                           const Pack<T>* __restrict__ w, VecF bias,
+                                                           T* __restrict__ y, int64_t n_out, int kp) {
+  constexpr int kRows = kPair ? 2 : 1, kUnroll = kPair ? 2 : 4;
   pdl_wait();  // x (and y's memory) belong to earlier kernels
-  const Pack<T>* xin = x;
-  if constexpr (kSwiglu) {
-    Pack<T>* xs = reinterpret_cast<Pack<T>*>(staged_bytes);
-    for (int i = threadIdx.y * 32 + threadIdx.x; i < M * kp; i += 32 * kWarps) {
-      const int m = i / kp, c = i % kp;
-      const Pack<T> g = x[int64_t(m) * 2 * kp + c], u = x[int64_t(m) * 2 * kp + kp + c];
-      Pack<T> r;
-#pragma unroll
-      for (int e = 0; e < kPack<T>; ++e) r.v[e] = from_f<T>(silu_f(to_f(g.v[e])) * to_f(u.v[e]));
-      xs[i] = r;
-    }
-    __syncthreads();
-    xin = xs;
-  }
+  pdl_launch_dependents();
   const int64_t warps = int64_t(gridDim.x) * kWarps;
   for (int64_t n = blockIdx.x * int64_t(kWarps) + threadIdx.y; n < n_out; n += warps) {
-    const Pack<T>* wr = w + n * kp;
-    float acc[M] = {};
-#pragma unroll 4
-    for (int i = threadIdx.x; i < kp; i += 32) {
-      const Pack<T> a = wr[i];
+    const Pack<T>* wr[kRows];
 #pragma unroll
-      for (int m = 0; m < M; ++m) {
-        const Pack<T> b = xin[m * kp + i];
+    for (int r = 0; r < kRows; ++r) wr[r] = w + (n + r * n_out) * kp;
+    float acc[kRows][M] = {};
+    for (int i0 = threadIdx.x; i0 < kp; i0 += 32 * kUnroll) {
+      Pack<T> a[kRows][kUnroll];
 #pragma unroll
-        for (int e = 0; e < kPack<T>; ++e) acc[m] += to_f(a.v[e]) * to_f(b.v[e]);
+      for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+        for (int r = 0; r < kRows; ++r)
+          if (i0 + 32 * u < kp) a[r][u] = load_stream(wr[r] + i0 + 32 * u);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int i = i0 + 32 * u;
+        if (i >= kp) break;
+#pragma unroll
+        for (int m = 0; m < M; ++m) {
+          const Pack<T> b = x[m * kp + i];
+#pragma unroll
+          for (int r = 0; r < kRows; ++r)
+#pragma unroll
+            for (int e = 0; e < kPack<T>; ++e) acc[r][m] += to_f(a[r][u].v[e]) * to_f(b.v[e]);
+        }
       }
     }
 #pragma unroll
     for (int m = 0; m < M; ++m) {
-      const float s = warp_sum(acc[m]);
-      if (threadIdx.x == 0) y[m * n_out + n] = from_f<T>(s + (bias.defined() ? bias[n] : 0.f));
+      float s[kRows];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) s[r] = warp_sum(acc[r][m]);
+      if (threadIdx.x != 0) continue;
+      if constexpr (kPair) {
+        const float gate = to_f(from_f<T>(s[0])), up = to_f(from_f<T>(s[1]));
+        y[m * n_out + n] = from_f<T>(silu_f(gate) * up);
+      } else {
+        y[m * n_out + n] = from_f<T>(s[0] + (bias.defined() ? bias[n] : 0.f));
+      }
     }
   }
 }
@@ -100,51 +106,40 @@ __global__ void swiglu_halves_kernel(const T* __restrict__ gate_up, T* __restric
   }
 }
 
-// Blocks of `kernel` (kWarps warps, `smem` dynamic bytes) resident on the whole of `device` at once.
-int resident_blocks(const void* kernel, size_t smem, int device) {
+// Blocks of `kernel` (kWarps warps) resident on the whole of `device` at once.
+int resident_blocks(const void* kernel, int device) {
   static std::mutex mu;
-  static std::map<std::tuple<const void*, size_t, int>, int> known;
+  static std::map<std::tuple<const void*, int>, int> known;
   std::lock_guard<std::mutex> lk(mu);
-  auto [it, fresh] = known.try_emplace({kernel, smem, device}, 0);
+  auto [it, fresh] = known.try_emplace({kernel, device}, 0);
   if (fresh) {
     int per_sm = 0, sms = 0;
-    ERNIE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * kWarps, smem));
+    ERNIE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * kWarps, 0));
     ERNIE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     it->second = std::max(1, per_sm * sms);
   }
   return it->second;
 }
 
-template <class T, bool kSwiglu>
+// N output columns (kPair: of w's 2N rows) for M rows of x.
+template <class T, bool kPair>
 void launch(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, int64_t M, int64_t N, int64_t K) {
   const int device = detail::dev(x);
-  cudaStream_t st = stream(device);
-  const int kp = int(K / kPack<T>);
-  const size_t smem = kSwiglu ? size_t(M * K) * sizeof(T) : 0;
-  const dim3 block(32, kWarps);
-  const bool pdl = pdl_enabled();
-  const char* grid_env = std::getenv("ERNIE_GEMV_GRID");
-  const bool grid_per_column = grid_env && std::strcmp(grid_env, "columns") == 0;
   auto args = [&](auto kernel) {
     // As many warps as fit at once, then as few as give every warp the same number of columns (±1).
-    // (ERNIE_GEMV_GRID=columns: a warp per column, the grid before this, for measuring.)
-    const int64_t fit =
-        grid_per_column ? N : int64_t(resident_blocks(reinterpret_cast<const void*>(kernel), smem, device)) * kWarps;
+    const int64_t fit = int64_t(resident_blocks(reinterpret_cast<const void*>(kernel), device)) * kWarps;
     const int64_t per_warp = (N + fit - 1) / fit, warps = (N + per_warp - 1) / per_warp;
     const unsigned grid = unsigned((warps + kWarps - 1) / kWarps);
-    // PDL: the first rows' prefix, within kPrefetchBytes in all (a part of L2).
-    const int64_t row_bytes = K * int64_t(sizeof(T));
-    const unsigned prefetch = pdl ? unsigned(std::min(row_bytes, kPrefetchBytes / warps) / 16 * 16) : 0u;
-    launch_kernel(pdl, kernel, dim3(grid), block, smem, st, x.data<Pack<T>>(), w.data<Pack<T>>(), vec(b), y.data<T>(),
-                  N, kp, prefetch);
+    launch_kernel(pdl_enabled(device), kernel, dim3(grid), dim3(32, kWarps), 0, stream(device), x.data<Pack<T>>(),
+                  w.data<Pack<T>>(), vec(b), y.data<T>(), N, int(K / kPack<T>));
   };
   switch (M) {
-    case 1: args(gemv_kernel<T, 1, kSwiglu>); break;
-    case 2: args(gemv_kernel<T, 2, kSwiglu>); break;
-    case 3: args(gemv_kernel<T, 3, kSwiglu>); break;
-    default: args(gemv_kernel<T, 4, kSwiglu>); break;
+    case 1: args(gemv_kernel<T, 1, kPair>); break;
+    case 2: args(gemv_kernel<T, 2, kPair>); break;
+    case 3: args(gemv_kernel<T, 3, kPair>); break;
+    default: args(gemv_kernel<T, 4, kPair>); break;
   }
-  ERNIE_CUDA_LAUNCH("gemv");
+  ERNIE_CUDA_LAUNCH(kPair ? "linear_swiglu" : "gemv");
 }
 
 }  // namespace
@@ -160,35 +155,32 @@ void gemv(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, int64_t 
   else launch<__nv_bfloat16, false>(x, w, b, y, M, N, K);
 }
 
-Tensor swiglu_linear(const Tensor& gate_up, const ops::Weight& w) {
-  detail::check_act(gate_up, "swiglu_linear", "gate_up");
-  detail::check_same_device(gate_up, w.w, "swiglu_linear", "weight");
-  const int64_t K = ops::rules::swiglu_linear(gate_up, w.w), N = w.w.dim(0), M = gate_up.numel() / (2 * K);
-  const bool fused = !w.quantized() && K > 0 && N > 0 && gemv_supported(gate_up, w.w, M) &&
-                     size_t(M * K) * dtype_size(gate_up.dtype()) <= kMaxStagedBytes;
-  Shape ys = gate_up.shape();
-  if (!fused) {  // the activation, then linear
-    ys.back() = K;
-    Tensor act = Tensor::empty(ys, gate_up.dtype(), gate_up.device());
-    const int64_t n = act.numel();
-    if (n > 0) {
-      cudaStream_t st = stream(detail::dev(gate_up));
-      ERNIE_DISPATCH_ACT(gate_up.dtype(), "swiglu_linear", {
-        if (K % kPack<T> == 0 && aligned16(gate_up.raw()))
-          swiglu_halves_kernel<T, kPack<T>><<<detail::blocks_for(n / kPack<T>, 256), 256, 0, st>>>(
-              gate_up.data<T>(), act.data<T>(), n / kPack<T>, K);
-        else
-          swiglu_halves_kernel<T, 1><<<detail::blocks_for(n, 256), 256, 0, st>>>(gate_up.data<T>(), act.data<T>(), n,
-                                                                                K);
-      });
-      ERNIE_CUDA_LAUNCH("swiglu_linear");
-    }
-    return w.quantized() ? linear_q(act, w.w, w.scale, {}) : linear(act, w.w, {});
+Tensor linear_swiglu(const Tensor& x, const ops::Weight& gate_up) {
+  detail::check_act(x, "linear_swiglu", "x");
+  detail::check_same_device(x, gate_up.w, "linear_swiglu", "weight");
+  const int64_t I = ops::rules::linear_swiglu(x, gate_up.w), K = x.dim(-1), M = K ? x.numel() / K : 0;
+  Shape ys = x.shape();
+  ys.back() = I;
+  if (!gate_up.quantized() && K > 0 && I > 0 && M > 0 && gemv_supported(x, gate_up.w, M)) {
+    Tensor y = Tensor::empty(ys, x.dtype(), x.device());
+    if (x.dtype() == DType::F32) launch<float, true>(x, gate_up.w, {}, y, M, I, K);
+    else launch<__nv_bfloat16, true>(x, gate_up.w, {}, y, M, I, K);
+    return y;
   }
-  ys.back() = N;
-  Tensor y = Tensor::empty(ys, gate_up.dtype(), gate_up.device());
-  if (gate_up.dtype() == DType::F32) launch<float, true>(gate_up, w.w, {}, y, M, N, K);
-  else launch<__nv_bfloat16, true>(gate_up, w.w, {}, y, M, N, K);
+  // The projection, then the activation over its halves.
+  const Tensor h = gate_up.quantized() ? linear_q(x, gate_up.w, gate_up.scale, {}) : linear(x, gate_up.w, {});
+  Tensor y = Tensor::empty(ys, h.dtype(), x.device());
+  const int64_t n = y.numel();
+  if (n == 0) return y;
+  cudaStream_t st = stream(detail::dev(x));
+  ERNIE_DISPATCH_ACT(h.dtype(), "linear_swiglu", {
+    if (I % kPack<T> == 0 && aligned16(h.raw()))
+      swiglu_halves_kernel<T, kPack<T>><<<detail::blocks_for(n / kPack<T>, 256), 256, 0, st>>>(h.data<T>(), y.data<T>(),
+                                                                                             n / kPack<T>, I);
+    else
+      swiglu_halves_kernel<T, 1><<<detail::blocks_for(n, 256), 256, 0, st>>>(h.data<T>(), y.data<T>(), n, I);
+  });
+  ERNIE_CUDA_LAUNCH("linear_swiglu");
   return y;
 }
 

@@ -6,6 +6,7 @@
 
 #include "ops/cuda/common.h"
 #include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/pdl.cuh"
 #include "ops/shape_rules.h"
 
 namespace ernie::cuda {
@@ -27,6 +28,8 @@ template <class T, int P>
 __global__ void qkv_rope_kernel(const T* __restrict__ qkv, Table tq, Table tk, T* __restrict__ q, T* __restrict__ k,
                                 T* __restrict__ v, int64_t n, int hq, int hkv, int half, int64_t seq) {
   using E = Elems<T, P>;
+  pdl_wait();
+  pdl_launch_dependents();
   const int ppr = half / P, slots = hq + 2 * hkv, D = 2 * half;
   for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < n; p += int64_t(gridDim.x) * blockDim.x) {
     const int j = int(p % ppr) * P;
@@ -87,9 +90,9 @@ ops::Qkv qkv_rope(const Tensor& qkv, int64_t heads_q, int64_t heads_kv, const Te
     auto run = [&](auto pc) {
       constexpr int P = decltype(pc)::value;
       const int64_t n = pairs / P;
-      qkv_rope_kernel<T, P><<<detail::blocks_for(n, 256), 256, 0, st>>>(
-          qkv.data<T>(), tq, tk, r.q.data<T>(), r.k.data<T>(), r.v.data<T>(), n, int(heads_q), int(heads_kv),
-          int(D / 2), S);
+      launch_kernel(pdl_enabled(detail::dev(qkv)), qkv_rope_kernel<T, P>, dim3(detail::blocks_for(n, 256)), dim3(256), 0, st,
+                    qkv.data<T>(), tq, tk, r.q.data<T>(), r.k.data<T>(), r.v.data<T>(), n, int(heads_q), int(heads_kv),
+                    int(D / 2), S);
     };
     const bool packed = (D / 2) % kPack<T> == 0 && aligned16(qkv.raw()) && aligned16(r.k.raw()) && aligned16(r.v.raw());
     if (packed) run(std::integral_constant<int, kPack<T>>{});

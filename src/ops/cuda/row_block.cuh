@@ -1,4 +1,4 @@
-// Block-per-row kernels of the memory-bound row ops (rms_norm_modulate, the *_fp8 producers, quantize): a
+// Block-per-row kernels of the memory-bound row ops (rms_norm_modulate, rms_norm_modulate_fp8, quantize): a
 // block takes one row of 16-byte packs, each thread keeping its `np` packs in registers so that all of its
 // loads are in flight at once; block-wide reductions give the row's statistics; and the per-row fp8
 // encoding of quantize.cu (the same scale and rounding, so the codes match it and the CPU bit for bit).
@@ -30,8 +30,8 @@ inline int forced_row_threads() {
 // The smallest block that holds the row in at most 4 packs per thread: small blocks keep more rows in
 // flight per SM, and more packs per thread cost registers. Measured on the H200 (CudaPerf.
 // DISABLED_FusedFp8Producers, 4296 rows): rows of 4096 bf16 with 128 threads x 4 packs against 512 x 1:
-// rms_norm_modulate_fp8 35.6 vs 50.5 us, quantize 16.6 vs 23.7 us; geglu_fp8 rows of 12288 with 384 x 4
-// packs 141 us, with 192 x 8 187 us.
+// rms_norm_modulate_fp8 35.6 vs 50.5 us, quantize 16.6 vs 23.7 us. (geglu_fp8's rows of 12288 did better
+// staged in shared memory: elementwise.cu.)
 struct RowBlock {
   int threads = 0, np = 0;
 };
