@@ -55,8 +55,8 @@ void add_rms_norm(const Tensor& x, const Tensor& y);
 // [B, S, heads, D]; k_out / v_out undefined or [B, S, heads_kv, D] in qkv's dtype. Returns D.
 int64_t qkv_rope(const Tensor& qkv, int64_t heads_q, int64_t heads_kv, const Tensor& cos_q, const Tensor& sin_q,
                  const Tensor& cos_k, const Tensor& sin_k, const Tensor& k_out, const Tensor& v_out);
-// gate_up [..., 2·I] and a weight [out, I]. Returns I.
-int64_t linear_swiglu(const Tensor& x, const Tensor& gate_up);  // returns I
+// x [..., in] and a stacked gate|up weight [2·I, in]. Returns I.
+int64_t linear_swiglu(const Tensor& x, const Tensor& gate_up);
 
 // q [B, Sq, Hq, D], k = v [B, Sk, Hkv, D] with Hq a multiple of Hkv; mask.kv_len empty or B entries in
 // [0, Sk]; mask.q_offset >= 0.

@@ -80,7 +80,8 @@ void paste(const Tensor& dst, const Tensor& src, ops::Layout lay, int64_t y0, in
 Tensor run_tiled(const Flux2Vae& vae, Tensor x, ops::Layout lay, const std::vector<Flux2Vae::Step>& steps,
                  const std::vector<int64_t>& ys, const std::vector<int64_t>& xs, int64_t halo, bool on_device) {
   const int64_t h = ys.back(), w = xs.back();
-  const int hd = grid_of(x, lay).hd, wd = grid_of(x, lay).wd;
+  const Grid g = grid_of(x, lay);
+  const int hd = g.hd, wd = g.wd;
   x = x.to(on_device ? vae.device() : kCPU);
   for (size_t si = 0; si < steps.size(); ++si) {
     const int64_t H = x.dim(hd), W = x.dim(wd), r = H / h;

@@ -78,7 +78,7 @@ TEST(CudaPerf, DISABLED_Elementwise) {
 
 // The prompt enhancer's decode step at batch 1 (Ministral 3B shapes, bf16, a 1,100-token cache): each kernel
 // warm and alone, then one layer's chain of them (26 layers and the LM head make a token). GB/s counts the
-// weight bytes. Run with and without ERNIE_PDL=1.
+// weight bytes. Run with and without ERNIE_PDL=0 (programmatic dependent launch off).
 TEST(CudaPerf, DISABLED_Decode) {
   ERNIE_REQUIRE_GPU();
   cuda::set_poison_allocations(false);

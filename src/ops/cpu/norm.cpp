@@ -12,17 +12,18 @@ namespace ernie::cpu {
 
 namespace {
 
-// Mean and 1/sqrt(variance + eps) of a[0, len) (biased variance, double accumulation; mean 0 and variance
-// 0 when len is 0).
+// Mean and 1/sqrt(variance + eps) of `len` values (biased variance, double accumulation; mean 0 and variance
+// 0 when len is 0). each(f) calls f(value) for every value, in the same order on both passes.
 struct Stats {
   double mean, inv;
 };
-Stats mean_inv_std(const float* a, int64_t len, float eps) {
+template <class Each>
+Stats mean_inv_std(int64_t len, float eps, const Each& each) {
   double s = 0;
-  for (int64_t i = 0; i < len; ++i) s += a[i];
+  each([&](float a) { s += a; });
   const double mean = len ? s / double(len) : 0;
   double v = 0;
-  for (int64_t i = 0; i < len; ++i) v += (a[i] - mean) * (a[i] - mean);
+  each([&](float a) { v += (a - mean) * (a - mean); });
   return {mean, 1.0 / std::sqrt((len ? v / double(len) : 0) + double(eps))};
 }
 
@@ -56,7 +57,9 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, flo
   for (int64_t r = 0; r < rows; ++r) {
     const float* a = xp + r * c;
     float* o = yp + r * c;
-    const auto [mean, inv] = mean_inv_std(a, c, eps);
+    const auto [mean, inv] = mean_inv_std(c, eps, [&](auto f) {
+      for (int64_t i = 0; i < c; ++i) f(a[i]);
+    });
     for (int64_t i = 0; i < c; ++i)
       o[i] = float((a[i] - mean) * inv) * (w.empty() ? 1.f : w[i]) + (b.empty() ? 0.f : b[i]);
   }
@@ -80,14 +83,10 @@ Tensor group_norm(const Tensor& x, int groups, const Tensor& weight, const Tenso
 #pragma omp parallel for schedule(static) if (detail::worth_threads(x.numel()))
   for (int64_t bg = 0; bg < n * groups; ++bg) {
     const int64_t g = bg % groups, base = (bg / groups) * c * hw + g * cg * cs;
-    double s = 0;
-    for (int64_t ch = 0; ch < cg; ++ch)
-      for (int64_t i = 0; i < hw; ++i) s += xp[base + ch * cs + i * is];
-    const double mean = len ? s / double(len) : 0;
-    double v = 0;
-    for (int64_t ch = 0; ch < cg; ++ch)
-      for (int64_t i = 0; i < hw; ++i) v += (xp[base + ch * cs + i * is] - mean) * (xp[base + ch * cs + i * is] - mean);
-    const double inv = 1.0 / std::sqrt((len ? v / double(len) : 0) + double(eps));
+    const auto [mean, inv] = mean_inv_std(len, eps, [&](auto f) {
+      for (int64_t ch = 0; ch < cg; ++ch)
+        for (int64_t i = 0; i < hw; ++i) f(xp[base + ch * cs + i * is]);
+    });
     for (int64_t ch = 0; ch < cg; ++ch) {
       const int64_t cc = g * cg + ch;
       const float sc = w.empty() ? 1.f : w[cc], sh = b.empty() ? 0.f : b[cc];

@@ -29,11 +29,16 @@ constexpr int kMaxTile = 64, kTileBytes = 36 * 1024;  // with the ~9 KiB of stat
 // K rows in shared memory are D + kPad<T> elements apart: an odd number of 4-byte words.
 template <class T>
 constexpr int kPad = int(4 / sizeof(T));
+// Shared memory of a tile of t keys' K and V rows.
+template <class T>
+__host__ __device__ size_t tile_bytes(int D, int t) {
+  return size_t(t) * (2 * D + kPad<T>) * sizeof(T);
+}
 // Keys per tile: the most (of 64, 32, 16, 8) whose K and V rows fit kTileBytes.
 template <class T>
 __host__ __device__ int tile_keys(int D) {
   int t = kMaxTile;
-  while (t > 8 && size_t(t) * (2 * D + kPad<T>) * sizeof(T) > kTileBytes) t /= 2;
+  while (t > 8 && tile_bytes<T>(D, t) > kTileBytes) t /= 2;
   return t;
 }
 
@@ -217,14 +222,13 @@ void decode(const Params& p, bool bf16, Tensor& workspace, cudaStream_t st) {
   if (workspace.numel() < floats) workspace = Tensor::empty({floats}, DType::F32, workspace.device());
   float* part = static_cast<float*>(workspace.raw());
   const dim3 grid(unsigned(splits), unsigned(p.Hkv * chunks), unsigned(p.B * p.Sq));
-  auto run = [&](auto kernel, size_t elem) {
-    const size_t smem = size_t(bf16 ? tile_keys<__nv_bfloat16>(p.D) : tile_keys<float>(p.D)) *
-                        (2 * p.D + 4 / elem) * elem;
-    launch_kernel(pdl_enabled(detail::dev(workspace)), kernel, grid, dim3(kThreads), smem, st, p, part, splits,
-                  keys_per_split, chunks);
+  auto run = [&](auto element) {
+    using T = decltype(element);
+    launch_kernel(pdl_enabled(detail::dev(workspace)), decode_kernel<T>, grid, dim3(kThreads),
+                  tile_bytes<T>(p.D, tile_keys<T>(p.D)), st, p, part, splits, keys_per_split, chunks);
   };
-  if (bf16) run(decode_kernel<__nv_bfloat16>, sizeof(__nv_bfloat16));
-  else run(decode_kernel<float>, sizeof(float));
+  if (bf16) run(__nv_bfloat16());
+  else run(float());
   ERNIE_CUDA_LAUNCH("attention (decode)");
 }
 
