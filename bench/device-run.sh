@@ -3,9 +3,9 @@
 # named as arguments: tests (GPU tests), doctor, fullsize (CUDA vs CPU at full size), perf (kernel timings),
 # bench (ernie-image bench runs), quant (8-bit weights vs bf16 at full size), convert (a full-size random
 # folder converted to fp8 and bf16 files, and their load speed from the page cache; bench/convert-stage.sh),
-# profile (per-kernel GPU time from ncu; bench/profile-stage.sh).
+# profile (per-kernel GPU time from ncu; bench/profile-stage.sh), pe (bench-pe: prompt-enhancer speed).
 # Logs go to $OUT (at most 8 files come back): build.log, tests.log, doctor.txt, perf.log, bench.log,
-# quant.log, convert.log, profile.log, power.csv. NO_BUILD=1 skips the build (an existing build/ is used, e.g. to try a stage on the CPU).
+# quant.log, convert.log, profile.log, pe.log, power.csv. NO_BUILD=1 skips the build (an existing build/ is used, e.g. to try a stage on the CPU).
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/ernie-out}
@@ -56,6 +56,10 @@ for stage in "$@"; do
     profile)  # per-kernel GPU time (ncu) of a bf16 and an fp8 DiT step and of prompt-enhancer decoding
       bench/profile-stage.sh "$B" /tmp/ernie-profile > "$OUT/profile.log" 2>&1
       echo "profile exit $?"; cat "$OUT/profile.log" | head -150 ;;
+    pe)  # prompt-enhancer prefill and decode speed, full-size random weights (PE_ARGS replaces the defaults)
+      $B bench-pe --random --size full --device cuda ${PE_ARGS:---prompt-tokens 1000 --new-tokens 128 --repeats 3} \
+        >> "$OUT/pe.log" 2>&1
+      echo "bench-pe exit $?"; tail -20 "$OUT/pe.log" ;;
     convert)  # ~23 GB random bf16 folder -> convert fp8, bf16 (disk allowing) -> load each from the page cache
       bench/convert-stage.sh "$B" "${CONVERT_DIR:-/tmp/ernie-convert}" > "$OUT/convert.log" 2>&1
       echo "convert exit $?"; grep -E "^(##|random|wrote|convert|sync|cat|load|disk|skip|error)" "$OUT/convert.log" ;;

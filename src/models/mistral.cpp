@@ -230,6 +230,7 @@ Tensor MistralModel::self_attn(const Layer& l, const Tensor& x, const Tensor& co
   ops::AttentionMask mask;
   mask.causal = true;
   mask.q_offset = pos0;
+  if (k_cache) mask.stable_keys = pos0;  // this step writes rows pos0.. only
   Tensor attn_output = ops::attention(query_states, key_states, value_states, 1.f / std::sqrt(float(D)), mask);
   return ops::linear(attn_output.reshape({T, Hq * D}), l.o_proj);
 }

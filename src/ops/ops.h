@@ -130,6 +130,9 @@ struct AttentionMask {
   bool causal = false;          // query i (at absolute position q_offset + i) sees keys <= its position
   int64_t q_offset = 0;         // position of the first query (KV-cached decoding)
   std::vector<int64_t> kv_len;  // per batch row: only keys [0, kv_len[b]) are valid; empty = all valid
+  // Keys [0, stable_keys) of k and v were written before the op just ahead of this one (a KV cache's earlier
+  // rows): a GPU kernel may start reading them while that op still runs. A hint; 0 promises nothing.
+  int64_t stable_keys = 0;
 };
 // softmax(q·kᵀ·scale + mask)·v. q [B, Sq, Hq, D], k/v [B, Sk, Hkv, D] with Hq % Hkv == 0 (GQA).
 // Returns [B, Sq, Hq, D].

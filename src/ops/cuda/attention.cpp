@@ -57,6 +57,7 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
     p.scale = scale;
     p.causal = mask.causal;
     p.q_offset = mask.q_offset;
+    p.stable_keys = mask.stable_keys;
     for (int i = 0; i < nb; ++i) p.kv_len[i] = int(mask.kv_len.empty() ? Sk : mask.kv_len[size_t(b0 + i)]);
     if (decode) attn::decode(p, q.dtype() == DType::BF16, workspace, st);
     else if (wgmma) attn::flash_wgmma(p, st);

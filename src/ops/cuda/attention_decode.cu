@@ -6,7 +6,9 @@
 // warp per head updates that head's online softmax over the tile, and each thread accumulates its share of
 // the heads' output dims. With one chunk that is the output; else each block writes (max, sum, unnormalised
 // output) per head to a workspace and the last block of the (row, head group) to finish merges the chunks
-// (a ticket counter per group, reset by that block).
+// (a ticket counter per group, reset by that block). Launched as a programmatic dependent (pdl.cuh): a block
+// whose first tile lies in the caller's stable keys (a KV cache's earlier rows) loads it before waiting for
+// the previous kernel.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -71,8 +73,6 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const Params p, float*
   __shared__ float sq[kHeads][kMaxD], ss[kHeads][kMaxTile], sm[kHeads], sl[kHeads], scorr[kHeads];
   __shared__ float wsplit[kHeads][kMaxSplits], inv_l[kHeads];
   __shared__ bool last;
-  pdl_wait();
-  pdl_launch_dependents();
   const int split = blockIdx.x, kh = blockIdx.y / chunks, chunk = blockIdx.y % chunks, z = blockIdx.z;
   const int b = z / p.Sq, row = z % p.Sq, G = p.Hq / p.Hkv, h0 = kh * G + chunk * kHeads;
   const int hb = min(kHeads, G - chunk * kHeads), D = p.D, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
@@ -88,17 +88,29 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const Params p, float*
   T* sk = reinterpret_cast<T*>(tile_bytes);
   T* sv = sk + tile * kstride;
 
+  // A first tile of keys older than the previous kernel's writes comes in while that kernel finishes.
+  const int64_t first = int64_t(split) * keys_per_split;
+  const bool preloaded = first < j1 && first + min(int64_t(tile), j1 - first) <= p.stable_keys;
+  if (preloaded) {
+    const int nt = int(min(int64_t(tile), j1 - first));
+    load_tile(sk, kstride, K + first * ks, ks, nt, D);
+    load_tile(sv, D, V + first * ks, ks, nt, D);
+  }
+  pdl_wait();
+  pdl_launch_dependents();
   for (int i = tid; i < hb * D; i += kThreads) sq[i / D][i % D] = to_f(q[int64_t(h0) * D + i]) * p.scale;
   if (tid < kHeads) sm[tid] = -INFINITY, sl[tid] = 0.f;
   // Thread tid owns outputs (head, dim) = idx / D, idx % D for idx = tid + k·kThreads < hb·D.
   constexpr int kOuts = kHeads * kMaxD / kThreads;
   float acc[kOuts] = {};
-  for (int64_t t0 = int64_t(split) * keys_per_split; t0 < j1; t0 += tile) {
+  for (int64_t t0 = first; t0 < j1; t0 += tile) {
     const int nt = int(min(int64_t(tile), j1 - t0));
-    __syncthreads();  // the previous tile is consumed (and sq, sm, sl are set)
-    load_tile(sk, kstride, K + t0 * ks, ks, nt, D);
-    load_tile(sv, D, V + t0 * ks, ks, nt, D);
-    __syncthreads();
+    if (t0 != first || !preloaded) {
+      __syncthreads();  // the previous tile is consumed
+      load_tile(sk, kstride, K + t0 * ks, ks, nt, D);
+      load_tile(sv, D, V + t0 * ks, ks, nt, D);
+    }
+    __syncthreads();  // the tile (and sq, sm, sl) are set
     if (tid < nt) {  // scores of key tid for every head
       float s[kHeads] = {};
       const T* kr = sk + tid * kstride;

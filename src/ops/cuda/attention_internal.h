@@ -20,6 +20,7 @@ struct Params {
   float scale;
   bool causal;
   int64_t q_offset;
+  int64_t stable_keys;  // AttentionMask::stable_keys
   int kv_len[kMaxBatch];  // per batch row, already clipped to [0, Sk]
 };
 

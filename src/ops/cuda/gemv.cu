@@ -9,6 +9,7 @@
 // stores silu(gate)·up, each dot rounded to the activation dtype first as a stored projection would be.
 // Launched as a programmatic dependent where pdl_enabled (pdl.cuh).
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -39,12 +40,19 @@ __device__ __forceinline__ Pack<T> load_stream(const Pack<T>* p) {
 template <class T, int M, bool kPair>
 __global__ void __launch_bounds__(32 * kWarps) gemv_kernel(const Pack<T>* __restrict__ x,
                                                            const Pack<T>* __restrict__ w, VecF bias,
-                                                           T* __restrict__ y, int64_t n_out, int kp) {
+                                                           T* __restrict__ y, int64_t n_out, int kp, bool prefetch) {
   constexpr int kRows = kPair ? 2 : 1, kUnroll = kPair ? 2 : 4;
+  const int64_t warps = int64_t(gridDim.x) * kWarps, n0 = blockIdx.x * int64_t(kWarps) + threadIdx.y;
+  // The weights are no kernel's output: the first column's row(s) go into L2, one 128-byte line per lane,
+  // while the previous kernel finishes.
+  if (prefetch && n0 < n_out)
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+      for (int i = threadIdx.x * 8; i < kp; i += 256)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(w + (n0 + r * n_out) * kp + i));
   pdl_wait();  // x (and y's memory) belong to earlier kernels
   pdl_launch_dependents();
-  const int64_t warps = int64_t(gridDim.x) * kWarps;
-  for (int64_t n = blockIdx.x * int64_t(kWarps) + threadIdx.y; n < n_out; n += warps) {
+  for (int64_t n = n0; n < n_out; n += warps) {
     const Pack<T>* wr[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) wr[r] = w + (n + r * n_out) * kp;
@@ -106,6 +114,15 @@ __global__ void swiglu_halves_kernel(const T* __restrict__ gate_up, T* __restric
   }
 }
 
+// Measurement knob, removed once measured: ERNIE_GEMV_PREFETCH=0 leaves the L2 prefetch out.
+bool prefetch_knob() {
+  static const bool on = [] {
+    const char* e = std::getenv("ERNIE_GEMV_PREFETCH");
+    return !(e && std::strcmp(e, "0") == 0);
+  }();
+  return on;
+}
+
 // Blocks of `kernel` (kWarps warps) resident on the whole of `device` at once.
 int resident_blocks(const void* kernel, int device) {
   static std::mutex mu;
@@ -131,7 +148,7 @@ void launch(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, int64_
     const int64_t per_warp = (N + fit - 1) / fit, warps = (N + per_warp - 1) / per_warp;
     const unsigned grid = unsigned((warps + kWarps - 1) / kWarps);
     launch_kernel(pdl_enabled(device), kernel, dim3(grid), dim3(32, kWarps), 0, stream(device), x.data<Pack<T>>(),
-                  w.data<Pack<T>>(), vec(b), y.data<T>(), N, int(K / kPack<T>));
+                  w.data<Pack<T>>(), vec(b), y.data<T>(), N, int(K / kPack<T>), prefetch_knob());
   };
   switch (M) {
     case 1: args(gemv_kernel<T, 1, kPair>); break;

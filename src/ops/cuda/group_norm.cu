@@ -167,32 +167,40 @@ __global__ void group_stats_nhwc_kernel(const T* __restrict__ x, float* __restri
   }
 }
 
-// Packs of V channels of x [B, hw, C]: (x - mean) * inv * w + b of the pack's groups, SiLU when asked.
+// grid (blocks, B), block (C / V channel packs, P pixels), like the stats kernel: each thread keeps to the
+// same V channels, so their (mean, 1/std, weight, bias) are read once; it then walks pixels of batch row b,
+// (x - mean) * inv * w + b per channel, SiLU when asked.
 template <class T, int V>
 __global__ void group_apply_nhwc_kernel(const T* __restrict__ x, const float* __restrict__ stats, VecF w, VecF b,
-                                        T* __restrict__ y, int64_t packs, int64_t hwc, int C, int groups, int chunks,
-                                        bool silu) {
-  const int cg = C / groups;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < packs; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t e0 = i * V, row = e0 / hwc;
-    const int c0 = int(e0 % C);
+                                        T* __restrict__ y, int64_t hw, int C, int groups, int chunks, bool silu) {
+  const int c0 = threadIdx.x * V, cg = C / groups;
+  float mean[V], inv[V], wc[V], bc[V];
+#pragma unroll
+  for (int e = 0; e < V; ++e) {
+    const float* st = stats + (int64_t(blockIdx.y) * groups + (c0 + e) / cg) * chunks * 2;
+    mean[e] = st[0], inv[e] = st[1];
+    wc[e] = w.defined() ? w[c0 + e] : 1.f;
+    bc[e] = b.defined() ? b[c0 + e] : 0.f;
+  }
+  const bool affine_w = w.defined(), affine_b = b.defined();
+  const T* xb = x + blockIdx.y * hw * C + c0;
+  T* yb = y + blockIdx.y * hw * C + c0;
+  for (int64_t p = blockIdx.x * int64_t(blockDim.y) + threadIdx.y; p < hw; p += int64_t(gridDim.x) * blockDim.y) {
     float v[V];
-    load_v<T, V>(x, e0, v);
+    load_v<T, V>(xb, p * C, v);
     Pack<T> o;
 #pragma unroll
     for (int e = 0; e < V; ++e) {
-      const int c = c0 + e;
-      const float* st = stats + (row * groups + c / cg) * chunks * 2;
-      float r = (v[e] - st[0]) * st[1];
-      if (w.defined()) r *= w[c];
-      if (b.defined()) r += b[c];
+      float r = (v[e] - mean[e]) * inv[e];
+      if (affine_w) r *= wc[e];
+      if (affine_b) r += bc[e];
       if (silu) r = silu_f(r);
       o.v[e] = from_f<T>(r);
     }
     if constexpr (V == 1)
-      y[e0] = o.v[0];
+      yb[p * C] = o.v[0];
     else
-      *reinterpret_cast<Pack<T>*>(y + e0) = o;
+      *reinterpret_cast<Pack<T>*>(yb + p * C) = o;
   }
 }
 
@@ -222,10 +230,10 @@ void group_norm_nhwc(const Tensor& x, Tensor& y, int groups, const Tensor& weigh
   group_finalize_kernel<<<unsigned(B * groups), 32, 0, st>>>(stats.data<float>(), hw, ppc, double(C / groups), chunks,
                                                              eps);
   ERNIE_CUDA_LAUNCH("group_norm");
-  const int64_t packs = x.numel() / V;
-  group_apply_nhwc_kernel<T, V><<<detail::blocks_for(packs, kThreads), kThreads, 0, st>>>(
-      x.data<T>(), stats.data<float>(), vec(weight), vec(bias), y.data<T>(), packs, hw * C, int(C), groups, chunks,
-      silu);
+  // Enough blocks for several waves of 2048 threads per SM, each walking pixels with a grid stride.
+  const int64_t rows = std::min<int64_t>((hw + P - 1) / P, std::max<int64_t>(1, 132 * 2048 / (L * P) * 4 / B));
+  group_apply_nhwc_kernel<T, V><<<dim3(unsigned(rows), unsigned(B)), dim3(unsigned(L), unsigned(P)), 0, st>>>(
+      x.data<T>(), stats.data<float>(), vec(weight), vec(bias), y.data<T>(), hw, int(C), groups, chunks, silu);
   ERNIE_CUDA_LAUNCH("group_norm");
 }
 
