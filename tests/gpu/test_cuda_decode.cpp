@@ -84,12 +84,14 @@ TEST(CudaDecode, LinearSwiglu) {
                Error);
 }
 
-// More columns than warps fit on the GPU at once: each warp takes several, strided.
+// More columns than warps fit on the GPU at once: each warp takes several (strided in the register kernel, a
+// contiguous run in the bulk-copy kernel that Hopper takes for rows of whole 2 KiB chunks: K = 1024 bf16, 512 f32).
 TEST(CudaDecode, GemvManyColumnsPerWarp) {
   ERNIE_REQUIRE_GPU();
   FOR_DTYPES {
-    for (int64_t M : {1, 3}) {
-      Tensor x = as_dtype(rnd({M, 256}, 30), dt), w = as_dtype(rnd({70001, 256}, 31, 0.05f), dt);
+    for (int64_t M : {1, 3}) for (int64_t K : {256, 1024}) {
+      SCOPED_TRACE("K " + std::to_string(K));
+      Tensor x = as_dtype(rnd({M, K}, 30), dt), w = as_dtype(rnd({70001, K}, 31, 0.05f), dt);
       Tensor b = as_dtype(rnd({70001}, 32), dt);
       EXPECT_TRUE(tensors_close(down(ops::linear(up(x, dt), up(w, dt), up(b, dt))), cpu::linear(x, w, b), tol(dt, 1e-5),
                                 min_cos(dt)))

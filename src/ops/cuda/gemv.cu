@@ -7,7 +7,8 @@
 // chosen so every warp gets the same number of columns give or take one): no second, mostly idle wave.
 // kPair (linear_swiglu): the warp of column n also dots row n + N of a stacked gate|up weight [2N, K] and
 // stores silu(gate)·up, each dot rounded to the activation dtype first as a stored projection would be.
-// Launched as a programmatic dependent where pdl_enabled (pdl.cuh).
+// On Hopper, rows of whole 2 KiB chunks take gemv_bulk_kernel instead (below). Launched as a programmatic
+// dependent where pdl_enabled (pdl.cuh).
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -19,6 +20,7 @@
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/gemm.h"
 #include "ops/cuda/pdl.cuh"
+#include "ops/cuda/wgmma_sm90.cuh"
 #include "ops/shape_rules.h"
 
 namespace ernie::cuda {
@@ -40,19 +42,12 @@ __device__ __forceinline__ Pack<T> load_stream(const Pack<T>* p) {
 template <class T, int M, bool kPair>
 __global__ void __launch_bounds__(32 * kWarps) gemv_kernel(const Pack<T>* __restrict__ x,
                                                            const Pack<T>* __restrict__ w, VecF bias,
-                                                           T* __restrict__ y, int64_t n_out, int kp, bool prefetch) {
+                                                           T* __restrict__ y, int64_t n_out, int kp) {
   constexpr int kRows = kPair ? 2 : 1, kUnroll = kPair ? 2 : 4;
-  const int64_t warps = int64_t(gridDim.x) * kWarps, n0 = blockIdx.x * int64_t(kWarps) + threadIdx.y;
-  // The weights are no kernel's output: the first column's row(s) go into L2, one 128-byte line per lane,
-  // while the previous kernel finishes.
-  if (prefetch && n0 < n_out)
-#pragma unroll
-    for (int r = 0; r < kRows; ++r)
-      for (int i = threadIdx.x * 8; i < kp; i += 256)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(w + (n0 + r * n_out) * kp + i));
   pdl_wait();  // x (and y's memory) belong to earlier kernels
   pdl_launch_dependents();
-  for (int64_t n = n0; n < n_out; n += warps) {
+  const int64_t warps = int64_t(gridDim.x) * kWarps;
+  for (int64_t n = blockIdx.x * int64_t(kWarps) + threadIdx.y; n < n_out; n += warps) {
     const Pack<T>* wr[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) wr[r] = w + (n + r * n_out) * kp;
@@ -94,6 +89,91 @@ __global__ void __launch_bounds__(32 * kWarps) gemv_kernel(const Pack<T>* __rest
   }
 }
 
+// ---- Hopper: weights through shared memory by bulk copies --------------------------------------------------
+// Each warp takes a contiguous run of output columns, so its weight rows are one contiguous byte range (two
+// with kPair: the gate rows and the up rows), and streams it in 2 KiB chunks through a ring of kStages
+// shared-memory buffers filled by the copy engine (cp.async.bulk, completing on one mbarrier per buffer): up
+// to 16 KiB per warp in flight without holding registers. Lane 0 issues the first kStages chunks before
+// waiting for the previous kernel (the weights are no kernel's output). Rows are a whole number of chunks.
+constexpr int kBulkWarps = 4, kStages = 8, kChunk = 2048;
+
+template <class T, int M, bool kPair>
+__global__ void __launch_bounds__(32 * kBulkWarps) gemv_bulk_kernel(const Pack<T>* __restrict__ x,
+                                                                    const unsigned char* __restrict__ w, VecF bias,
+                                                                    T* __restrict__ y, int64_t n_out, int kp) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr int kRows = kPair ? 2 : 1, kCp = kChunk / 16;  // packs per chunk
+  extern __shared__ __align__(128) unsigned char ring[];   // [kBulkWarps][kStages][kChunk]
+  __shared__ uint64_t full[kBulkWarps][kStages];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t warps = int64_t(gridDim.x) * kBulkWarps, gw = blockIdx.x * int64_t(kBulkWarps) + warp;
+  const int64_t c0 = gw * n_out / warps, c1 = (gw + 1) * n_out / warps;
+  const int cpr = kp / kCp;  // chunks per row
+  const int64_t chunks = (c1 - c0) * kRows * cpr, row_bytes = int64_t(kp) * 16;
+  unsigned char* buf = ring + warp * kStages * kChunk;
+  // Chunk j: piece j % cpr of row r = (j / cpr) % kRows of column c0 + j / (cpr · kRows).
+  auto issue = [&](int64_t j, uint64_t policy) {
+    const int64_t unit = j / (cpr * kRows);
+    const int r = int(j / cpr % kRows), piece = int(j % cpr);
+    uint64_t* bar = &full[warp][j % kStages];
+    wgmma::mbar_expect_tx(bar, kChunk);
+    wgmma::bulk_load(buf + (j % kStages) * kChunk, w + (c0 + unit + r * n_out) * row_bytes + int64_t(piece) * kChunk,
+                     kChunk, bar, policy);
+  };
+  uint64_t policy = 0;
+  if (lane == 0) {
+    policy = wgmma::evict_first_policy();
+    for (int s = 0; s < kStages; ++s) wgmma::mbar_init(&full[warp][s], 1);
+    for (int64_t j = 0; j < min(chunks, int64_t(kStages)); ++j) issue(j, policy);
+  }
+  __syncwarp();
+  pdl_wait();  // x (and y's memory) belong to earlier kernels
+  pdl_launch_dependents();
+  float acc[kRows][M] = {};
+  int piece = 0, r = 0;
+  int64_t n = c0;
+  for (int64_t j = 0; j < chunks; ++j) {
+    const int s = int(j % kStages);
+    wgmma::mbar_wait(&full[warp][s], uint32_t(j / kStages) & 1u);
+    const Pack<T>* wp = reinterpret_cast<const Pack<T>*>(buf + s * kChunk);
+#pragma unroll
+    for (int u = 0; u < kCp / 32; ++u) {
+      const Pack<T> a = wp[lane + 32 * u];
+      const int i = piece * kCp + lane + 32 * u;
+#pragma unroll
+      for (int m = 0; m < M; ++m) {
+        const Pack<T> b = x[m * kp + i];
+#pragma unroll
+        for (int e = 0; e < kPack<T>; ++e) acc[r][m] += to_f(a.v[e]) * to_f(b.v[e]);
+      }
+    }
+    __syncwarp();  // every lane is done with buffer s
+    if (lane == 0 && j + kStages < chunks) {
+      wgmma::fence_proxy_async();
+      issue(j + kStages, policy);
+    }
+    if (++piece < cpr) continue;
+    piece = 0;
+    if (++r < kRows) continue;
+    r = 0;
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      float sum[kRows];
+#pragma unroll
+      for (int q = 0; q < kRows; ++q) sum[q] = warp_sum(acc[q][m]), acc[q][m] = 0.f;
+      if (lane != 0) continue;
+      if constexpr (kPair)
+        y[m * n_out + n] = from_f<T>(silu_f(to_f(from_f<T>(sum[0]))) * to_f(from_f<T>(sum[1])));
+      else
+        y[m * n_out + n] = from_f<T>(sum[0] + (bias.defined() ? bias[n] : 0.f));
+    }
+    ++n;
+  }
+#else
+  __trap();  // the dispatcher takes this kernel on compute capability 9.0 and newer only
+#endif
+}
+
 // out[r, i] = silu(gate_up[r, i]) · gate_up[r, I + i]: the activation of the rows the GEMV does not take.
 // P elements per access (I % P == 0, rows aligned to P elements).
 template <class T, int P>
@@ -114,46 +194,63 @@ __global__ void swiglu_halves_kernel(const T* __restrict__ gate_up, T* __restric
   }
 }
 
-// Measurement knob, removed once measured: ERNIE_GEMV_PREFETCH=0 leaves the L2 prefetch out.
-bool prefetch_knob() {
-  static const bool on = [] {
-    const char* e = std::getenv("ERNIE_GEMV_PREFETCH");
-    return !(e && std::strcmp(e, "0") == 0);
-  }();
-  return on;
-}
-
-// Blocks of `kernel` (kWarps warps) resident on the whole of `device` at once.
-int resident_blocks(const void* kernel, int device) {
+// Blocks of `kernel` (`threads` threads, `smem` bytes of dynamic shared memory) resident on the whole of
+// `device` at once.
+int resident_blocks(const void* kernel, int device, int threads, size_t smem) {
   static std::mutex mu;
   static std::map<std::tuple<const void*, int>, int> known;
   std::lock_guard<std::mutex> lk(mu);
   auto [it, fresh] = known.try_emplace({kernel, device}, 0);
   if (fresh) {
     int per_sm = 0, sms = 0;
-    ERNIE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * kWarps, 0));
+    if (smem > 48 * 1024)
+      ERNIE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    ERNIE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
     ERNIE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     it->second = std::max(1, per_sm * sms);
   }
   return it->second;
 }
 
+// Measurement knob, removed once measured: ERNIE_GEMV=ldg keeps Hopper on the register-streaming kernel.
+bool bulk_knob() {
+  static const bool on = [] {
+    const char* e = std::getenv("ERNIE_GEMV");
+    return !(e && std::strcmp(e, "ldg") == 0);
+  }();
+  return on;
+}
+
 // N output columns (kPair: of w's 2N rows) for M rows of x.
 template <class T, bool kPair>
 void launch(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, int64_t M, int64_t N, int64_t K) {
   const int device = detail::dev(x);
+  const int kp = int(K / kPack<T>);
+  const bool bulk = compute_capability(device) >= 90 && K * int64_t(sizeof(T)) % kChunk == 0 && bulk_knob();
   auto args = [&](auto kernel) {
     // As many warps as fit at once, then as few as give every warp the same number of columns (±1).
-    const int64_t fit = int64_t(resident_blocks(reinterpret_cast<const void*>(kernel), device)) * kWarps;
+    const int64_t fit = int64_t(resident_blocks(reinterpret_cast<const void*>(kernel), device, 32 * kWarps, 0)) * kWarps;
     const int64_t per_warp = (N + fit - 1) / fit, warps = (N + per_warp - 1) / per_warp;
     const unsigned grid = unsigned((warps + kWarps - 1) / kWarps);
     launch_kernel(pdl_enabled(device), kernel, dim3(grid), dim3(32, kWarps), 0, stream(device), x.data<Pack<T>>(),
-                  w.data<Pack<T>>(), vec(b), y.data<T>(), N, int(K / kPack<T>), prefetch_knob());
+                  w.data<Pack<T>>(), vec(b), y.data<T>(), N, kp);
   };
-  switch (M) {
-    case 1: args(gemv_kernel<T, 1, kPair>); break;
-    case 2: args(gemv_kernel<T, 2, kPair>); break;
-    case 3: args(gemv_kernel<T, 3, kPair>); break;
+  auto bulk_args = [&](auto kernel) {
+    // As many warps as fit at once (at most one per column); each takes an even share of the columns.
+    const size_t smem = size_t(kBulkWarps) * kStages * kChunk;
+    const int64_t fit = resident_blocks(reinterpret_cast<const void*>(kernel), device, 32 * kBulkWarps, smem);
+    const unsigned grid = unsigned(std::min(fit, (N + kBulkWarps - 1) / kBulkWarps));
+    launch_kernel(pdl_enabled(device), kernel, dim3(grid), dim3(32 * kBulkWarps), smem, stream(device),
+                  x.data<Pack<T>>(), static_cast<const unsigned char*>(w.raw()), vec(b), y.data<T>(), N, kp);
+  };
+  switch (bulk ? M : -M) {
+    case 1: bulk_args(gemv_bulk_kernel<T, 1, kPair>); break;
+    case 2: bulk_args(gemv_bulk_kernel<T, 2, kPair>); break;
+    case 3: bulk_args(gemv_bulk_kernel<T, 3, kPair>); break;
+    case 4: bulk_args(gemv_bulk_kernel<T, 4, kPair>); break;
+    case -1: args(gemv_kernel<T, 1, kPair>); break;
+    case -2: args(gemv_kernel<T, 2, kPair>); break;
+    case -3: args(gemv_kernel<T, 3, kPair>); break;
     default: args(gemv_kernel<T, 4, kPair>); break;
   }
   ERNIE_CUDA_LAUNCH(kPair ? "linear_swiglu" : "gemv");

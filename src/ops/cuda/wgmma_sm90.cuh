@@ -1,7 +1,7 @@
 // Hopper (sm_90a) instructions of the attention kernel: warpgroup tensor-core MMAs (shared-memory matrix
 // descriptors for the 128-byte swizzle, the wgmma fences, the two m64n128k16 bf16 shapes), the tensor
-// memory accelerator's tiled loads and the shared-memory barriers they complete on. Only
-// attention_wgmma.cu includes this; a HIP port replaces it (and that kernel) with MFMA code.
+// memory accelerator's tiled and bulk loads and the shared-memory barriers they complete on. attention_wgmma.cu
+// and the GEMV's bulk kernel (gemv.cu) include this; a HIP port replaces them with MFMA code and plain loads.
 #pragma once
 #include <cstdint>
 
@@ -59,6 +59,21 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const void* tmap, uint64_
       "[%6];\n" ::"r"(smem_u32(dst)),
       "l"(reinterpret_cast<uint64_t>(tmap)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_u32(bar))
       : "memory");
+}
+// `bytes` (a multiple of 16) of global memory into shared memory (both 16-byte aligned), completing on `bar`;
+// `policy` an L2 cache policy (evict_first_policy).
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n" ::"r"(
+          smem_u32(dst)),
+      "l"(src), "r"(bytes), "r"(smem_u32(bar)), "l"(policy)
+      : "memory");
+}
+// An L2 policy for data read once: first out.
+__device__ __forceinline__ uint64_t evict_first_policy() {
+  uint64_t p;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
+  return p;
 }
 __device__ __forceinline__ float ex2(float x) {
   float y;
