@@ -202,19 +202,33 @@ KVCache MistralModel::new_cache(int64_t capacity) const {
 
 // ---- forward --------------------------------------------------------------------------------------------------
 
-Tensor MistralModel::self_attn(const Layer& l, const Tensor& x, const Tensor& cos_q, const Tensor& sin_q,
+Tensor MistralModel::normed(const Input& in, Tensor& sum) const {
+  if (!in.delta.defined()) {
+    sum = in.hidden;
+    return ops::rms_norm(in.hidden, in.norm, cfg_.rms_norm_eps);
+  }
+  ops::SumNorm r = ops::add_rms_norm(in.hidden, in.delta, in.norm, cfg_.rms_norm_eps);
+  sum = r.sum;
+  return r.normed;
+}
+
+Tensor MistralModel::self_attn(const Layer& l, const Input& in, Tensor& sum, const Tensor& cos_q, const Tensor& sin_q,
                                const Tensor& cos_k, const Tensor& sin_k, int64_t pos0, Tensor* k_cache,
                                Tensor* v_cache) const {
-  const int64_t T = x.dim(0), Hq = cfg_.num_attention_heads, Hkv = cfg_.num_key_value_heads, D = cfg_.head_dim;
+  const int64_t T = in.hidden.dim(0), Hq = cfg_.num_attention_heads, Hkv = cfg_.num_key_value_heads, D = cfg_.head_dim;
   Tensor query_states, key_states, value_states;
   // apply_rotary_pos_emb; the llama-4 query scale (ministral3) is folded into the query's tables.
   if (l.qkv_proj.defined()) {
-    // One projection for q|k|v, then the split, RoPE and the new keys/values into the cache in one op.
-    ops::Qkv a = ops::qkv_rope(ops::linear(x, l.qkv_proj).reshape({1, T, -1}), Hq, Hkv, cos_q, sin_q, cos_k, sin_k,
+    // One projection for q|k|v (with the add and norm in front), then the split, RoPE and the new keys/values
+    // into the cache in one op.
+    ops::SumOut p = ops::add_rms_norm_linear(in.hidden, in.delta, in.norm, cfg_.rms_norm_eps, l.qkv_proj);
+    sum = p.sum;
+    ops::Qkv a = ops::qkv_rope(p.out.reshape({1, T, -1}), Hq, Hkv, cos_q, sin_q, cos_k, sin_k,
                                k_cache ? cache_rows(*k_cache, pos0, T) : Tensor(),
                                v_cache ? cache_rows(*v_cache, pos0, T) : Tensor());
     query_states = a.q, key_states = a.k, value_states = a.v;
   } else {
+    const Tensor x = normed(in, sum);
     query_states = ops::rope(ops::linear(x, l.q_proj).reshape({1, T, Hq, D}), cos_q, sin_q);
     key_states = ops::rope(ops::linear(x, l.k_proj).reshape({1, T, Hkv, D}), cos_k, sin_k);
     value_states = ops::linear(x, l.v_proj).reshape({1, T, Hkv, D});
@@ -235,10 +249,15 @@ Tensor MistralModel::self_attn(const Layer& l, const Tensor& x, const Tensor& co
   return ops::linear(attn_output.reshape({T, Hq * D}), l.o_proj);
 }
 
-// down_proj(act_fn(gate_proj(x)) * up_proj(x)); on CUDA gate|up is one projection whose GEMV applies the
-// activation.
-Tensor MistralModel::mlp(const Layer& l, const Tensor& x) const {
-  if (l.gate_up_proj.defined()) return ops::linear(ops::linear_swiglu(x, l.gate_up_proj), l.down_proj);
+// down_proj(act_fn(gate_proj(x)) * up_proj(x)); on CUDA gate|up is one projection (with the add and norm in
+// front) whose GEMV applies the activation.
+Tensor MistralModel::mlp(const Layer& l, const Input& in, Tensor& sum) const {
+  if (l.gate_up_proj.defined()) {
+    ops::SumOut p = ops::add_rms_norm_linear(in.hidden, in.delta, in.norm, cfg_.rms_norm_eps, l.gate_up_proj, true);
+    sum = p.sum;
+    return ops::linear(p.out, l.down_proj);
+  }
+  const Tensor x = normed(in, sum);
   return ops::linear(ops::swiglu(ops::linear(x, l.gate_proj), ops::linear(x, l.up_proj)), l.down_proj);
 }
 
@@ -263,23 +282,19 @@ Tensor MistralModel::forward(const std::vector<int64_t>& ids, int n_layers, KVCa
   if (q_scaled) rope_tables(rope_, pos0, T, [&](int64_t p) { return llama4_query_scale(cfg_, p); }, device_, cos_q, sin_q);
   else cos_q = cos, sin_q = sin;
 
+  // The reference's `residual + h` after each sublayer is deferred into the next sublayer's input (Input).
   Tensor hidden_states = ops::embedding(embed_tokens, ids, device_, act_);  // [T, hidden]
-  // Each residual add runs fused with the RMSNorm that follows it (the next layer's input_layernorm too).
-  Tensor x = n_layers > 0 ? ops::rms_norm(hidden_states, layers_[0].input_layernorm, cfg_.rms_norm_eps) : Tensor();
+  Tensor delta;
   for (int i = 0; i < n_layers; ++i) {
     const Layer& l = layers_[size_t(i)];
-    Tensor attn = self_attn(l, x, cos_q, sin_q, cos, sin, pos0, cache ? &cache->k[size_t(i)] : nullptr,
-                            cache ? &cache->v[size_t(i)] : nullptr);
-    ops::SumNorm r = ops::add_rms_norm(hidden_states, attn, l.post_attention_layernorm, cfg_.rms_norm_eps);
-    hidden_states = r.sum, x = r.normed;
-    Tensor mlp_out = mlp(l, x);
-    if (i + 1 == n_layers) {
-      hidden_states = ops::add(hidden_states, mlp_out);
-      break;
-    }
-    r = ops::add_rms_norm(hidden_states, mlp_out, layers_[size_t(i + 1)].input_layernorm, cfg_.rms_norm_eps);
-    hidden_states = r.sum, x = r.normed;
+    Tensor sum;
+    delta = self_attn(l, {hidden_states, delta, l.input_layernorm}, sum, cos_q, sin_q, cos, sin, pos0,
+                      cache ? &cache->k[size_t(i)] : nullptr, cache ? &cache->v[size_t(i)] : nullptr);
+    hidden_states = sum;
+    delta = mlp(l, {hidden_states, delta, l.post_attention_layernorm}, sum);
+    hidden_states = sum;
   }
+  if (delta.defined()) hidden_states = ops::add(hidden_states, delta);
   if (cache) cache->length += T;
   return hidden_states;
 }

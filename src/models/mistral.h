@@ -60,9 +60,19 @@ class MistralModel {
   };
 
  private:
-  Tensor self_attn(const Layer& l, const Tensor& x, const Tensor& cos_q, const Tensor& sin_q, const Tensor& cos_k,
-                   const Tensor& sin_k, int64_t pos0, Tensor* k_cache, Tensor* v_cache) const;
-  Tensor mlp(const Layer& l, const Tensor& x) const;
+  // A sublayer's input: norm(hidden + delta), delta (the previous sublayer's output) undefined before layer 0.
+  // The residual add and the RMSNorm run inside the sublayer's first projection where its weights are stacked
+  // (ops::add_rms_norm_linear); `sum` receives hidden + delta either way.
+  struct Input {
+    const Tensor& hidden;
+    const Tensor& delta;
+    const Tensor& norm;
+  };
+  Tensor normed(const Input& in, Tensor& sum) const;  // the unstacked path: the normed input itself
+  // Each returns the sublayer's output (the next residual delta).
+  Tensor self_attn(const Layer& l, const Input& in, Tensor& sum, const Tensor& cos_q, const Tensor& sin_q,
+                   const Tensor& cos_k, const Tensor& sin_k, int64_t pos0, Tensor* k_cache, Tensor* v_cache) const;
+  Tensor mlp(const Layer& l, const Input& in, Tensor& sum) const;
   // Layers [0, n_layers) (and the final norm and LM head) from `source`: tensor name (as in
   // mistral_tensor_specs) and the shape the config implies -> host tensor, placed on `device` here.
   // `who` names the model in errors.

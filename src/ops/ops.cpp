@@ -185,6 +185,24 @@ Tensor linear_swiglu(const Tensor& x, const Weight& gate_up) {
   ERNIE_CHECK(x.defined() && gate_up.defined(), "linear_swiglu: an input is undefined");
   ERNIE_OP(linear_swiglu, x.device(), x, gate_up);
 }
+SumOut add_rms_norm_linear(const Tensor& x, const Tensor& y, const Tensor& norm_weight, float eps, const Weight& w,
+                           bool swiglu) {
+  ERNIE_CHECK(x.defined() && w.defined(), "add_rms_norm_linear: an input is undefined");
+#ifdef ERNIE_HAVE_CUDA
+  if (x.device().is_cuda() && cuda::add_rms_norm_linear_supported(x, y, norm_weight, w, swiglu))
+    return on_cuda("add_rms_norm_linear", [&] { return cuda::add_rms_norm_linear(x, y, norm_weight, eps, w, swiglu); });
+#endif
+  SumOut r;
+  Tensor normed;
+  if (y.defined()) {
+    SumNorm n = add_rms_norm(x, y, norm_weight, eps);
+    r.sum = n.sum, normed = n.normed;
+  } else {
+    r.sum = x, normed = rms_norm(x, norm_weight, eps);
+  }
+  r.out = swiglu ? linear_swiglu(normed, w) : linear(normed, w);
+  return r;
+}
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale, const AttentionMask& mask) {
   ERNIE_OP(attention, q.device(), q, k, v, scale, mask);
 }

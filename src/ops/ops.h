@@ -117,6 +117,15 @@ Qkv qkv_rope(const Tensor& qkv, int64_t heads_q, int64_t heads_kv, const Tensor&
 // swiglu(gate, up) of a stacked gate|up projection w [2·I, in] (gate rows then up rows): [..., I], each half
 // rounded to x's dtype as linear(x, w) would store it. CUDA computes it inside the GEMV for a few rows.
 Tensor linear_swiglu(const Tensor& x, const Weight& gate_up);
+// A decoder layer's residual add, the RMSNorm after it and the projection that reads the normed states:
+// sum = x + y (y undefined: x alone), out = linear(rms_norm(sum)·norm_weight, w), or linear_swiglu of it
+// with `swiglu` (w a stacked gate|up). The normed states are not returned. On CUDA for one row (decoding)
+// one kernel (the GEMV normalises its input first), elsewhere add_rms_norm (rms_norm) then the projection.
+struct SumOut {
+  Tensor sum, out;
+};
+SumOut add_rms_norm_linear(const Tensor& x, const Tensor& y, const Tensor& norm_weight, float eps, const Weight& w,
+                           bool swiglu = false);
 
 // ---- positional ---------------------------------------------------------------------------------------------
 // Rotate-half RoPE on x[B, S, heads, D] with full-width tables cos/sin [B or 1, S, D] (F32):

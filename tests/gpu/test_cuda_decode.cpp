@@ -15,7 +15,7 @@ namespace {
 TEST(CudaDecode, AddRmsNorm) {
   ERNIE_REQUIRE_GPU();
   FOR_DTYPES {
-    for (int64_t rows : {1, 2, 3, 4, 37}) for (int64_t c : {3072, 4104, 13}) for (bool with_w : {true, false}) {
+    for (int64_t rows : {1, 2, 3, 4, 37}) for (int64_t c : {3072, 4104, 9000, 13}) for (bool with_w : {true, false}) {
       SCOPED_TRACE("rows " + std::to_string(rows) + " c " + std::to_string(c) + (with_w ? " weight" : ""));
       Tensor x = as_dtype(rnd({rows, c}, 1, 2.f, 0.3f), dt), y = as_dtype(rnd({rows, c}, 2), dt);
       Tensor w = with_w ? as_dtype(rnd({c}, 3), dt) : Tensor();
@@ -82,6 +82,33 @@ TEST(CudaDecode, LinearSwiglu) {
                             cpu::swiglu(cpu::slice(h, 1, 0, 40), cpu::slice(h, 1, 40, 40)), 2e-2, 0.999));
   EXPECT_THROW(ops::linear_swiglu(up(x, DType::BF16), up(as_dtype(rnd({81, 64}, 24), DType::BF16), DType::BF16)),
                Error);
+}
+
+// The residual add and RMSNorm inside the projection (one kernel for one row with K a whole number of 2 KiB
+// chunks on Hopper: K = 3072; K = 100 and two rows take the composition): the sum bit for bit as add_rms_norm
+// stores it, the output as the projection of add_rms_norm's normed row (whose last bits may differ: the sum
+// of squares adds up in another order), with and without y and the norm weight, plain and swiglu.
+TEST(CudaDecode, AddRmsNormLinear) {
+  ERNIE_REQUIRE_GPU();
+  FOR_DTYPES {
+    for (int64_t K : {3072, 100}) for (int64_t M : {1, 2}) for (bool with_y : {true, false})
+      for (bool with_w : {true, false}) for (bool swiglu : {false, true}) {
+        SCOPED_TRACE("K " + std::to_string(K) + " M " + std::to_string(M) + (with_y ? " y" : "") +
+                     (with_w ? " weight" : "") + (swiglu ? " swiglu" : ""));
+        const int64_t N = swiglu ? 2 * 1003 : 1003;
+        Tensor x = as_dtype(rnd({M, K}, 80, 2.f, 0.3f), dt), y = with_y ? as_dtype(rnd({M, K}, 81), dt) : Tensor();
+        Tensor nw = with_w ? as_dtype(rnd({K}, 82, 0.5f, 1.f), dt) : Tensor(), w = as_dtype(rnd({N, K}, 83, 0.05f), dt);
+        Tensor gx = up(x, dt), gy = with_y ? up(y, dt) : Tensor(), gnw = with_w ? up(nw, dt) : Tensor(), gw = up(w, dt);
+        ops::SumOut got = ops::add_rms_norm_linear(gx, gy, gnw, 1e-5f, gw, swiglu);
+        Tensor sum = with_y ? ops::add_rms_norm(gx, gy, gnw, 1e-5f).sum : gx;
+        EXPECT_EQ(down(got.sum).to_vector(), down(sum).to_vector());
+        // The CPU twin from the stored sum: normalised, rounded to dt, projected (each swiglu half rounded).
+        Tensor normed = as_dtype(cpu::rms_norm(down(sum), nw, 1e-5f), dt);
+        Tensor ref = as_dtype(cpu::linear(normed, w, {}), dt);
+        if (swiglu) ref = cpu::swiglu(cpu::slice(ref, 1, 0, N / 2), cpu::slice(ref, 1, N / 2, N / 2));
+        EXPECT_TRUE(tensors_close(down(got.out), ref, tol(dt, 1e-5, 2e-2), min_cos(dt)));
+      }
+  }
 }
 
 // More columns than warps fit on the GPU at once: each warp takes several (strided in the register kernel, a

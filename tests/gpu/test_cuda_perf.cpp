@@ -102,13 +102,21 @@ TEST(CudaPerf, DISABLED_Decode) {
   report("gemv lm head [131072, 3072]", time_s([&] { o = ops::linear(x, head); }, 20), bytes(head));
   report("attention decode Sk 1100", time_s([&] { o = ops::attention(q, k, v, 0.088f); }, it), 2 * bytes(k));
   report("add_rms_norm [1, 3072]", time_s([&] { o = ops::add_rms_norm(x, h, nw, 1e-5f).normed; }, it), 0);
+  // As MistralModel::self_attn decodes the token at position Sk - 1: q|k|v, RoPE and the cache rows, attention
+  // over the cache (its earlier rows stable).
+  Tensor cs = gpu_rnd({1, D}, 52), sn = gpu_rnd({1, D}, 53);
+  ops::AttentionMask mask;
+  mask.causal = true, mask.q_offset = Sk - 1, mask.stable_keys = Sk - 1;
+  report("add_rms_norm_linear qkv", time_s([&] { o = ops::add_rms_norm_linear(x, h, nw, 1e-5f, wqkv).out; }, it),
+         bytes(wqkv));
   auto chain = [&] {
-    ops::SumNorm r = ops::add_rms_norm(x, h, nw, 1e-5f);
-    o = ops::linear(r.normed, wqkv);
-    o = ops::attention(q, k, v, 0.088f);
+    ops::SumOut r = ops::add_rms_norm_linear(x, h, nw, 1e-5f, wqkv);
+    ops::Qkv a = ops::qkv_rope(r.out.reshape({1, 1, -1}), Hq, Hkv, cs, sn, cs, sn,
+                               k.reshape({Sk, Hkv, D}).narrow(Sk - 1, 1).reshape({1, 1, Hkv, D}),
+                               v.reshape({Sk, Hkv, D}).narrow(Sk - 1, 1).reshape({1, 1, Hkv, D}));
+    o = ops::attention(a.q, k, v, 0.088f, mask);
     o = ops::linear(o.reshape({1, Hq * D}), wo);
-    r = ops::add_rms_norm(r.sum, o, nw, 1e-5f);
-    o = ops::linear(ops::linear_swiglu(r.normed, wgu), wd);
+    o = ops::linear(ops::add_rms_norm_linear(r.sum, o, nw, 1e-5f, wgu, true).out, wd);
   };
   const double layer = time_s(chain, it);
   report("one layer's chain", layer, bytes(wqkv) + bytes(wo) + bytes(wgu) + bytes(wd));

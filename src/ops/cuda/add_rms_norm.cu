@@ -1,6 +1,7 @@
 // add_rms_norm: sum = x + y (stored in the activation dtype) and normed = rms_norm(sum) in one kernel. One
-// block per row (decoding has one or a few wide rows; the block's warps share the sum of squares). Each
-// thread reads back only the sum elements it stored itself, so the second pass needs no extra barrier.
+// block per row (decoding has one or a few wide rows; the block's warps share the sum of squares). A thread
+// keeps its first packs of the sum in registers; past those it reads back only sum elements it stored itself,
+// so the second pass needs no extra barrier.
 #include <type_traits>
 
 #include "ops/cuda/common.h"
@@ -12,7 +13,7 @@ namespace ernie::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = 256, kCached = 4;
 
 // P elements per access: 16-byte packs when the row width is a multiple of them and rows are aligned, else 1.
 template <class T, int P>
@@ -28,10 +29,13 @@ __global__ void add_rms_norm_kernel(const Elems<T, P>* __restrict__ x, const Ele
   pdl_launch_dependents();
   const int64_t row = int64_t(blockIdx.x) * n;
   x += row, y += row, sum += row, normed += row;
+  // The first kCached packs of each thread stay in registers (with their weights, loaded alongside x and y):
+  // one round trip to memory before the reduction, none after it for a decoding row of up to 8192 bf16.
+  Elems<T, P> kept[kCached];
+  float wk[kCached][P];
   float ss = 0.f;
-  for (int i = threadIdx.x; i < n; i += kThreads) {
+  auto add = [&](int i, Elems<T, P>& s) {
     const Elems<T, P> a = x[i], b = y[i];
-    Elems<T, P> s;
 #pragma unroll
     for (int e = 0; e < P; ++e) {
       s.v[e] = from_f<T>(to_f(a.v[e]) + to_f(b.v[e]));
@@ -39,6 +43,18 @@ __global__ void add_rms_norm_kernel(const Elems<T, P>* __restrict__ x, const Ele
       ss += r * r;
     }
     sum[i] = s;
+  };
+#pragma unroll
+  for (int c = 0; c < kCached; ++c) {
+    const int i = threadIdx.x + c * kThreads;
+    if (i >= n) break;
+#pragma unroll
+    for (int e = 0; e < P; ++e) wk[c][e] = w.defined() ? w[int64_t(i) * P + e] : 1.f;
+    add(i, kept[c]);
+  }
+  for (int i = threadIdx.x + kCached * kThreads; i < n; i += kThreads) {
+    Elems<T, P> s;
+    add(i, s);
   }
   ss = warp_sum(ss);
   if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = ss;
@@ -47,15 +63,27 @@ __global__ void add_rms_norm_kernel(const Elems<T, P>* __restrict__ x, const Ele
 #pragma unroll
   for (int k = 0; k < kThreads / 32; ++k) total += part[k];
   const float inv = rsqrtf(total / float(n * P) + eps);
-  for (int i = threadIdx.x; i < n; i += kThreads) {
-    const Elems<T, P> s = sum[i];
+  auto norm = [&](int i, const Elems<T, P>& s, const float* wi) {
     Elems<T, P> r;
 #pragma unroll
     for (int e = 0; e < P; ++e) {
       const float v = to_f(s.v[e]) * inv;
-      r.v[e] = from_f<T>(w.defined() ? v * w[int64_t(i) * P + e] : v);
+      r.v[e] = from_f<T>(w.defined() ? v * wi[e] : v);
     }
     normed[i] = r;
+  };
+#pragma unroll
+  for (int c = 0; c < kCached; ++c) {
+    const int i = threadIdx.x + c * kThreads;
+    if (i >= n) break;
+    norm(i, kept[c], wk[c]);
+  }
+  // Packs past the cached ones: each thread reads back only the sum elements it stored itself.
+  for (int i = threadIdx.x + kCached * kThreads; i < n; i += kThreads) {
+    float wi[P];
+#pragma unroll
+    for (int e = 0; e < P; ++e) wi[e] = w.defined() ? w[int64_t(i) * P + e] : 1.f;
+    norm(i, sum[i], wi);
   }
 }
 

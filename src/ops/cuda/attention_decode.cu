@@ -27,6 +27,8 @@ constexpr int kMaxTickets = kMaxBatch * 4 * kMaxGroups;  // × (batch row, query
 static_assert(kHeads <= kWarps, "each head of a block gets one warp for its softmax");
 
 constexpr int kMaxTile = 64, kTileBytes = 36 * 1024;  // with the ~9 KiB of static arrays, within the default 48 KiB
+constexpr int kParts = 4;  // a key's scores in kParts slices of the head dims, one per pair of warps
+static_assert(kParts * kMaxTile == kThreads, "a thread per (key of a full tile, slice)");
 
 // K rows in shared memory are D + kPad<T> elements apart: an odd number of 4-byte words.
 template <class T>
@@ -70,8 +72,12 @@ template <class T>
 __global__ void __launch_bounds__(kThreads) decode_kernel(const Params p, float* __restrict__ part, int splits,
                                                           int keys_per_split, int chunks) {
   extern __shared__ __align__(16) unsigned char tile_bytes[];  // K [tile][D + kPad], then V [tile][D]
-  __shared__ float sq[kHeads][kMaxD], ss[kHeads][kMaxTile], sm[kHeads], sl[kHeads], scorr[kHeads];
-  __shared__ float wsplit[kHeads][kMaxSplits], inv_l[kHeads];
+  __shared__ float sq[kHeads][kMaxD], ss[kHeads][kMaxTile], sm[kHeads], sl[kHeads], scorr[kHeads], inv_l[kHeads];
+  // The score slices while walking the tiles, the chunks' merge weights after them: the same floats.
+  __shared__ float scratch[kParts * kHeads * kMaxTile];
+  static_assert(kParts * kMaxTile == kMaxSplits, "scratch holds both");
+  auto sp = reinterpret_cast<float(*)[kHeads][kMaxTile]>(scratch);
+  auto wsplit = reinterpret_cast<float(*)[kMaxSplits]>(scratch);
   __shared__ bool last;
   const int split = blockIdx.x, kh = blockIdx.y / chunks, chunk = blockIdx.y % chunks, z = blockIdx.z;
   const int b = z / p.Sq, row = z % p.Sq, G = p.Hq / p.Hkv, h0 = kh * G + chunk * kHeads;
@@ -111,22 +117,31 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const Params p, float*
       load_tile(sv, D, V + t0 * ks, ks, nt, D);
     }
     __syncthreads();  // the tile (and sq, sm, sl) are set
-    if (tid < nt) {  // scores of key tid for every head
-      float s[kHeads] = {};
-      const T* kr = sk + tid * kstride;
+    {  // part `part` of the scores of key `key` for every head: dims [part·D/kParts, (part+1)·D/kParts)
+      const int key = (warp % 2) * 32 + lane, part = warp / 2;
+      if (key < nt) {
+        float s[kHeads] = {};
+        const T* kr = sk + key * kstride;
 #pragma unroll 8
-      for (int d = 0; d < D; ++d) {
-        const float kd = to_f(kr[d]);
+        for (int d = part * D / kParts; d < (part + 1) * D / kParts; ++d) {
+          const float kd = to_f(kr[d]);
 #pragma unroll
-        for (int g = 0; g < kHeads; ++g) s[g] += sq[g][d] * kd;
+          for (int g = 0; g < kHeads; ++g) s[g] += sq[g][d] * kd;
+        }
+#pragma unroll
+        for (int g = 0; g < kHeads; ++g) sp[part][g][key] = s[g];
       }
-#pragma unroll
-      for (int g = 0; g < kHeads; ++g) ss[g][tid] = s[g];
     }
     __syncthreads();
     if (warp < hb) {  // head `warp`: the tile's max, its weights e^(s - m) in place, the running sum
       float mt = -INFINITY;
-      for (int t = lane; t < nt; t += 32) mt = fmaxf(mt, ss[warp][t]);
+      for (int t = lane; t < nt; t += 32) {
+        float st = 0.f;
+#pragma unroll
+        for (int part = 0; part < kParts; ++part) st += sp[part][warp][t];
+        ss[warp][t] = st;
+        mt = fmaxf(mt, st);
+      }
       for (int off = 16; off > 0; off >>= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, off));
       const float m_new = fmaxf(sm[warp], mt);
       float sum = 0.f;
@@ -179,23 +194,32 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const Params p, float*
   __syncthreads();
   if (!last) return;
   __threadfence();
-  if (warp < hb) {  // warp g: the chunks' weights e^(m_s - M) for head g
+  if (warp < hb) {  // warp g: the chunks' weights e^(m_s - M) for head g, from one round of loads
     const float* in = part + (int64_t(z) * p.Hq + h0 + warp) * splits * (D + 2);
-    float M = -INFINITY;
-    for (int s = lane; s < splits; s += 32) M = fmaxf(M, __ldcg(in + s * (D + 2)));
+    constexpr int kPerLane = kMaxSplits / 32;
+    float m[kPerLane], l[kPerLane], M = -INFINITY;
+#pragma unroll
+    for (int u = 0; u < kPerLane; ++u) {
+      const int s = lane + 32 * u;
+      m[u] = s < splits ? __ldcg(in + s * (D + 2)) : -INFINITY;
+      l[u] = s < splits ? __ldcg(in + s * (D + 2) + 1) : 0.f;
+    }
+#pragma unroll
+    for (int u = 0; u < kPerLane; ++u) M = fmaxf(M, m[u]);
     for (int off = 16; off > 0; off >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
     float L = 0.f;
-    for (int s = lane; s < splits; s += 32) {
-      const float m = __ldcg(in + s * (D + 2)), w = m == -INFINITY ? 0.f : __expf(m - M);
-      wsplit[warp][s] = w;
-      L += __ldcg(in + s * (D + 2) + 1) * w;
+#pragma unroll
+    for (int u = 0; u < kPerLane; ++u) {
+      const float w = m[u] == -INFINITY ? 0.f : __expf(m[u] - M);
+      if (lane + 32 * u < splits) wsplit[warp][lane + 32 * u] = w;
+      L += l[u] * w;
     }
     L = warp_sum(L);
     if (lane == 0) inv_l[warp] = L > 0.f ? 1.f / L : 0.f;
   }
   __syncthreads();
-  // Thread tid sums its outputs together, eight chunks at a time: its loads are independent, so the merge
-  // costs a few L2 round trips rather than one per chunk.
+  // Thread tid sums its outputs together, kBatch chunks at a time: the batch's loads are issued together, so
+  // the merge costs a round trip to L2 per kBatch chunks rather than one per chunk.
   const float* in[kOuts];
   int head[kOuts];
   float a[kOuts] = {};
@@ -206,11 +230,19 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const Params p, float*
     head[k] = idx / D;
     in[k] = part + (int64_t(z) * p.Hq + h0 + idx / D) * splits * (D + 2) + 2 + idx % D;
   }
-#pragma unroll 8
-  for (int s = 0; s < splits; ++s)
+  constexpr int kBatch = 16;
+  for (int s0 = 0; s0 < splits; s0 += kBatch) {
+    float v[kBatch][kOuts];
 #pragma unroll
-    for (int k = 0; k < kOuts; ++k)
-      if (k < outs) a[k] += __ldcg(in[k] + s * (D + 2)) * wsplit[head[k]][s];
+    for (int u = 0; u < kBatch; ++u)
+#pragma unroll
+      for (int k = 0; k < kOuts; ++k) v[u][k] = s0 + u < splits && k < outs ? __ldcg(in[k] + (s0 + u) * (D + 2)) : 0.f;
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u)
+#pragma unroll
+      for (int k = 0; k < kOuts; ++k)
+        if (s0 + u < splits) a[k] += v[u][k] * wsplit[head[k]][s0 + u];
+  }
 #pragma unroll
   for (int k = 0; k < kOuts; ++k)
     if (k < outs) o[int64_t(h0) * D + tid + k * kThreads] = from_f<T>(a[k] * inv_l[head[k]]);

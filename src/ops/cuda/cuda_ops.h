@@ -52,6 +52,12 @@ ops::SumNorm add_rms_norm(const Tensor& x, const Tensor& y, const Tensor& weight
 ops::Qkv qkv_rope(const Tensor& qkv, int64_t heads_q, int64_t heads_kv, const Tensor& cos_q, const Tensor& sin_q,
                   const Tensor& cos_k, const Tensor& sin_k, const Tensor& k_out, const Tensor& v_out);
 Tensor linear_swiglu(const Tensor& x, const ops::Weight& gate_up);
+// ops::add_rms_norm_linear in one kernel (gemv.cu): one row, a bf16/f32 weight of rows in whole 2 KiB chunks,
+// Hopper.
+bool add_rms_norm_linear_supported(const Tensor& x, const Tensor& y, const Tensor& norm_weight, const ops::Weight& w,
+                                   bool swiglu);
+ops::SumOut add_rms_norm_linear(const Tensor& x, const Tensor& y, const Tensor& norm_weight, float eps,
+                                const ops::Weight& w, bool swiglu);
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale, const ops::AttentionMask& mask);
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int stride, int pad,
               ops::Layout layout = ops::Layout::NCHW);

@@ -15,6 +15,7 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <type_traits>
 
 #include "ops/cuda/common.h"
 #include "ops/cuda/cuda_ops.h"
@@ -97,13 +98,70 @@ __global__ void __launch_bounds__(32 * kWarps) gemv_kernel(const Pack<T>* __rest
 // waiting for the previous kernel (the weights are no kernel's output). Rows are a whole number of chunks.
 constexpr int kBulkWarps = 4, kStages = 8, kChunk = 2048;
 
-template <class T, int M, bool kPair>
+// The residual add and RMSNorm in front of the projection (add_rms_norm_linear): x becomes
+// rms_norm(x + add)·weight, each block normalising its own copy into shared memory; block 0 stores x + add.
+template <class T>
+struct NormIn {
+  const Pack<T>* add;  // null: x alone
+  VecF weight;
+  float eps;
+  Pack<T>* sum;
+};
+
+// x [M, kp packs] + add, rounded as a stored sum, into xs; then xs = rms_norm(xs)·weight per row, rounded
+// as add_rms_norm stores `normed`. The block's 32 · kBulkWarps threads.
+template <class T, int M>
+__device__ void norm_prologue(const Pack<T>* __restrict__ x, const NormIn<T>& in, Pack<T>* xs, int kp) {
+  __shared__ float part[M][kBulkWarps];
+  const int tid = threadIdx.x;
+  float ss[M] = {};
+  for (int m = 0; m < M; ++m)
+    for (int i = tid; i < kp; i += 32 * kBulkWarps) {
+      const Pack<T> a = x[m * kp + i];
+      Pack<T> s = a;
+      if (in.add) {
+        const Pack<T> b = in.add[m * kp + i];
+#pragma unroll
+        for (int e = 0; e < kPack<T>; ++e) s.v[e] = from_f<T>(to_f(a.v[e]) + to_f(b.v[e]));
+      }
+#pragma unroll
+      for (int e = 0; e < kPack<T>; ++e) ss[m] += to_f(s.v[e]) * to_f(s.v[e]);
+      xs[m * kp + i] = s;
+      if (blockIdx.x == 0) in.sum[m * kp + i] = s;
+    }
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    const float t = warp_sum(ss[m]);
+    if (tid % 32 == 0) part[m][tid / 32] = t;
+  }
+  __syncthreads();
+  for (int m = 0; m < M; ++m) {
+    float total = 0.f;
+#pragma unroll
+    for (int k = 0; k < kBulkWarps; ++k) total += part[m][k];
+    const float inv = rsqrtf(total / float(kp * kPack<T>) + in.eps);
+    for (int i = tid; i < kp; i += 32 * kBulkWarps) {
+      Pack<T> r = xs[m * kp + i];
+#pragma unroll
+      for (int e = 0; e < kPack<T>; ++e) {
+        const float v = to_f(r.v[e]) * inv;
+        r.v[e] = from_f<T>(in.weight.defined() ? v * in.weight[int64_t(i) * kPack<T> + e] : v);
+      }
+      xs[m * kp + i] = r;
+    }
+  }
+  __syncthreads();
+}
+
+template <class T, int M, bool kPair, bool kNorm>
 __global__ void __launch_bounds__(32 * kBulkWarps) gemv_bulk_kernel(const Pack<T>* __restrict__ x,
                                                                     const unsigned char* __restrict__ w, VecF bias,
-                                                                    T* __restrict__ y, int64_t n_out, int kp) {
+                                                                    T* __restrict__ y, int64_t n_out, int kp,
+                                                                    NormIn<T> norm) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr int kRows = kPair ? 2 : 1, kCp = kChunk / 16;  // packs per chunk
-  extern __shared__ __align__(128) unsigned char ring[];   // [kBulkWarps][kStages][kChunk]
+  // [kBulkWarps][kStages][kChunk], then with kNorm the normed x [M][kp packs]
+  extern __shared__ __align__(128) unsigned char ring[];
   __shared__ uint64_t full[kBulkWarps][kStages];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t warps = int64_t(gridDim.x) * kBulkWarps, gw = blockIdx.x * int64_t(kBulkWarps) + warp;
@@ -129,6 +187,12 @@ __global__ void __launch_bounds__(32 * kBulkWarps) gemv_bulk_kernel(const Pack<T
   __syncwarp();
   pdl_wait();  // x (and y's memory) belong to earlier kernels
   pdl_launch_dependents();
+  const Pack<T>* xv = x;
+  if constexpr (kNorm) {
+    Pack<T>* xs = reinterpret_cast<Pack<T>*>(ring + kBulkWarps * kStages * kChunk);
+    norm_prologue<T, M>(x, norm, xs, kp);
+    xv = xs;
+  }
   float acc[kRows][M] = {};
   int piece = 0, r = 0;
   int64_t n = c0;
@@ -142,7 +206,7 @@ __global__ void __launch_bounds__(32 * kBulkWarps) gemv_bulk_kernel(const Pack<T
       const int i = piece * kCp + lane + 32 * u;
 #pragma unroll
       for (int m = 0; m < M; ++m) {
-        const Pack<T> b = x[m * kp + i];
+        const Pack<T> b = xv[m * kp + i];
 #pragma unroll
         for (int e = 0; e < kPack<T>; ++e) acc[r][m] += to_f(a.v[e]) * to_f(b.v[e]);
       }
@@ -198,9 +262,9 @@ __global__ void swiglu_halves_kernel(const T* __restrict__ gate_up, T* __restric
 // `device` at once.
 int resident_blocks(const void* kernel, int device, int threads, size_t smem) {
   static std::mutex mu;
-  static std::map<std::tuple<const void*, int>, int> known;
+  static std::map<std::tuple<const void*, int, size_t>, int> known;
   std::lock_guard<std::mutex> lk(mu);
-  auto [it, fresh] = known.try_emplace({kernel, device}, 0);
+  auto [it, fresh] = known.try_emplace({kernel, device, smem}, 0);
   if (fresh) {
     int per_sm = 0, sms = 0;
     if (smem > 48 * 1024)
@@ -221,12 +285,18 @@ bool bulk_knob() {
   return on;
 }
 
-// N output columns (kPair: of w's 2N rows) for M rows of x.
+// The bulk kernel on this device for rows of K elements of T.
+bool bulk_ok(int device, int64_t K, size_t elem) {
+  return compute_capability(device) >= 90 && K * int64_t(elem) % kChunk == 0 && bulk_knob();
+}
+
+// N output columns (kPair: of w's 2N rows) for M rows of x; with `norm` (M = 1, bulk_ok) x is first
+// normalised as add_rms_norm_linear asks.
 template <class T, bool kPair>
-void launch(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, int64_t M, int64_t N, int64_t K) {
+void launch(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, int64_t M, int64_t N, int64_t K,
+            const NormIn<T>* norm = nullptr) {
   const int device = detail::dev(x);
   const int kp = int(K / kPack<T>);
-  const bool bulk = compute_capability(device) >= 90 && K * int64_t(sizeof(T)) % kChunk == 0 && bulk_knob();
   auto args = [&](auto kernel) {
     // As many warps as fit at once, then as few as give every warp the same number of columns (±1).
     const int64_t fit = int64_t(resident_blocks(reinterpret_cast<const void*>(kernel), device, 32 * kWarps, 0)) * kWarps;
@@ -235,23 +305,27 @@ void launch(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, int64_
     launch_kernel(pdl_enabled(device), kernel, dim3(grid), dim3(32, kWarps), 0, stream(device), x.data<Pack<T>>(),
                   w.data<Pack<T>>(), vec(b), y.data<T>(), N, kp);
   };
-  auto bulk_args = [&](auto kernel) {
+  auto bulk_args = [&](auto kernel, size_t x_bytes) {
     // As many warps as fit at once (at most one per column); each takes an even share of the columns.
-    const size_t smem = size_t(kBulkWarps) * kStages * kChunk;
+    const size_t smem = size_t(kBulkWarps) * kStages * kChunk + x_bytes;
     const int64_t fit = resident_blocks(reinterpret_cast<const void*>(kernel), device, 32 * kBulkWarps, smem);
     const unsigned grid = unsigned(std::min(fit, (N + kBulkWarps - 1) / kBulkWarps));
     launch_kernel(pdl_enabled(device), kernel, dim3(grid), dim3(32 * kBulkWarps), smem, stream(device),
-                  x.data<Pack<T>>(), static_cast<const unsigned char*>(w.raw()), vec(b), y.data<T>(), N, kp);
+                  x.data<Pack<T>>(), static_cast<const unsigned char*>(w.raw()), vec(b), y.data<T>(), N, kp,
+                  norm ? *norm : NormIn<T>{});
   };
-  switch (bulk ? M : -M) {
-    case 1: bulk_args(gemv_bulk_kernel<T, 1, kPair>); break;
-    case 2: bulk_args(gemv_bulk_kernel<T, 2, kPair>); break;
-    case 3: bulk_args(gemv_bulk_kernel<T, 3, kPair>); break;
-    case 4: bulk_args(gemv_bulk_kernel<T, 4, kPair>); break;
-    case -1: args(gemv_kernel<T, 1, kPair>); break;
-    case -2: args(gemv_kernel<T, 2, kPair>); break;
-    case -3: args(gemv_kernel<T, 3, kPair>); break;
-    default: args(gemv_kernel<T, 4, kPair>); break;
+  auto run = [&](auto rows) {
+    constexpr int kM = decltype(rows)::value;
+    if constexpr (kM == 1)
+      if (norm) return bulk_args(gemv_bulk_kernel<T, 1, kPair, true>, size_t(kp) * 16);
+    if (bulk_ok(device, K, sizeof(T))) bulk_args(gemv_bulk_kernel<T, kM, kPair, false>, 0);
+    else args(gemv_kernel<T, kM, kPair>);
+  };
+  switch (M) {
+    case 1: run(std::integral_constant<int, 1>{}); break;
+    case 2: run(std::integral_constant<int, 2>{}); break;
+    case 3: run(std::integral_constant<int, 3>{}); break;
+    default: run(std::integral_constant<int, 4>{}); break;
   }
   ERNIE_CUDA_LAUNCH(kPair ? "linear_swiglu" : "gemv");
 }
@@ -296,6 +370,39 @@ Tensor linear_swiglu(const Tensor& x, const ops::Weight& gate_up) {
   });
   ERNIE_CUDA_LAUNCH("linear_swiglu");
   return y;
+}
+
+bool add_rms_norm_linear_supported(const Tensor& x, const Tensor& y, const Tensor& norm_weight, const ops::Weight& w,
+                                   bool swiglu) {
+  if (!x.defined() || !x.device().is_cuda() || x.ndim() < 1 || !w.defined() || w.quantized() || w.w.ndim() != 2)
+    return false;
+  const int64_t K = x.dim(-1), N = w.w.dim(0);
+  const bool y_ok = !y.defined() || (y.shape() == x.shape() && y.dtype() == x.dtype() && y.device() == x.device() &&
+                                     aligned16(y.raw()));
+  const bool nw_ok = !norm_weight.defined() || (norm_weight.numel() == K && norm_weight.device() == x.device() &&
+                                                 (norm_weight.dtype() == DType::F32 || norm_weight.dtype() == DType::BF16 ||
+                                                  norm_weight.dtype() == DType::F16));
+  return K > 0 && x.numel() == K && y_ok && nw_ok && w.w.dim(1) == K && N > 0 && (!swiglu || N % 2 == 0) &&
+         gemv_supported(x, w.w, 1) && bulk_ok(detail::dev(x), K, dtype_size(x.dtype()));
+}
+
+ops::SumOut add_rms_norm_linear(const Tensor& x, const Tensor& y, const Tensor& norm_weight, float eps,
+                                const ops::Weight& w, bool swiglu) {
+  ERNIE_CHECK(add_rms_norm_linear_supported(x, y, norm_weight, w, swiglu),
+              "add_rms_norm_linear: not the one-kernel case (ask add_rms_norm_linear_supported first)");
+  const int64_t K = x.dim(-1), N = swiglu ? w.w.dim(0) / 2 : w.w.dim(0);
+  Shape os = x.shape();
+  os.back() = N;
+  ops::SumOut r{Tensor::empty(x.shape(), x.dtype(), x.device()), Tensor::empty(os, x.dtype(), x.device())};
+  auto run = [&](auto element) {
+    using T = decltype(element);
+    const NormIn<T> in{y.defined() ? y.data<Pack<T>>() : nullptr, vec(norm_weight), eps, r.sum.data<Pack<T>>()};
+    if (swiglu) launch<T, true>(x, w.w, {}, r.out, 1, N, K, &in);
+    else launch<T, false>(x, w.w, {}, r.out, 1, N, K, &in);
+  };
+  if (x.dtype() == DType::F32) run(float());
+  else run(__nv_bfloat16());
+  return r;
 }
 
 }  // namespace ernie::cuda
