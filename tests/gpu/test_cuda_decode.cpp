@@ -112,7 +112,8 @@ TEST(CudaDecode, AddRmsNormLinear) {
 }
 
 // More columns than warps fit on the GPU at once: each warp takes several (strided in the register kernel, a
-// contiguous run in the bulk-copy kernel that Hopper takes for rows of whole 2 KiB chunks: K = 1024 bf16, 512 f32).
+// contiguous run in the bulk-copy kernel that Hopper takes for rows of whole 2 KiB chunks in a matrix of up to
+// 256 MiB: K = 1024 in bf16).
 TEST(CudaDecode, GemvManyColumnsPerWarp) {
   ERNIE_REQUIRE_GPU();
   FOR_DTYPES {

@@ -104,21 +104,29 @@ TEST(CudaPerf, DISABLED_Decode) {
   report("add_rms_norm [1, 3072]", time_s([&] { o = ops::add_rms_norm(x, h, nw, 1e-5f).normed; }, it), 0);
   // As MistralModel::self_attn decodes the token at position Sk - 1: q|k|v, RoPE and the cache rows, attention
   // over the cache (its earlier rows stable).
-  Tensor cs = gpu_rnd({1, D}, 52), sn = gpu_rnd({1, D}, 53);
+  Tensor cs = rnd({1, D}, 52).to(kGPU), sn = rnd({1, D}, 53).to(kGPU);
   ops::AttentionMask mask;
   mask.causal = true, mask.q_offset = Sk - 1, mask.stable_keys = Sk - 1;
   report("add_rms_norm_linear qkv", time_s([&] { o = ops::add_rms_norm_linear(x, h, nw, 1e-5f, wqkv).out; }, it),
          bytes(wqkv));
-  auto chain = [&] {
+  // skip 1 leaves qkv_rope out (the attention on a stand-in q), skip 2 the attention too (o-proj on q): what
+  // each costs inside the chain.
+  auto chain_without = [&](int skip) {
     ops::SumOut r = ops::add_rms_norm_linear(x, h, nw, 1e-5f, wqkv);
-    ops::Qkv a = ops::qkv_rope(r.out.reshape({1, 1, -1}), Hq, Hkv, cs, sn, cs, sn,
-                               k.reshape({Sk, Hkv, D}).narrow(Sk - 1, 1).reshape({1, 1, Hkv, D}),
-                               v.reshape({Sk, Hkv, D}).narrow(Sk - 1, 1).reshape({1, 1, Hkv, D}));
-    o = ops::attention(a.q, k, v, 0.088f, mask);
+    Tensor qa = q;
+    if (skip < 1)
+      qa = ops::qkv_rope(r.out.reshape({1, 1, -1}), Hq, Hkv, cs, sn, cs, sn,
+                         k.reshape({Sk, Hkv, D}).narrow(Sk - 1, 1).reshape({1, 1, Hkv, D}),
+                         v.reshape({Sk, Hkv, D}).narrow(Sk - 1, 1).reshape({1, 1, Hkv, D}))
+               .q;
+    o = skip < 2 ? ops::attention(qa, k, v, 0.088f, mask) : qa;
     o = ops::linear(o.reshape({1, Hq * D}), wo);
     o = ops::linear(ops::add_rms_norm_linear(r.sum, o, nw, 1e-5f, wgu, true).out, wd);
   };
+  auto chain = [&] { chain_without(0); };
   const double layer = time_s(chain, it);
+  report("chain without qkv_rope", time_s([&] { chain_without(1); }, it), 0);
+  report("chain without qkv_rope, attention", time_s([&] { chain_without(2); }, it), 0);
   report("one layer's chain", layer, bytes(wqkv) + bytes(wo) + bytes(wgu) + bytes(wd));
   // The host's share: the time to enqueue the chain (10 times, behind a long kernel so nothing waits).
   o = ops::linear(x, head);

@@ -285,9 +285,12 @@ bool bulk_knob() {
   return on;
 }
 
-// The bulk kernel on this device for rows of K elements of T.
-bool bulk_ok(int device, int64_t K, size_t elem) {
-  return compute_capability(device) >= 90 && K * int64_t(elem) % kChunk == 0 && bulk_knob();
+// The bulk kernel on this device for an [N, K] weight of `elem`-byte elements: rows of whole chunks, and not
+// the largest matrices, which the register kernel streams faster once its pipe is full (the 805 MB LM head:
+// 186 against 191-200 us; the per-layer matrices of up to 113 MB are faster in bulk, CudaPerf.DISABLED_Decode).
+bool bulk_ok(int device, int64_t N, int64_t K, size_t elem) {
+  return compute_capability(device) >= 90 && K * int64_t(elem) % kChunk == 0 && N * K * int64_t(elem) <= (256 << 20) &&
+         bulk_knob();
 }
 
 // N output columns (kPair: of w's 2N rows) for M rows of x; with `norm` (M = 1, bulk_ok) x is first
@@ -318,7 +321,7 @@ void launch(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, int64_
     constexpr int kM = decltype(rows)::value;
     if constexpr (kM == 1)
       if (norm) return bulk_args(gemv_bulk_kernel<T, 1, kPair, true>, size_t(kp) * 16);
-    if (bulk_ok(device, K, sizeof(T))) bulk_args(gemv_bulk_kernel<T, kM, kPair, false>, 0);
+    if (bulk_ok(device, N * (kPair ? 2 : 1), K, sizeof(T))) bulk_args(gemv_bulk_kernel<T, kM, kPair, false>, 0);
     else args(gemv_kernel<T, kM, kPair>);
   };
   switch (M) {
@@ -383,7 +386,7 @@ bool add_rms_norm_linear_supported(const Tensor& x, const Tensor& y, const Tenso
                                                  (norm_weight.dtype() == DType::F32 || norm_weight.dtype() == DType::BF16 ||
                                                   norm_weight.dtype() == DType::F16));
   return K > 0 && x.numel() == K && y_ok && nw_ok && w.w.dim(1) == K && N > 0 && (!swiglu || N % 2 == 0) &&
-         gemv_supported(x, w.w, 1) && bulk_ok(detail::dev(x), K, dtype_size(x.dtype()));
+         gemv_supported(x, w.w, 1) && bulk_ok(detail::dev(x), N, K, dtype_size(x.dtype()));
 }
 
 ops::SumOut add_rms_norm_linear(const Tensor& x, const Tensor& y, const Tensor& norm_weight, float eps,
