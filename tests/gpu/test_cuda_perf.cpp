@@ -104,7 +104,7 @@ TEST(CudaPerf, DISABLED_Decode) {
   report("add_rms_norm [1, 3072]", time_s([&] { o = ops::add_rms_norm(x, h, nw, 1e-5f).normed; }, it), 0);
   // As MistralModel::self_attn decodes the token at position Sk - 1: q|k|v, RoPE and the cache rows, attention
   // over the cache (its earlier rows stable).
-  Tensor cs = rnd({1, D}, 52).to(kGPU), sn = rnd({1, D}, 53).to(kGPU);
+  Tensor cs = rnd({1, 1, D}, 52).to(kGPU), sn = rnd({1, 1, D}, 53).to(kGPU);
   ops::AttentionMask mask;
   mask.causal = true, mask.q_offset = Sk - 1, mask.stable_keys = Sk - 1;
   report("add_rms_norm_linear qkv", time_s([&] { o = ops::add_rms_norm_linear(x, h, nw, 1e-5f, wqkv).out; }, it),
