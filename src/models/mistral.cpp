@@ -223,6 +223,11 @@ Tensor MistralModel::self_attn(const Layer& l, const Input& in, Tensor& sum, con
     // into the cache in one op.
     ops::SumOut p = ops::add_rms_norm_linear(in.hidden, in.delta, in.norm, cfg_.rms_norm_eps, l.qkv_proj);
     sum = p.sum;
+    if (k_cache && T == 1) {  // decoding one token: RoPE, its cache rows and the attention in one op
+      const Tensor attn = ops::qkv_rope_attention(p.out.reshape({1, 1, -1}), Hq, Hkv, cos_q, sin_q, cos_k, sin_k,
+                                                  *k_cache, *v_cache, pos0, 1.f / std::sqrt(float(D)));
+      return ops::linear(attn.reshape({T, Hq * D}), l.o_proj);
+    }
     ops::Qkv a = ops::qkv_rope(p.out.reshape({1, T, -1}), Hq, Hkv, cos_q, sin_q, cos_k, sin_k,
                                k_cache ? cache_rows(*k_cache, pos0, T) : Tensor(),
                                v_cache ? cache_rows(*v_cache, pos0, T) : Tensor());

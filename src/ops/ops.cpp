@@ -206,6 +206,29 @@ SumOut add_rms_norm_linear(const Tensor& x, const Tensor& y, const Tensor& norm_
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale, const AttentionMask& mask) {
   ERNIE_OP(attention, q.device(), q, k, v, scale, mask);
 }
+Tensor qkv_rope_attention(const Tensor& qkv, int64_t heads_q, int64_t heads_kv, const Tensor& cos_q,
+                          const Tensor& sin_q, const Tensor& cos_k, const Tensor& sin_k, const Tensor& k_cache,
+                          const Tensor& v_cache, int64_t pos, float scale) {
+  ERNIE_CHECK(qkv.defined() && k_cache.defined() && v_cache.defined() && k_cache.ndim() == 4 &&
+                  k_cache.dim(0) == 1 && v_cache.shape() == k_cache.shape() && pos >= 0 && pos < k_cache.dim(1),
+              "qkv_rope_attention: caches ", k_cache.defined() ? shape_str(k_cache.shape()) : "undefined",
+              " must be [1, capacity, heads_kv, D] (k and v alike) with position ", std::to_string(pos), " inside");
+#ifdef ERNIE_HAVE_CUDA
+  if (qkv.device().is_cuda() && cuda::qkv_rope_attention_supported(qkv, heads_q, heads_kv, k_cache, v_cache, pos))
+    return on_cuda("qkv_rope_attention", [&] {
+      return cuda::qkv_rope_attention(qkv, heads_q, heads_kv, cos_q, sin_q, cos_k, sin_k, k_cache, v_cache, pos, scale);
+    });
+#endif
+  const int64_t cap = k_cache.dim(1), hkv = k_cache.dim(2), D = k_cache.dim(3);
+  auto rows = [&](const Tensor& c, int64_t start, int64_t n) {
+    return c.reshape({cap, hkv, D}).narrow(start, n).reshape({1, n, hkv, D});
+  };
+  const Qkv a = qkv_rope(qkv, heads_q, heads_kv, cos_q, sin_q, cos_k, sin_k, rows(k_cache, pos, 1),
+                         rows(v_cache, pos, 1));
+  AttentionMask mask;
+  mask.causal = true, mask.q_offset = pos, mask.stable_keys = pos;
+  return attention(a.q, rows(k_cache, 0, pos + 1), rows(v_cache, 0, pos + 1), scale, mask);
+}
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int stride, int pad, Layout layout) {
   ERNIE_OP(conv2d, x.device(), x, w, bias, stride, pad, layout);
 }

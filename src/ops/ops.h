@@ -146,6 +146,13 @@ struct AttentionMask {
 // softmax(q·kᵀ·scale + mask)·v. q [B, Sq, Hq, D], k/v [B, Sk, Hkv, D] with Hq % Hkv == 0 (GQA).
 // Returns [B, Sq, Hq, D].
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale, const AttentionMask& mask = {});
+// Decoding one token at position `pos`: qkv_rope of its fused projection qkv [1, 1, (heads_q + 2·heads_kv)·D]
+// with the new key and value written into row `pos` of the caches k_cache / v_cache [1, capacity, heads_kv, D],
+// then causal attention of its query over cache rows [0, pos]. Returns [1, 1, heads_q, D]. On CUDA one kernel
+// (the decode attention ropes q and the new row itself), elsewhere qkv_rope and attention.
+Tensor qkv_rope_attention(const Tensor& qkv, int64_t heads_q, int64_t heads_kv, const Tensor& cos_q,
+                          const Tensor& sin_q, const Tensor& cos_k, const Tensor& sin_k, const Tensor& k_cache,
+                          const Tensor& v_cache, int64_t pos, float scale);
 
 // ---- convolution and resampling ------------------------------------------------------------------------------
 // 2-D convolution with symmetric zero padding `pad`. NCHW: x [B, I, H, W], weight [O, I, kh, kw] ->

@@ -1,9 +1,11 @@
 // The decode-step kernels against their CPU twins, in F32 and BF16: add_rms_norm, qkv_rope (into KV-cache
 // rows), linear_swiglu (the GEMV with the activation in its epilogue, and the fallback), the GEMV's grid of a
 // few warps per column, the decode kernels launched as programmatic dependents (the default on Hopper), argmax, and the one-kernel
-// split-key decode attention (GQA groups, chunk counts around its 64-key chunks, 1..4 query rows).
+// split-key decode attention (GQA groups, chunk counts around its 64-key chunks, 1..4 query rows), and the two
+// fusions the decoding step uses: add_rms_norm_linear and qkv_rope_attention.
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 
 #include "core/error.h"
 #include "gpu_util.h"
@@ -226,6 +228,48 @@ TEST(CudaDecode, AttentionSplitKeys) {
                                   tol(dt, 1e-5, 1.5e-2), min_cos(dt)))
             << "run " << run;
       }
+    }
+  }
+}
+
+// One decoding step's RoPE, cache write and attention in the decode kernel, against the CPU's qkv_rope into
+// the cache rows then attention: the output, the new cache row, and the rows before it untouched. Positions
+// at and around the 64-key chunks, GQA groups of 4 and 6 (two head chunks), the tiny PE's head_dim 12.
+TEST(CudaDecode, QkvRopeAttention) {
+  ERNIE_REQUIRE_GPU();
+  struct Case {
+    int64_t Hq, Hkv, D, cap, pos;
+  };
+  const std::vector<Case> cases = {{32, 8, 128, 1200, 0},  {32, 8, 128, 1200, 63}, {32, 8, 128, 1200, 64},
+                                   {32, 8, 128, 1200, 1099}, {24, 4, 128, 300, 200}, {12, 1, 12, 100, 70}};
+  uint32_t seed = 300;
+  FOR_DTYPES {
+    for (const Case& c : cases) {
+      SCOPED_TRACE("Hq " + std::to_string(c.Hq) + " Hkv " + std::to_string(c.Hkv) + " D " + std::to_string(c.D) +
+                   " pos " + std::to_string(c.pos));
+      Tensor qkv = as_dtype(rnd({1, 1, (c.Hq + 2 * c.Hkv) * c.D}, seed += 5, 2.f), dt);
+      Tensor kc = as_dtype(rnd({1, c.cap, c.Hkv, c.D}, seed + 1, 2.f), dt);
+      Tensor vc = as_dtype(rnd({1, c.cap, c.Hkv, c.D}, seed + 2), dt);
+      Tensor cs = rnd({1, 1, c.D}, seed + 3), sn = rnd({1, 1, c.D}, seed + 4);
+      const float scale = 1.f / std::sqrt(float(c.D));
+      Tensor gk = up(kc, dt), gv = up(vc, dt);
+      Tensor got = ops::qkv_rope_attention(up(qkv, dt), c.Hq, c.Hkv, cs.to(kGPU), sn.to(kGPU), cs.to(kGPU),
+                                           sn.to(kGPU), gk, gv, c.pos, scale);
+      // The reference: the composition on the CPU (its new rows rounded to dt as the GPU stores them).
+      Tensor rk = kc.clone(), rv = vc.clone();
+      auto rows = [&](const Tensor& t, int64_t start, int64_t n) {
+        return t.reshape({c.cap, c.Hkv, c.D}).narrow(start, n).reshape({1, n, c.Hkv, c.D});
+      };
+      ops::Qkv a = cpu::qkv_rope(qkv, c.Hq, c.Hkv, cs, sn, cs, sn, Tensor(), Tensor());
+      std::memcpy(rows(rk, c.pos, 1).raw(), as_dtype(a.k, dt).raw(), a.k.nbytes());
+      std::memcpy(rows(rv, c.pos, 1).raw(), as_dtype(a.v, dt).raw(), a.v.nbytes());
+      ops::AttentionMask m;
+      m.causal = true, m.q_offset = c.pos;
+      Tensor ref = cpu::attention(as_dtype(a.q, dt), rows(rk, 0, c.pos + 1), rows(rv, 0, c.pos + 1), scale, m);
+      EXPECT_TRUE(tensors_close(down(got), ref, tol(dt, 1e-5, 1.5e-2), min_cos(dt)));
+      // The new row as stored, the others as they were (f32: the GPU's RoPE may fuse its multiply-adds).
+      EXPECT_TRUE(tensors_close(down(gk), rk, tol(dt, 1e-6, 1e-2), min_cos(dt)));
+      EXPECT_EQ(down(gv).to_vector(), rv.to_vector());
     }
   }
 }

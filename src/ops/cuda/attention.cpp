@@ -67,4 +67,46 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
   return out;
 }
 
+bool qkv_rope_attention_supported(const Tensor& qkv, int64_t heads_q, int64_t heads_kv, const Tensor& k_cache,
+                                  const Tensor& v_cache, int64_t pos) {
+  if (!qkv.defined() || !k_cache.defined() || !v_cache.defined() || k_cache.ndim() != 4 || heads_kv <= 0 ||
+      heads_q <= 0 || heads_q > 65535 || forced("mma") || forced("simple") || forced("gemm"))
+    return false;
+  const int64_t D = k_cache.dim(3);
+  return (qkv.dtype() == DType::BF16 || qkv.dtype() == DType::F32) && qkv.device().is_cuda() &&
+         qkv.numel() == (heads_q + 2 * heads_kv) * D && D % 2 == 0 && k_cache.dim(0) == 1 &&
+         k_cache.dim(2) == heads_kv && v_cache.shape() == k_cache.shape() && k_cache.dtype() == qkv.dtype() &&
+         v_cache.dtype() == qkv.dtype() && k_cache.device() == qkv.device() && v_cache.device() == qkv.device() &&
+         pos >= 0 && pos < k_cache.dim(1) && pos < INT32_MAX &&
+         attn::decode_supported(1, int(heads_q), int(heads_kv), int(D));
+}
+
+Tensor qkv_rope_attention(const Tensor& qkv, int64_t heads_q, int64_t heads_kv, const Tensor& cos_q,
+                          const Tensor& sin_q, const Tensor& cos_k, const Tensor& sin_k, const Tensor& k_cache,
+                          const Tensor& v_cache, int64_t pos, float scale) {
+  ERNIE_CHECK(qkv_rope_attention_supported(qkv, heads_q, heads_kv, k_cache, v_cache, pos),
+              "qkv_rope_attention: not the one-kernel case (ask qkv_rope_attention_supported first)");
+  const int64_t D = k_cache.dim(3);
+  for (const Tensor* t : {&cos_q, &sin_q, &cos_k, &sin_k}) {
+    detail::check_same_device(qkv, *t, "qkv_rope_attention", "table");
+    ERNIE_CHECK(t->dtype() == DType::F32 && t->numel() == D, "qkv_rope_attention: cos/sin tables must be F32 [",
+                std::to_string(D), "] for one position, got ", shape_str(t->shape()));
+  }
+  Tensor out = Tensor::empty({1, 1, heads_q, D}, qkv.dtype(), qkv.device());
+  Tensor workspace = Tensor::empty({0}, DType::F32, qkv.device());
+  const size_t row = size_t(heads_kv * D) * dtype_size(qkv.dtype());
+  attn::Params p{};
+  p.q = qkv.raw(), p.k = k_cache.raw(), p.v = v_cache.raw(), p.o = out.raw();
+  p.B = 1, p.Sq = 1, p.Sk = int(pos + 1), p.Hq = int(heads_q), p.Hkv = int(heads_kv), p.D = int(D);
+  p.scale = scale;
+  p.causal = true, p.q_offset = pos, p.stable_keys = pos;
+  p.qkv = qkv.raw();
+  p.cos_q = cos_q.data<float>(), p.sin_q = sin_q.data<float>(), p.cos_k = cos_k.data<float>(), p.sin_k = sin_k.data<float>();
+  p.k_row = static_cast<char*>(k_cache.raw()) + size_t(pos) * row;
+  p.v_row = static_cast<char*>(v_cache.raw()) + size_t(pos) * row;
+  p.kv_len[0] = int(pos + 1);
+  attn::decode(p, qkv.dtype() == DType::BF16, workspace, stream(detail::dev(qkv)));
+  return out;
+}
+
 }  // namespace ernie::cuda

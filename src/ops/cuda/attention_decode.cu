@@ -46,6 +46,14 @@ __host__ __device__ int tile_keys(int D) {
   return t;
 }
 
+// Element d of rope(x) for one head row x [D] with [D] tables, rounded as qkv_rope stores it.
+template <class T>
+__device__ __forceinline__ T rope_elem(const T* x, int d, int D, const float* cos, const float* sin) {
+  const int half = D / 2;
+  if (d < half) return from_f<T>(to_f(x[d]) * cos[d] - to_f(x[d + half]) * sin[d]);  // qkv_rope's lo
+  return from_f<T>(to_f(x[d]) * cos[d] + to_f(x[d - half]) * sin[d]);                // and hi
+}
+
 // Finished blocks per (batch row · query row, head group) of the launch in flight; 0 between launches.
 __device__ unsigned g_tickets[kMaxTickets];
 
@@ -104,7 +112,13 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const Params p, float*
   }
   pdl_wait();
   pdl_launch_dependents();
-  for (int i = tid; i < hb * D; i += kThreads) sq[i / D][i % D] = to_f(q[int64_t(h0) * D + i]) * p.scale;
+  const T* qkv = static_cast<const T*>(p.qkv);
+  if (qkv) {  // q roped as qkv_rope stores it
+    for (int i = tid; i < hb * D; i += kThreads)
+      sq[i / D][i % D] = to_f(rope_elem<T>(qkv + int64_t(h0 + i / D) * D, i % D, D, p.cos_q, p.sin_q)) * p.scale;
+  } else {
+    for (int i = tid; i < hb * D; i += kThreads) sq[i / D][i % D] = to_f(q[int64_t(h0) * D + i]) * p.scale;
+  }
   if (tid < kHeads) sm[tid] = -INFINITY, sl[tid] = 0.f;
   // Thread tid owns outputs (head, dim) = idx / D, idx % D for idx = tid + k·kThreads < hb·D.
   constexpr int kOuts = kHeads * kMaxD / kThreads;
@@ -113,8 +127,24 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const Params p, float*
     const int nt = int(min(int64_t(tile), j1 - t0));
     if (t0 != first || !preloaded) {
       __syncthreads();  // the previous tile is consumed
-      load_tile(sk, kstride, K + t0 * ks, ks, nt, D);
-      load_tile(sv, D, V + t0 * ks, ks, nt, D);
+      // With qkv the last key (q_offset) is not in the cache yet: it comes from qkv, and this block's first
+      // head chunk writes it there.
+      const bool fresh = qkv && t0 + nt == n;
+      load_tile(sk, kstride, K + t0 * ks, ks, nt - fresh, D);
+      load_tile(sv, D, V + t0 * ks, ks, nt - fresh, D);
+      if (fresh) {
+        const T* kn = qkv + int64_t(p.Hq + kh) * D;
+        const T* vn = qkv + int64_t(p.Hq + p.Hkv + kh) * D;
+        for (int d = tid; d < D; d += kThreads) {
+          const T kd = rope_elem<T>(kn, d, D, p.cos_k, p.sin_k), vd = vn[d];
+          sk[(nt - 1) * kstride + d] = kd;
+          sv[(nt - 1) * D + d] = vd;
+          if (chunk == 0) {
+            static_cast<T*>(p.k_row)[int64_t(kh) * D + d] = kd;
+            static_cast<T*>(p.v_row)[int64_t(kh) * D + d] = vd;
+          }
+        }
+      }
     }
     __syncthreads();  // the tile (and sq, sm, sl) are set
     {  // part `part` of the scores of key `key` for every head: dims [part·D/kParts, (part+1)·D/kParts)

@@ -21,6 +21,13 @@ struct Params {
   bool causal;
   int64_t q_offset;
   int64_t stable_keys;  // AttentionMask::stable_keys
+  // The decode kernel only, one query row (qkv_rope_attention): q and the key/value row at q_offset come from
+  // a fused projection `qkv` [(Hq + 2·Hkv)·D], roped with the [D] tables; the new row goes to k_row / v_row
+  // (the caches' row q_offset, [Hkv, D]) as well. Null: q, k and v as they are.
+  const void* qkv;
+  const float *cos_q, *sin_q, *cos_k, *sin_k;
+  void* k_row;
+  void* v_row;
   int kv_len[kMaxBatch];  // per batch row, already clipped to [0, Sk]
 };
 

@@ -59,6 +59,13 @@ bool add_rms_norm_linear_supported(const Tensor& x, const Tensor& y, const Tenso
 ops::SumOut add_rms_norm_linear(const Tensor& x, const Tensor& y, const Tensor& norm_weight, float eps,
                                 const ops::Weight& w, bool swiglu);
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale, const ops::AttentionMask& mask);
+// ops::qkv_rope_attention in the one-kernel case (attention.cpp): bf16 or f32, one token, the decode kernel's
+// shapes, contiguous caches.
+bool qkv_rope_attention_supported(const Tensor& qkv, int64_t heads_q, int64_t heads_kv, const Tensor& k_cache,
+                                  const Tensor& v_cache, int64_t pos);
+Tensor qkv_rope_attention(const Tensor& qkv, int64_t heads_q, int64_t heads_kv, const Tensor& cos_q,
+                          const Tensor& sin_q, const Tensor& cos_k, const Tensor& sin_k, const Tensor& k_cache,
+                          const Tensor& v_cache, int64_t pos, float scale);
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int stride, int pad,
               ops::Layout layout = ops::Layout::NCHW);
 Tensor pad2d(const Tensor& x, int left, int right, int top, int bottom);
