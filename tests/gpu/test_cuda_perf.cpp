@@ -101,32 +101,25 @@ TEST(CudaPerf, DISABLED_Decode) {
   report("gemv down [3072, 9216]", time_s([&] { o = ops::linear(a, wd); }, it), bytes(wd));
   report("gemv lm head [131072, 3072]", time_s([&] { o = ops::linear(x, head); }, 20), bytes(head));
   report("attention decode Sk 1100", time_s([&] { o = ops::attention(q, k, v, 0.088f); }, it), 2 * bytes(k));
+  for (int64_t n : {64, 128, 512}) {  // the fixed cost: one chunk (no merge), two, eight
+    const std::string what = "attention decode Sk " + std::to_string(n);
+    Tensor kn = k.reshape({Sk, Hkv, D}).narrow(0, n).reshape({1, n, Hkv, D});
+    Tensor vn = v.reshape({Sk, Hkv, D}).narrow(0, n).reshape({1, n, Hkv, D});
+    report(what.c_str(), time_s([&] { o = ops::attention(q, kn, vn, 0.088f); }, it), 2 * bytes(kn));
+  }
   report("add_rms_norm [1, 3072]", time_s([&] { o = ops::add_rms_norm(x, h, nw, 1e-5f).normed; }, it), 0);
-  // As MistralModel::self_attn decodes the token at position Sk - 1: q|k|v, RoPE and the cache rows, attention
-  // over the cache (its earlier rows stable).
+  // As MistralModel decodes the token at position Sk - 1 (the attention's marginal cost: `attend` false).
   Tensor cs = rnd({1, 1, D}, 52).to(kGPU), sn = rnd({1, 1, D}, 53).to(kGPU);
-  ops::AttentionMask mask;
-  mask.causal = true, mask.q_offset = Sk - 1, mask.stable_keys = Sk - 1;
-  report("add_rms_norm_linear qkv", time_s([&] { o = ops::add_rms_norm_linear(x, h, nw, 1e-5f, wqkv).out; }, it),
-         bytes(wqkv));
-  // skip 1 leaves qkv_rope out (the attention on a stand-in q), skip 2 the attention too (o-proj on q): what
-  // each costs inside the chain.
-  auto chain_without = [&](int skip) {
+  auto layer_step = [&](bool attend) {
     ops::SumOut r = ops::add_rms_norm_linear(x, h, nw, 1e-5f, wqkv);
-    Tensor qa = q;
-    if (skip < 1)
-      qa = ops::qkv_rope(r.out.reshape({1, 1, -1}), Hq, Hkv, cs, sn, cs, sn,
-                         k.reshape({Sk, Hkv, D}).narrow(Sk - 1, 1).reshape({1, 1, Hkv, D}),
-                         v.reshape({Sk, Hkv, D}).narrow(Sk - 1, 1).reshape({1, 1, Hkv, D}))
-               .q;
-    o = skip < 2 ? ops::attention(qa, k, v, 0.088f, mask) : qa;
+    o = attend ? ops::qkv_rope_attention(r.out.reshape({1, 1, -1}), Hq, Hkv, cs, sn, cs, sn, k, v, Sk - 1, 0.088f)
+               : q;
     o = ops::linear(o.reshape({1, Hq * D}), wo);
     o = ops::linear(ops::add_rms_norm_linear(r.sum, o, nw, 1e-5f, wgu, true).out, wd);
   };
-  auto chain = [&] { chain_without(0); };
+  auto chain = [&] { layer_step(true); };
   const double layer = time_s(chain, it);
-  report("chain without qkv_rope", time_s([&] { chain_without(1); }, it), 0);
-  report("chain without qkv_rope, attention", time_s([&] { chain_without(2); }, it), 0);
+  report("chain without the attention", time_s([&] { layer_step(false); }, it), 0);
   report("one layer's chain", layer, bytes(wqkv) + bytes(wo) + bytes(wgu) + bytes(wd));
   // The host's share: the time to enqueue the chain (10 times, behind a long kernel so nothing waits).
   o = ops::linear(x, head);
