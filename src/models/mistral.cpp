@@ -197,6 +197,15 @@ KVCache MistralModel::new_cache(int64_t capacity) const {
     c.k.push_back(Tensor::zeros({1, capacity, cfg_.num_key_value_heads, cfg_.head_dim}, act_, device_));
     c.v.push_back(Tensor::zeros({1, capacity, cfg_.num_key_value_heads, cfg_.head_dim}, act_, device_));
   }
+  const int64_t D = cfg_.head_dim;
+  rope_tables(rope_, 0, capacity, [](int64_t) { return 1.f; }, device_, c.cos, c.sin);
+  c.cos = c.cos.reshape({capacity, D}), c.sin = c.sin.reshape({capacity, D});
+  bool q_scaled = false;
+  for (int64_t p = 0; p < capacity; ++p) q_scaled = q_scaled || llama4_query_scale(cfg_, p) != 1.f;
+  if (q_scaled) {
+    rope_tables(rope_, 0, capacity, [&](int64_t p) { return llama4_query_scale(cfg_, p); }, device_, c.cos_q, c.sin_q);
+    c.cos_q = c.cos_q.reshape({capacity, D}), c.sin_q = c.sin_q.reshape({capacity, D});
+  }
   return c;
 }
 
@@ -281,11 +290,17 @@ Tensor MistralModel::forward(const std::vector<int64_t>& ids, int n_layers, KVCa
                 std::to_string(T), " new tokens exceed capacity ", std::to_string(cache->capacity()));
   }
   Tensor cos, sin, cos_q, sin_q;
-  rope_tables(rope_, pos0, T, [](int64_t) { return 1.f; }, device_, cos, sin);
-  bool q_scaled = false;
-  for (int64_t p = pos0; p < pos0 + T; ++p) q_scaled = q_scaled || llama4_query_scale(cfg_, p) != 1.f;
-  if (q_scaled) rope_tables(rope_, pos0, T, [&](int64_t p) { return llama4_query_scale(cfg_, p); }, device_, cos_q, sin_q);
-  else cos_q = cos, sin_q = sin;
+  if (cache && cache->cos.defined()) {  // rows pos0.. of the cache's tables
+    auto rows = [&](const Tensor& t) { return t.narrow(pos0, T).reshape({1, T, t.dim(1)}); };
+    cos = rows(cache->cos), sin = rows(cache->sin);
+    cos_q = cache->cos_q.defined() ? rows(cache->cos_q) : cos, sin_q = cache->sin_q.defined() ? rows(cache->sin_q) : sin;
+  } else {
+    rope_tables(rope_, pos0, T, [](int64_t) { return 1.f; }, device_, cos, sin);
+    bool q_scaled = false;
+    for (int64_t p = pos0; p < pos0 + T; ++p) q_scaled = q_scaled || llama4_query_scale(cfg_, p) != 1.f;
+    if (q_scaled) rope_tables(rope_, pos0, T, [&](int64_t p) { return llama4_query_scale(cfg_, p); }, device_, cos_q, sin_q);
+    else cos_q = cos, sin_q = sin;
+  }
 
   // The reference's `residual + h` after each sublayer is deferred into the next sublayer's input (Input).
   Tensor hidden_states = ops::embedding(embed_tokens, ids, device_, act_);  // [T, hidden]

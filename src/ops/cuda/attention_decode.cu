@@ -10,8 +10,11 @@
 // whose first tile lies in the caller's stable keys (a KV cache's earlier rows) loads it before waiting for
 // the previous kernel.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "ops/cuda/attention_internal.h"
 #include "ops/cuda/common.h"
@@ -21,14 +24,16 @@ namespace ernie::cuda::attn {
 
 namespace {
 
-constexpr int kWarps = 8, kThreads = 32 * kWarps, kHeads = 4, kMaxD = 256, kMinKeysPerSplit = 64, kMaxSplits = 256;
+constexpr int kWarps = 8, kThreads = 32 * kWarps, kHeads = 4, kMaxD = 256, kMaxSplits = 256;
 constexpr int kMaxGroups = 32;                         // kv heads × head chunks per launch
 constexpr int kMaxTickets = kMaxBatch * 4 * kMaxGroups;  // × (batch row, query row)
 static_assert(kHeads <= kWarps, "each head of a block gets one warp for its softmax");
 
-constexpr int kMaxTile = 64, kTileBytes = 36 * 1024;  // with the ~9 KiB of static arrays, within the default 48 KiB
-constexpr int kParts = 4;  // a key's scores in kParts slices of the head dims, one per pair of warps
-static_assert(kParts * kMaxTile == kThreads, "a thread per (key of a full tile, slice)");
+// Tiles of up to kTile keys (64 or 128), a chunk (one block's keys) of at least one tile: kTile · 576 bytes of
+// shared memory for K and V (bf16 head_dim 128: the whole tile). A key's scores come in kThreads / kTile slices
+// of the head dims.
+template <int kTile>
+constexpr int kTileBytes = kTile * 576;
 
 // K rows in shared memory are D + kPad<T> elements apart: an odd number of 4-byte words.
 template <class T>
@@ -38,11 +43,11 @@ template <class T>
 __host__ __device__ size_t tile_bytes(int D, int t) {
   return size_t(t) * (2 * D + kPad<T>) * sizeof(T);
 }
-// Keys per tile: the most (of 64, 32, 16, 8) whose K and V rows fit kTileBytes.
-template <class T>
+// Keys per tile: the most (of kTile, kTile / 2, ..., 8) whose K and V rows fit kTileBytes.
+template <class T, int kTile>
 __host__ __device__ int tile_keys(int D) {
-  int t = kMaxTile;
-  while (t > 8 && tile_bytes<T>(D, t) > kTileBytes) t /= 2;
+  int t = kTile;
+  while (t > 8 && tile_bytes<T>(D, t) > kTileBytes<kTile>) t /= 2;
   return t;
 }
 
@@ -76,21 +81,22 @@ __device__ __forceinline__ void load_tile(T* __restrict__ dst, int stride, const
   }
 }
 
-template <class T>
+template <class T, int kTile>
 __global__ void __launch_bounds__(kThreads) decode_kernel(const Params p, float* __restrict__ part, int splits,
                                                           int keys_per_split, int chunks) {
+  constexpr int kParts = kThreads / kTile, kWarpsPerPart = kTile / 32;
   extern __shared__ __align__(16) unsigned char tile_bytes[];  // K [tile][D + kPad], then V [tile][D]
-  __shared__ float sq[kHeads][kMaxD], ss[kHeads][kMaxTile], sm[kHeads], sl[kHeads], scorr[kHeads], inv_l[kHeads];
+  __shared__ float sq[kHeads][kMaxD], ss[kHeads][kTile], sm[kHeads], sl[kHeads], scorr[kHeads], inv_l[kHeads];
   // The score slices while walking the tiles, the chunks' merge weights after them: the same floats.
-  __shared__ float scratch[kParts * kHeads * kMaxTile];
-  static_assert(kParts * kMaxTile == kMaxSplits, "scratch holds both");
-  auto sp = reinterpret_cast<float(*)[kHeads][kMaxTile]>(scratch);
+  __shared__ float scratch[kParts * kHeads * kTile];
+  static_assert(kParts * kTile == kMaxSplits, "scratch holds both");
+  auto sp = reinterpret_cast<float(*)[kHeads][kTile]>(scratch);
   auto wsplit = reinterpret_cast<float(*)[kMaxSplits]>(scratch);
   __shared__ bool last;
   const int split = blockIdx.x, kh = blockIdx.y / chunks, chunk = blockIdx.y % chunks, z = blockIdx.z;
   const int b = z / p.Sq, row = z % p.Sq, G = p.Hq / p.Hkv, h0 = kh * G + chunk * kHeads;
   const int hb = min(kHeads, G - chunk * kHeads), D = p.D, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-  const int tile = tile_keys<T>(D), kstride = D + kPad<T>;
+  const int tile = tile_keys<T, kTile>(D), kstride = D + kPad<T>;
   const int64_t ks = int64_t(p.Hkv) * D;
   const T* q = static_cast<const T*>(p.q) + int64_t(z) * p.Hq * D;  // z = b·Sq + row
   const T* K = static_cast<const T*>(p.k) + int64_t(b) * p.Sk * ks + int64_t(kh) * D;
@@ -148,7 +154,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const Params p, float*
     }
     __syncthreads();  // the tile (and sq, sm, sl) are set
     {  // part `part` of the scores of key `key` for every head: dims [part·D/kParts, (part+1)·D/kParts)
-      const int key = (warp % 2) * 32 + lane, part = warp / 2;
+      const int key = (warp % kWarpsPerPart) * 32 + lane, part = warp / kWarpsPerPart;
       if (key < nt) {
         float s[kHeads] = {};
         const T* kr = sk + key * kstride;
@@ -224,15 +230,36 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const Params p, float*
   __syncthreads();
   if (!last) return;
   __threadfence();
+  // Thread tid sums its outputs over the chunks, kBatch chunks at a time: a batch's loads are issued together,
+  // and the first batch's while the warps below find the chunks' weights, so the merge costs a round trip to
+  // L2 per kBatch chunks rather than one per chunk.
+  constexpr int kBatch = 16;
+  const float* in[kOuts];
+  int head[kOuts];
+  float a[kOuts] = {}, v[kBatch][kOuts];
+  const int outs = (hb * D - tid + kThreads - 1) / kThreads;  // this thread's outputs (at most kOuts)
+#pragma unroll
+  for (int k = 0; k < kOuts; ++k) {
+    const int idx = min(tid + k * kThreads, hb * D - 1);
+    head[k] = idx / D;
+    in[k] = part + (int64_t(z) * p.Hq + h0 + idx / D) * splits * (D + 2) + 2 + idx % D;
+  }
+  auto load_batch = [&](int s0) {
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u)
+#pragma unroll
+      for (int k = 0; k < kOuts; ++k) v[u][k] = s0 + u < splits && k < outs ? __ldcg(in[k] + (s0 + u) * (D + 2)) : 0.f;
+  };
+  load_batch(0);
   if (warp < hb) {  // warp g: the chunks' weights e^(m_s - M) for head g, from one round of loads
-    const float* in = part + (int64_t(z) * p.Hq + h0 + warp) * splits * (D + 2);
+    const float* ml = part + (int64_t(z) * p.Hq + h0 + warp) * splits * (D + 2);
     constexpr int kPerLane = kMaxSplits / 32;
     float m[kPerLane], l[kPerLane], M = -INFINITY;
 #pragma unroll
     for (int u = 0; u < kPerLane; ++u) {
       const int s = lane + 32 * u;
-      m[u] = s < splits ? __ldcg(in + s * (D + 2)) : -INFINITY;
-      l[u] = s < splits ? __ldcg(in + s * (D + 2) + 1) : 0.f;
+      m[u] = s < splits ? __ldcg(ml + s * (D + 2)) : -INFINITY;
+      l[u] = s < splits ? __ldcg(ml + s * (D + 2) + 1) : 0.f;
     }
 #pragma unroll
     for (int u = 0; u < kPerLane; ++u) M = fmaxf(M, m[u]);
@@ -248,25 +275,8 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const Params p, float*
     if (lane == 0) inv_l[warp] = L > 0.f ? 1.f / L : 0.f;
   }
   __syncthreads();
-  // Thread tid sums its outputs together, kBatch chunks at a time: the batch's loads are issued together, so
-  // the merge costs a round trip to L2 per kBatch chunks rather than one per chunk.
-  const float* in[kOuts];
-  int head[kOuts];
-  float a[kOuts] = {};
-  const int outs = (hb * D - tid + kThreads - 1) / kThreads;  // this thread's outputs (at most kOuts)
-#pragma unroll
-  for (int k = 0; k < kOuts; ++k) {
-    const int idx = min(tid + k * kThreads, hb * D - 1);
-    head[k] = idx / D;
-    in[k] = part + (int64_t(z) * p.Hq + h0 + idx / D) * splits * (D + 2) + 2 + idx % D;
-  }
-  constexpr int kBatch = 16;
   for (int s0 = 0; s0 < splits; s0 += kBatch) {
-    float v[kBatch][kOuts];
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u)
-#pragma unroll
-      for (int k = 0; k < kOuts; ++k) v[u][k] = s0 + u < splits && k < outs ? __ldcg(in[k] + (s0 + u) * (D + 2)) : 0.f;
+    if (s0 > 0) load_batch(s0);
 #pragma unroll
     for (int u = 0; u < kBatch; ++u)
 #pragma unroll
@@ -281,6 +291,34 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const Params p, float*
 
 int head_chunks(int Hq, int Hkv) { return (Hq / Hkv + kHeads - 1) / kHeads; }
 
+// Measurement knob, removed once measured: ERNIE_DECODE_TILE=64 for 64-key tiles and chunks.
+int tile_knob() {
+  static const int t = [] {
+    const char* e = std::getenv("ERNIE_DECODE_TILE");
+    return e && std::strcmp(e, "64") == 0 ? 64 : 128;
+  }();
+  return t;
+}
+
+template <class T, int kTile>
+void launch(const Params& p, Tensor& workspace, cudaStream_t st) {
+  const int keys_per_split = std::max(kTile, (p.Sk + kMaxSplits - 1) / kMaxSplits);
+  const int splits = std::max(1, (p.Sk + keys_per_split - 1) / keys_per_split);
+  const int chunks = head_chunks(p.Hq, p.Hkv), device = detail::dev(workspace);
+  const int64_t floats = splits == 1 ? 0 : int64_t(p.B) * p.Sq * p.Hq * splits * (p.D + 2);
+  if (workspace.numel() < floats) workspace = Tensor::empty({floats}, DType::F32, workspace.device());
+  const size_t smem = tile_bytes<T>(p.D, tile_keys<T, kTile>(p.D));
+  static std::atomic<uint64_t> opted_in{0};  // devices where the kernel may take kTileBytes of dynamic memory
+  if (!(opted_in.load() >> (device & 63) & 1u)) {
+    ERNIE_CUDA_CHECK(cudaFuncSetAttribute(decode_kernel<T, kTile>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          kTileBytes<kTile>));
+    opted_in |= uint64_t(1) << (device & 63);
+  }
+  const dim3 grid(unsigned(splits), unsigned(p.Hkv * chunks), unsigned(p.B * p.Sq));
+  launch_kernel(pdl_enabled(device), decode_kernel<T, kTile>, grid, dim3(kThreads), smem, st, p,
+                static_cast<float*>(workspace.raw()), splits, keys_per_split, chunks);
+}
+
 }  // namespace
 
 bool decode_supported(int Sq, int Hq, int Hkv, int D) {
@@ -288,21 +326,9 @@ bool decode_supported(int Sq, int Hq, int Hkv, int D) {
 }
 
 void decode(const Params& p, bool bf16, Tensor& workspace, cudaStream_t st) {
-  // 64 keys per chunk measured best at 1,100 keys (16.4 us; 32 keys 18.2 us, 16 keys 24.1 us).
-  const int keys_per_split = std::max(kMinKeysPerSplit, (p.Sk + kMaxSplits - 1) / kMaxSplits);
-  const int splits = std::max(1, (p.Sk + keys_per_split - 1) / keys_per_split);
-  const int chunks = head_chunks(p.Hq, p.Hkv);
-  const int64_t floats = splits == 1 ? 0 : int64_t(p.B) * p.Sq * p.Hq * splits * (p.D + 2);
-  if (workspace.numel() < floats) workspace = Tensor::empty({floats}, DType::F32, workspace.device());
-  float* part = static_cast<float*>(workspace.raw());
-  const dim3 grid(unsigned(splits), unsigned(p.Hkv * chunks), unsigned(p.B * p.Sq));
-  auto run = [&](auto element) {
-    using T = decltype(element);
-    launch_kernel(pdl_enabled(detail::dev(workspace)), decode_kernel<T>, grid, dim3(kThreads),
-                  tile_bytes<T>(p.D, tile_keys<T>(p.D)), st, p, part, splits, keys_per_split, chunks);
-  };
-  if (bf16) run(__nv_bfloat16());
-  else run(float());
+  const bool big = tile_knob() == 128;
+  if (bf16) big ? launch<__nv_bfloat16, 128>(p, workspace, st) : launch<__nv_bfloat16, 64>(p, workspace, st);
+  else big ? launch<float, 128>(p, workspace, st) : launch<float, 64>(p, workspace, st);
   ERNIE_CUDA_LAUNCH("attention (decode)");
 }
 
