@@ -196,9 +196,9 @@ TEST(CudaDecode, AttentionSplitKeys) {
       {1, 1, 1, 32, 8, 128, 0, {}},             // one key
       {1, 1, 33, 32, 8, 128, 32, {}},           // one chunk (written by its block directly)
       {1, 1, 64, 32, 8, 128, 63, {}},           // exactly one chunk
-      {1, 1, 65, 32, 8, 128, 64, {}},           // a second chunk of one key (64-key chunks)
-      {1, 1, 128, 32, 8, 128, 127, {}},         // exactly one 128-key chunk
-      {1, 1, 129, 32, 8, 128, 128, {}},         // a second chunk of one key (128-key chunks)
+      {1, 1, 65, 32, 8, 128, 64, {}},           // a second chunk of one key
+      {1, 1, 128, 32, 8, 128, 127, {}},         // exactly two chunks
+      {1, 1, 129, 32, 8, 128, 128, {}},         // a third chunk of one key
       {1, 1, 1100, 32, 8, 128, 1099, {}},       // the PE at ~1,100 keys
       {1, 1, 17000, 32, 8, 128, 16999, {}},     // more keys than 256 chunks of 64: longer chunks
       {1, 4, 300, 32, 8, 128, 296, {}},         // 4 query rows, causal
