@@ -82,6 +82,16 @@ void rope_tables(const RopeFrequencies& rope, int64_t pos0, int64_t T, RowScale 
   sin = Tensor::from_vector(s, {1, T, D}).to(device);
 }
 
+// The tables of positions [pos0, pos0 + T), and the query's own (the llama-4 scale folded in) when that scale
+// is not 1 throughout; else cos_q / sin_q stay undefined.
+void rope_tables_qk(const RopeFrequencies& rope, const MistralConfig& cfg, int64_t pos0, int64_t T, Device device,
+                    Tensor& cos, Tensor& sin, Tensor& cos_q, Tensor& sin_q) {
+  rope_tables(rope, pos0, T, [](int64_t) { return 1.f; }, device, cos, sin);
+  bool q_scaled = false;
+  for (int64_t p = pos0; p < pos0 + T; ++p) q_scaled = q_scaled || llama4_query_scale(cfg, p) != 1.f;
+  if (q_scaled) rope_tables(rope, pos0, T, [&](int64_t p) { return llama4_query_scale(cfg, p); }, device, cos_q, sin_q);
+}
+
 // Copies src [1, T, heads, head_dim] into rows [pos0, pos0 + T) of a cache tensor [1, capacity, heads, head_dim].
 void write_cache_rows(const Tensor& cache, int64_t pos0, const Tensor& src) {
   ERNIE_CHECK(cache.dtype() == src.dtype() && cache.device() == src.device() && cache.dim(2) == src.dim(2) &&
@@ -197,15 +207,7 @@ KVCache MistralModel::new_cache(int64_t capacity) const {
     c.k.push_back(Tensor::zeros({1, capacity, cfg_.num_key_value_heads, cfg_.head_dim}, act_, device_));
     c.v.push_back(Tensor::zeros({1, capacity, cfg_.num_key_value_heads, cfg_.head_dim}, act_, device_));
   }
-  const int64_t D = cfg_.head_dim;
-  rope_tables(rope_, 0, capacity, [](int64_t) { return 1.f; }, device_, c.cos, c.sin);
-  c.cos = c.cos.reshape({capacity, D}), c.sin = c.sin.reshape({capacity, D});
-  bool q_scaled = false;
-  for (int64_t p = 0; p < capacity; ++p) q_scaled = q_scaled || llama4_query_scale(cfg_, p) != 1.f;
-  if (q_scaled) {
-    rope_tables(rope_, 0, capacity, [&](int64_t p) { return llama4_query_scale(cfg_, p); }, device_, c.cos_q, c.sin_q);
-    c.cos_q = c.cos_q.reshape({capacity, D}), c.sin_q = c.sin_q.reshape({capacity, D});
-  }
+  rope_tables_qk(rope_, cfg_, 0, capacity, device_, c.cos, c.sin, c.cos_q, c.sin_q);
   return c;
 }
 
@@ -290,17 +292,15 @@ Tensor MistralModel::forward(const std::vector<int64_t>& ids, int n_layers, KVCa
                 std::to_string(T), " new tokens exceed capacity ", std::to_string(cache->capacity()));
   }
   Tensor cos, sin, cos_q, sin_q;
-  if (cache && cache->cos.defined()) {  // rows pos0.. of the cache's tables
-    auto rows = [&](const Tensor& t) { return t.narrow(pos0, T).reshape({1, T, t.dim(1)}); };
-    cos = rows(cache->cos), sin = rows(cache->sin);
-    cos_q = cache->cos_q.defined() ? rows(cache->cos_q) : cos, sin_q = cache->sin_q.defined() ? rows(cache->sin_q) : sin;
+  if (cache && cache->cos.defined()) {  // rows pos0.. of the cache's tables (views)
+    auto rows = [&](const Tensor& t) {
+      return t.defined() ? t.reshape({t.dim(1), t.dim(2)}).narrow(pos0, T).reshape({1, T, t.dim(2)}) : Tensor();
+    };
+    cos = rows(cache->cos), sin = rows(cache->sin), cos_q = rows(cache->cos_q), sin_q = rows(cache->sin_q);
   } else {
-    rope_tables(rope_, pos0, T, [](int64_t) { return 1.f; }, device_, cos, sin);
-    bool q_scaled = false;
-    for (int64_t p = pos0; p < pos0 + T; ++p) q_scaled = q_scaled || llama4_query_scale(cfg_, p) != 1.f;
-    if (q_scaled) rope_tables(rope_, pos0, T, [&](int64_t p) { return llama4_query_scale(cfg_, p); }, device_, cos_q, sin_q);
-    else cos_q = cos, sin_q = sin;
+    rope_tables_qk(rope_, cfg_, pos0, T, device_, cos, sin, cos_q, sin_q);
   }
+  if (!cos_q.defined()) cos_q = cos, sin_q = sin;
 
   // The reference's `residual + h` after each sublayer is deferred into the next sublayer's input (Input).
   Tensor hidden_states = ops::embedding(embed_tokens, ids, device_, act_);  // [T, hidden]

@@ -14,7 +14,7 @@ namespace ernie {
 struct KVCache {
   std::vector<Tensor> k, v;  // per layer [1, capacity, kv_heads, head_dim]
   int64_t length = 0;        // tokens already cached
-  // RoPE tables [capacity, head_dim] of every position (F32, the cache's device), filled once by new_cache so
+  // RoPE tables [1, capacity, head_dim] of every position (F32, the cache's device), filled once by new_cache so
   // a decoding step uploads none; cos_q / sin_q with the llama-4 query scale (undefined when it is 1 throughout).
   Tensor cos, sin, cos_q, sin_q;
   int64_t capacity() const { return k.empty() ? 0 : k[0].dim(1); }

@@ -268,8 +268,14 @@ int resident_blocks(const void* kernel, int device, int threads, size_t smem) {
   auto [it, fresh] = known.try_emplace({kernel, device, smem}, 0);
   if (fresh) {
     int per_sm = 0, sms = 0;
-    if (smem > 48 * 1024)
-      ERNIE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    if (smem > 48 * 1024) {  // opt in to all the device allows, so no smaller size set later can shrink it
+      int optin = 0;
+      cudaFuncAttributes attr{};
+      ERNIE_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+      ERNIE_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+      ERNIE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            optin - int(attr.sharedSizeBytes)));
+    }
     ERNIE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
     ERNIE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     it->second = std::max(1, per_sm * sms);
@@ -376,7 +382,9 @@ bool add_rms_norm_linear_supported(const Tensor& x, const Tensor& y, const Tenso
   const bool nw_ok = !norm_weight.defined() || (norm_weight.numel() == K && norm_weight.device() == x.device() &&
                                                  (norm_weight.dtype() == DType::F32 || norm_weight.dtype() == DType::BF16 ||
                                                   norm_weight.dtype() == DType::F16));
-  return K > 0 && x.numel() == K && y_ok && nw_ok && w.w.dim(1) == K && N > 0 && (!swiglu || N % 2 == 0) &&
+  // The normed row sits in shared memory next to the weight ring (64 KiB): rows of up to 96 KiB.
+  return K > 0 && x.numel() == K && K * int64_t(dtype_size(x.dtype())) <= 96 * 1024 && y_ok && nw_ok &&
+         w.w.dim(1) == K && N > 0 && (!swiglu || N % 2 == 0) &&
          gemv_supported(x, w.w, 1) && bulk_ok(detail::dev(x), N, K, dtype_size(x.dtype()));
 }
 
