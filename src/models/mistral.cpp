@@ -279,12 +279,22 @@ Tensor MistralModel::mlp(const Layer& l, const Input& in, Tensor& sum) const {
 
 Tensor MistralModel::forward(const std::vector<int64_t>& ids, int n_layers, KVCache* cache) const {
   ERNIE_CHECK(!ids.empty(), "mistral forward: no token ids");
-  ERNIE_CHECK(n_layers >= 0 && n_layers <= num_layers(), "mistral forward: ", std::to_string(n_layers),
-              " layers requested, ", std::to_string(num_layers()), " loaded");
   for (int64_t id : ids)
     ERNIE_CHECK(id >= 0 && id < cfg_.vocab_size, "mistral forward: token id ", std::to_string(id),
                 " outside the vocabulary [0, ", std::to_string(cfg_.vocab_size), ")");
-  const int64_t T = int64_t(ids.size()), pos0 = cache ? cache->length : 0;
+  return run_layers(ops::embedding(embed_tokens, ids, device_, act_), n_layers, cache);
+}
+
+Tensor MistralModel::forward_from_device(const Tensor& ids, int n_layers, KVCache* cache) const {
+  ERNIE_CHECK(ids.defined() && ids.numel() > 0 && ids.device() == device_, "mistral forward: no token ids on ",
+              device_.str());
+  return run_layers(ops::embedding(embed_tokens, ids.reshape({ids.numel()}), act_), n_layers, cache);
+}
+
+Tensor MistralModel::run_layers(Tensor hidden_states, int n_layers, KVCache* cache) const {
+  ERNIE_CHECK(n_layers >= 0 && n_layers <= num_layers(), "mistral forward: ", std::to_string(n_layers),
+              " layers requested, ", std::to_string(num_layers()), " loaded");
+  const int64_t T = hidden_states.dim(0), pos0 = cache ? cache->length : 0;
   if (cache) {
     ERNIE_CHECK(int(cache->k.size()) >= n_layers && cache->v.size() == cache->k.size(), "KV cache has ",
                 std::to_string(cache->k.size()), " layers, forward runs ", std::to_string(n_layers));
@@ -303,7 +313,6 @@ Tensor MistralModel::forward(const std::vector<int64_t>& ids, int n_layers, KVCa
   if (!cos_q.defined()) cos_q = cos, sin_q = sin;
 
   // The reference's `residual + h` after each sublayer is deferred into the next sublayer's input (Input).
-  Tensor hidden_states = ops::embedding(embed_tokens, ids, device_, act_);  // [T, hidden]
   Tensor delta;
   for (int i = 0; i < n_layers; ++i) {
     const Layer& l = layers_[size_t(i)];

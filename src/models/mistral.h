@@ -44,6 +44,9 @@ class MistralModel {
   // and the new keys/values are appended to it) and returns the residual stream [T, hidden] after them
   // (no final norm).
   Tensor forward(const std::vector<int64_t>& ids, int n_layers, KVCache* cache = nullptr) const;
+  // The same for ids already on the model's device (I64 [T], e.g. ops::argmax_indices of the last logits), so
+  // nothing waits for the host between decoding steps; an id outside the vocabulary embeds as zeros.
+  Tensor forward_from_device(const Tensor& ids, int n_layers, KVCache* cache = nullptr) const;
   // Final norm + LM head over hidden [T, hidden] -> logits [T, vocab] (F32). Needs with_lm_head.
   Tensor logits(const Tensor& hidden) const;
   // An empty cache for up to `capacity` tokens over all loaded layers.
@@ -76,6 +79,7 @@ class MistralModel {
   Tensor self_attn(const Layer& l, const Input& in, Tensor& sum, const Tensor& cos_q, const Tensor& sin_q,
                    const Tensor& cos_k, const Tensor& sin_k, int64_t pos0, Tensor* k_cache, Tensor* v_cache) const;
   Tensor mlp(const Layer& l, const Input& in, Tensor& sum) const;
+  Tensor run_layers(Tensor hidden_states, int n_layers, KVCache* cache) const;  // forward after the embedding
   // Layers [0, n_layers) (and the final norm and LM head) from `source`: tensor name (as in
   // mistral_tensor_specs) and the shape the config implies -> host tensor, placed on `device` here.
   // `who` names the model in errors.

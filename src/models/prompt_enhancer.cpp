@@ -38,6 +38,60 @@ void check_cancel(const std::atomic<bool>* cancel) {
 
 }  // namespace
 
+// Greedy decoding on a GPU, from the prompt's last hidden state: each step's token id stays on the device
+// (argmax_indices) and feeds the next step's embedding, which is enqueued before the host reads the id back
+// (through pinned memory and an event), so the GPU never waits for the host between tokens. The last step
+// enqueued (after EOS or the last token wanted) is computed and dropped.
+void greedy_on_device(const MistralModel& lm, KVCache& cache, const Tensor& last, int64_t limit,
+                      const GenerateOptions& opt, Generation& g, Clock::time_point t0) {
+  const int L = lm.num_layers();
+  const Device dev = lm.device();
+  Tensor pinned[2] = {ops::pinned_empty(sizeof(int64_t), dev), ops::pinned_empty(sizeof(int64_t), dev)};
+  ops::StreamEvent ready[2] = {ops::StreamEvent(dev), ops::StreamEvent(dev)};
+  // The id chosen from `h`'s logits: on the device, and on its way into pinned[slot].
+  auto choose = [&](const Tensor& h, int slot) {
+    Tensor id = ops::argmax_indices(lm.logits(h));
+    ops::download_async(pinned[slot], id);
+    ready[slot].record(ops::Stream::Compute);
+    return id;
+  };
+  auto read = [&](int slot) {
+    ready[slot].synchronize();
+    int64_t id = 0;
+    std::memcpy(&id, pinned[slot].raw(), sizeof(id));
+    ERNIE_CHECK(id >= 0, "argmax: row 0 holds NaN: the model produced NaN logits");
+    return id;
+  };
+  // The step after the token `id` (on the device) stands for: its id into pinned[slot].
+  auto step = [&](const Tensor& id, int slot) {
+    if (cache.length + 1 > cache.capacity())
+      cache = grow_cache(lm, cache, std::min<int64_t>(limit, 2 * cache.capacity()));
+    return choose(lm.forward_from_device(id, L, &cache), slot);
+  };
+  Tensor id = choose(last, 0);
+  int64_t next = read(0);
+  g.prefill_s = seconds_since(t0);
+  auto t1 = Clock::now();
+  int slot = 0;  // pinned[slot] holds `next`
+  Tensor ahead = opt.max_new_tokens > 1 ? step(id, 1) : Tensor();  // the step making the token after `next`
+  while (true) {
+    g.ids.push_back(next);
+    if (opt.on_token) opt.on_token(int(g.ids.size()));
+    if (next == opt.eos_id) {
+      g.stopped_on_eos = true;
+      break;
+    }
+    if (int(g.ids.size()) >= opt.max_new_tokens) break;
+    check_cancel(opt.cancel);
+    // Enqueue the step after `ahead` (when its token may still be wanted), then wait for ahead's id.
+    Tensor after = int(g.ids.size()) + 1 < opt.max_new_tokens ? step(ahead, slot) : Tensor();
+    slot ^= 1;
+    next = read(slot);
+    ahead = after;
+  }
+  g.decode_s = seconds_since(t1);
+}
+
 Generation generate_tokens(const MistralModel& lm, const std::vector<int64_t>& prompt_ids, Sampler& sampler,
                            const GenerateOptions& opt) {
   ERNIE_CHECK(!prompt_ids.empty(), "generate: empty prompt");
@@ -66,6 +120,10 @@ Generation generate_tokens(const MistralModel& lm, const std::vector<int64_t>& p
   };
   KVCache cache = lm.new_cache(std::min<int64_t>(limit, P + 256));
   Tensor hidden = lm.forward(prompt_ids, L, &cache);
+  if (!sampler.params().do_sample() && lm.device().is_cuda()) {
+    greedy_on_device(lm, cache, ops::slice(hidden, 0, P - 1, 1), limit, opt, g, t0);
+    return g;
+  }
   int64_t next = choose(ops::slice(hidden, 0, P - 1, 1));
   g.prefill_s = seconds_since(t0);
 

@@ -1,6 +1,8 @@
 // Dispatch of the op set to the backend that holds the inputs.
 #include "ops/ops.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "ops/cpu/cpu_ops.h"
 #ifdef ERNIE_HAVE_CUDA
@@ -260,6 +262,26 @@ std::vector<int64_t> argmax(const Tensor& x) {
               x.defined() ? shape_str(x.shape()) : "undefined", " has no values per row");
   ERNIE_OP(argmax, x.device(), x);
 }
+Tensor argmax_indices(const Tensor& x) {
+  ERNIE_CHECK(x.defined() && x.ndim() >= 1 && x.dim(-1) > 0, "argmax: x ",
+              x.defined() ? shape_str(x.shape()) : "undefined", " has no values per row");
+#ifdef ERNIE_HAVE_CUDA
+  if (x.device().is_cuda()) return on_cuda("argmax", [&] { return cuda::argmax_indices(x); });
+#endif
+  const std::vector<int64_t> best = cpu::argmax(x);
+  Tensor t = Tensor::empty({int64_t(best.size())}, DType::I64);
+  std::copy(best.begin(), best.end(), t.data<int64_t>());
+  return t;
+}
+Tensor embedding(const Tensor& table, const Tensor& ids, DType act) {
+  ERNIE_CHECK(table.defined() && ids.defined(), "embedding: an input is undefined");
+#ifdef ERNIE_HAVE_CUDA
+  if (table.device().is_cuda()) return on_cuda("embedding", [&] { return cuda::embedding(table, ids, act); });
+#endif
+  ERNIE_CHECK(ids.device().is_cpu() && ids.dtype() == DType::I64, "embedding: ids must be I64 on the table's device");
+  return embedding(table, std::vector<int64_t>(ids.data<int64_t>(), ids.data<int64_t>() + ids.numel()), table.device(),
+                   act);
+}
 Tensor cast(const Tensor& x, DType dtype) { ERNIE_OP(cast, x.device(), x, dtype); }
 
 void release_cached_memory(Device device) {
@@ -299,6 +321,13 @@ void upload_async(const Tensor& dst, const Tensor& src) {
               std::to_string(dst.nbytes()));
   cuda::upload_async(dst.raw(), src.raw(), src.nbytes(), dev);
 }
+void download_async(const Tensor& dst, const Tensor& src) {
+  const int dev = cuda_index(src.device(), "download_async");
+  ERNIE_CHECK(dst.device().is_cpu(), "download_async: the destination is on ", dst.device().str(), ", expected the host");
+  ERNIE_CHECK(dst.nbytes() == src.nbytes(), "download_async: ", std::to_string(src.nbytes()), " bytes into ",
+              std::to_string(dst.nbytes()));
+  cuda::download_async(dst.raw(), src.raw(), src.nbytes(), dev);
+}
 StreamEvent::StreamEvent(Device device) : device_(device) {
   event_ = cuda::event_create(cuda_index(device, "StreamEvent"));
 }
@@ -314,6 +343,7 @@ namespace {
 }  // namespace
 Tensor pinned_empty(size_t, Device) { no_streaming("pinned_empty"); }
 void upload_async(const Tensor&, const Tensor&) { no_streaming("upload_async"); }
+void download_async(const Tensor&, const Tensor&) { no_streaming("download_async"); }
 StreamEvent::StreamEvent(Device device) : device_(device) { no_streaming("StreamEvent"); }
 StreamEvent::~StreamEvent() = default;
 void StreamEvent::record(Stream) { no_streaming("StreamEvent::record"); }

@@ -175,11 +175,17 @@ Tensor concat(const std::vector<Tensor>& xs, int dim);
 Tensor slice(const Tensor& x, int dim, int64_t start, int64_t len);
 // Rows of table[V, C] picked by ids (I64 or I32 on the host): [n, C], in the table's device/activation dtype.
 Tensor embedding(const Tensor& table, const std::vector<int64_t>& ids, Device device, DType act);
+// The same with the ids in an I64 [n] tensor on the table's device (a CUDA table; e.g. argmax_indices' result):
+// nothing waits for the host; an id outside the vocabulary gives a zero row.
+Tensor embedding(const Tensor& table, const Tensor& ids, DType act);
 
 // ---- reductions ---------------------------------------------------------------------------------------------------
 // Index of the largest value in each row of a float tensor [..., n] (the first one on ties, as torch.argmax), on
 // the host: greedy decoding brings back one id instead of the row. Throws Error when a row holds NaN.
 std::vector<int64_t> argmax(const Tensor& x);
+// The same as an I64 [rows] tensor on x's device, without waiting for it: on CUDA -1 marks a row holding NaN
+// (the CPU throws as argmax does).
+Tensor argmax_indices(const Tensor& x);
 
 // ---- conversions ------------------------------------------------------------------------------------------------
 // Cast a float tensor to `dtype` on its own device.
@@ -200,6 +206,9 @@ Tensor pinned_empty(size_t bytes, Device device);
 // dst (on a CUDA device) <- src (on the host; pinned to be asynchronous), equal byte sizes, enqueued on the
 // device's copy stream; returns at once.
 void upload_async(const Tensor& dst, const Tensor& src);
+// dst (on the host; pinned to be asynchronous) <- src (on a CUDA device), equal byte sizes, enqueued on the
+// device's compute stream after the ops before it; returns at once (a StreamEvent says when it is done).
+void download_async(const Tensor& dst, const Tensor& src);
 class StreamEvent {
  public:
   explicit StreamEvent(Device device);

@@ -5,6 +5,7 @@
 #include "models/ernie_dit.h"
 #include "models/flux2_vae.h"
 #include "models/mistral.h"
+#include "models/prompt_enhancer.h"
 
 #include <algorithm>
 #include <fstream>
@@ -119,6 +120,30 @@ TEST(CudaGolden, PromptEnhancerLogitsAndCachedDecode) {
         if (i + 1 < gen.size()) next = argmax_last_row(lm.logits(lm.forward({next}, lm.num_layers(), &cache)));
       }
       EXPECT_EQ(out, gen) << "pe." << n << " greedy continuation";
+      // generate_tokens' greedy loop on the GPU (the id stays on the device, read back a step behind): the
+      // same continuation, cut at max_new_tokens and at an EOS id.
+      for (int want : {1, 2, int(gen.size())}) {
+        SamplingParams greedy;
+        greedy.temperature = 0;
+        Sampler sampler(greedy);
+        GenerateOptions opt;
+        opt.max_new_tokens = want;
+        const Generation g = generate_tokens(lm, prompt, sampler, opt);
+        EXPECT_EQ(g.ids, std::vector<int64_t>(gen.begin(), gen.begin() + want)) << "pe." << n << " max " << want;
+        EXPECT_FALSE(g.stopped_on_eos);
+      }
+      if (gen.size() >= 3) {
+        SamplingParams greedy;
+        greedy.temperature = 0;
+        Sampler sampler(greedy);
+        GenerateOptions opt;
+        opt.max_new_tokens = int(gen.size()) + 8;
+        opt.eos_id = gen[2];
+        const size_t stop = size_t(std::find(gen.begin(), gen.end(), gen[2]) - gen.begin()) + 1;
+        const Generation g = generate_tokens(lm, prompt, sampler, opt);
+        EXPECT_EQ(g.ids, std::vector<int64_t>(gen.begin(), gen.begin() + int64_t(stop))) << "pe." << n << " eos";
+        EXPECT_TRUE(g.stopped_on_eos);
+      }
     }
   }
 }

@@ -66,7 +66,7 @@ __global__ void argmax_merge_kernel(const Best* __restrict__ part, int blocks, i
 
 }  // namespace
 
-std::vector<int64_t> argmax(const Tensor& x) {
+Tensor argmax_indices(const Tensor& x) {
   detail::check_act(x, "argmax", "x");
   const int64_t n = x.dim(-1), rows = x.numel() / n;
   ERNIE_CHECK(rows <= 65535, "argmax: more than 65535 rows");
@@ -83,7 +83,12 @@ std::vector<int64_t> argmax(const Tensor& x) {
   ERNIE_CUDA_LAUNCH("argmax");
   argmax_merge_kernel<<<unsigned(rows), kThreads, 0, st>>>(part.data<Best>(), blocks, n, idx.data<int64_t>());
   ERNIE_CUDA_LAUNCH("argmax");
-  Tensor host = idx.to(kCPU);
+  return idx;
+}
+
+std::vector<int64_t> argmax(const Tensor& x) {
+  Tensor host = argmax_indices(x).to(kCPU);
+  const int64_t rows = host.numel();
   std::vector<int64_t> best(host.data<int64_t>(), host.data<int64_t>() + rows);
   for (int64_t r = 0; r < rows; ++r)
     ERNIE_CHECK(best[size_t(r)] >= 0, "argmax: row ", std::to_string(r), " holds NaN: the model produced NaN logits");

@@ -74,8 +74,10 @@ Tensor permute(const Tensor& x, const std::vector<int>& dims);
 Tensor concat(const std::vector<Tensor>& xs, int dim);
 Tensor slice(const Tensor& x, int dim, int64_t start, int64_t len);
 Tensor embedding(const Tensor& table, const std::vector<int64_t>& ids, Device device, DType act);
+Tensor embedding(const Tensor& table, const Tensor& ids, DType act);  // ids I64 [n] on the table's device
 Tensor cast(const Tensor& x, DType dtype);
 std::vector<int64_t> argmax(const Tensor& x);  // argmax.cpp / argmax.cu
+Tensor argmax_indices(const Tensor& x);  // I64 [rows] on x's device, -1 for a row holding NaN; no wait
 
 // ---- device management (device.cpp) ------------------------------------------------------------------
 struct MemoryStats {
@@ -97,6 +99,7 @@ std::string device_name(int device);
 void* pinned_alloc(size_t bytes, int device);  // page-locked host memory; throws OutOfMemory
 void pinned_free(void* p);                      // never throws
 void upload_async(void* dst, const void* src, size_t bytes, int device);  // on the copy stream
+void download_async(void* dst, const void* src, size_t bytes, int device);  // on the compute stream
 void* event_create(int device);
 void event_destroy(void* event, int device);    // never throws
 void event_record(void* event, int device, bool copy_stream);

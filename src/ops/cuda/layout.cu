@@ -82,10 +82,10 @@ __global__ void upsample2x_nhwc_kernel(const U* __restrict__ x, U* __restrict__ 
 
 template <class S, class D>
 __global__ void gather_rows_kernel(const S* __restrict__ table, const int64_t* __restrict__ ids, D* __restrict__ y,
-                                   int64_t n, int64_t C) {
+                                   int64_t n, int64_t C, int64_t V) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = i / C, c = i % C;
-    y[i] = from_f<D>(to_f(table[ids[r] * C + c]));
+    const int64_t r = i / C, c = i % C, id = ids[r];
+    y[i] = from_f<D>(id >= 0 && id < V ? to_f(table[id * C + c]) : 0.f);  // ids checked on the host, or from argmax
   }
 }
 
@@ -233,21 +233,35 @@ Tensor embedding(const Tensor& table, const std::vector<int64_t>& ids, Device de
   }
   ERNIE_CHECK(table.device() == device, "embedding: table on ", table.device().str(), ", output wanted on ",
               device.str());
-  Tensor y = Tensor::empty({n, C}, act, device);
-  if (y.numel() == 0) return y;
+  if (n == 0 || C == 0) return Tensor::empty({n, C}, act, device);
   Tensor ids_h = Tensor::empty({n}, DType::I64);
   std::copy(ids.begin(), ids.end(), ids_h.data<int64_t>());
-  Tensor ids_d = ids_h.to(device);
+  return embedding(table, ids_h.to(device), act);
+}
+
+Tensor embedding(const Tensor& table, const Tensor& ids, DType act) {
+  ERNIE_CHECK(table.defined() && table.ndim() == 2 && table.device().is_cuda(), "embedding: table must be [vocab, C] on a CUDA device");
+  ERNIE_CHECK(ids.defined() && ids.dtype() == DType::I64 && ids.ndim() == 1 && ids.device() == table.device(),
+              "embedding: ids must be I64 [n] on the table's device");
+  ERNIE_CHECK(act == DType::F32 || act == DType::BF16, "embedding: activations must be F32 or BF16, not ",
+              dtype_name(act));
+  elem_type(table.dtype(), "embedding");
+  const Device device = table.device();
+  const int64_t V = table.dim(0), C = table.dim(1), n = ids.numel();
+  Tensor y = Tensor::empty({n, C}, act, device);
+  if (y.numel() == 0) return y;
+  const Tensor& ids_d = ids;
   cudaStream_t st = stream(device.index);
   const int64_t total = n * C;
   const unsigned g = detail::blocks_for(total, kThreads);
   auto run = [&](auto src) {
     using S = decltype(src);
     if (act == DType::F32)
-      gather_rows_kernel<S, float><<<g, kThreads, 0, st>>>(table.data<S>(), ids_d.data<int64_t>(), y.data<float>(), total, C);
+      gather_rows_kernel<S, float><<<g, kThreads, 0, st>>>(table.data<S>(), ids_d.data<int64_t>(), y.data<float>(), total, C,
+                                                           V);
     else
       gather_rows_kernel<S, __nv_bfloat16><<<g, kThreads, 0, st>>>(table.data<S>(), ids_d.data<int64_t>(),
-                                                                   y.data<__nv_bfloat16>(), total, C);
+                                                                   y.data<__nv_bfloat16>(), total, C, V);
   };
   switch (table.dtype()) {
     case DType::F32: run(float{}); break;

@@ -46,6 +46,10 @@ void upload_async(void* dst, const void* src, size_t bytes, int device) {
   if (bytes) ERNIE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, copy_stream(device)));
 }
 
+void download_async(void* dst, const void* src, size_t bytes, int device) {
+  if (bytes) ERNIE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream(device)));
+}
+
 void* event_create(int device) {
   stream(device);
   cudaEvent_t e = nullptr;
