@@ -48,6 +48,16 @@ void greedy_on_device(const MistralModel& lm, KVCache& cache, const Tensor& last
   const Device dev = lm.device();
   Tensor pinned[2] = {ops::pinned_empty(sizeof(int64_t), dev), ops::pinned_empty(sizeof(int64_t), dev)};
   ops::StreamEvent ready[2] = {ops::StreamEvent(dev), ops::StreamEvent(dev)};
+  // However this returns (EOS, an exception), no download may still be writing to `pinned` when it is freed.
+  struct Drain {
+    ops::StreamEvent* e;
+    ~Drain() {
+      try {
+        e[0].synchronize(), e[1].synchronize();
+      } catch (...) {  // a failed device already reported its error
+      }
+    }
+  } drain{ready};
   // The id chosen from `h`'s logits: on the device, and on its way into pinned[slot].
   auto choose = [&](const Tensor& h, int slot) {
     Tensor id = ops::argmax_indices(lm.logits(h));
