@@ -38,6 +38,25 @@ void check_cancel(const std::atomic<bool>* cancel) {
 
 }  // namespace
 
+// Grows the cache (doubling, up to `limit` positions) when it has no room for one more token.
+void room_for_one(const MistralModel& lm, KVCache& cache, int64_t limit) {
+  if (cache.length + 1 > cache.capacity()) cache = grow_cache(lm, cache, std::min<int64_t>(limit, 2 * cache.capacity()));
+}
+
+// Appends the new token `id` to g (on_token told); whether generation goes on: not at EOS, not at
+// max_new_tokens, and not cancelled (which throws).
+bool take(int64_t id, const GenerateOptions& opt, Generation& g) {
+  g.ids.push_back(id);
+  if (opt.on_token) opt.on_token(int(g.ids.size()));
+  if (id == opt.eos_id) {
+    g.stopped_on_eos = true;
+    return false;
+  }
+  if (int(g.ids.size()) >= opt.max_new_tokens) return false;
+  check_cancel(opt.cancel);
+  return true;
+}
+
 // Greedy decoding on a GPU, from the prompt's last hidden state: each step's token id stays on the device
 // (argmax_indices) and feeds the next step's embedding, which is enqueued before the host reads the id back
 // (through pinned memory and an event), so the GPU never waits for the host between tokens. The last step
@@ -74,8 +93,7 @@ void greedy_on_device(const MistralModel& lm, KVCache& cache, const Tensor& last
   };
   // The step after the token `id` (on the device) stands for: its id into pinned[slot].
   auto step = [&](const Tensor& id, int slot) {
-    if (cache.length + 1 > cache.capacity())
-      cache = grow_cache(lm, cache, std::min<int64_t>(limit, 2 * cache.capacity()));
+    room_for_one(lm, cache, limit);
     return choose(lm.forward_from_device(id, L, &cache), slot);
   };
   Tensor id = choose(last, 0);
@@ -84,15 +102,7 @@ void greedy_on_device(const MistralModel& lm, KVCache& cache, const Tensor& last
   auto t1 = Clock::now();
   int slot = 0;  // pinned[slot] holds `next`
   Tensor ahead = opt.max_new_tokens > 1 ? step(id, 1) : Tensor();  // the step making the token after `next`
-  while (true) {
-    g.ids.push_back(next);
-    if (opt.on_token) opt.on_token(int(g.ids.size()));
-    if (next == opt.eos_id) {
-      g.stopped_on_eos = true;
-      break;
-    }
-    if (int(g.ids.size()) >= opt.max_new_tokens) break;
-    check_cancel(opt.cancel);
+  while (take(next, opt, g)) {
     // Enqueue the step after `ahead` (when its token may still be wanted), then wait for ahead's id.
     Tensor after = int(g.ids.size()) + 1 < opt.max_new_tokens ? step(ahead, slot) : Tensor();
     slot ^= 1;
@@ -138,17 +148,8 @@ Generation generate_tokens(const MistralModel& lm, const std::vector<int64_t>& p
   g.prefill_s = seconds_since(t0);
 
   auto t1 = Clock::now();
-  while (true) {
-    g.ids.push_back(next);
-    if (opt.on_token) opt.on_token(int(g.ids.size()));
-    if (next == opt.eos_id) {
-      g.stopped_on_eos = true;
-      break;
-    }
-    if (int(g.ids.size()) >= opt.max_new_tokens) break;
-    check_cancel(opt.cancel);
-    if (cache.length + 1 > cache.capacity())
-      cache = grow_cache(lm, cache, std::min<int64_t>(limit, 2 * cache.capacity()));
+  while (take(next, opt, g)) {
+    room_for_one(lm, cache, limit);
     next = choose(lm.forward({next}, L, &cache));
   }
   g.decode_s = seconds_since(t1);

@@ -257,14 +257,18 @@ Tensor embedding(const Tensor& table, const std::vector<int64_t>& ids, Device de
   ERNIE_CHECK(act == DType::F32, "embedding: the CPU backend computes in F32");
   return cpu::embedding(table, ids);
 }
-std::vector<int64_t> argmax(const Tensor& x) {
+namespace {
+void check_argmax_input(const Tensor& x) {
   ERNIE_CHECK(x.defined() && x.ndim() >= 1 && x.dim(-1) > 0, "argmax: x ",
               x.defined() ? shape_str(x.shape()) : "undefined", " has no values per row");
+}
+}  // namespace
+std::vector<int64_t> argmax(const Tensor& x) {
+  check_argmax_input(x);
   ERNIE_OP(argmax, x.device(), x);
 }
 Tensor argmax_indices(const Tensor& x) {
-  ERNIE_CHECK(x.defined() && x.ndim() >= 1 && x.dim(-1) > 0, "argmax: x ",
-              x.defined() ? shape_str(x.shape()) : "undefined", " has no values per row");
+  check_argmax_input(x);
 #ifdef ERNIE_HAVE_CUDA
   if (x.device().is_cuda()) return on_cuda("argmax", [&] { return cuda::argmax_indices(x); });
 #endif

@@ -38,13 +38,12 @@ __device__ Best block_best(Best b, Best* warp_best) {
   return b;
 }
 
-// Block b of row r takes the contiguous segment [b·seg, (b+1)·seg) and writes its best to part[r, b]; with
-// one block per row that is the answer.
+// Block (r, b) takes segment b of row r, [b·seg, (b+1)·seg), and writes its best to part[r, b].
 template <class T>
 __global__ void argmax_kernel(const T* __restrict__ x, int64_t n, int64_t seg, Best* __restrict__ part) {
   __shared__ Best warp_best[kThreads / 32];
-  const T* row = x + int64_t(blockIdx.y) * n;
-  const int64_t i0 = blockIdx.x * seg, i1 = min(n, i0 + seg);
+  const T* row = x + int64_t(blockIdx.x) * n;
+  const int64_t i0 = blockIdx.y * seg, i1 = min(n, i0 + seg);
   Best b{-INFINITY, n};  // n: no value yet (loses every comparison below, on index)
   for (int64_t i = i0 + threadIdx.x; i < i1; i += kThreads) {
     const float v = to_f(row[i]);
@@ -52,7 +51,7 @@ __global__ void argmax_kernel(const T* __restrict__ x, int64_t n, int64_t seg, B
     if (b.i >= 0 && (v > b.v || b.i == n)) b = {v, i};
   }
   b = block_best(b, warp_best);
-  if (threadIdx.x == 0) part[int64_t(blockIdx.y) * gridDim.x + blockIdx.x] = b;
+  if (threadIdx.x == 0) part[int64_t(blockIdx.x) * gridDim.y + blockIdx.y] = b;
 }
 
 // One block per row over its `blocks` partial results.
@@ -69,7 +68,7 @@ __global__ void argmax_merge_kernel(const Best* __restrict__ part, int blocks, i
 Tensor argmax_indices(const Tensor& x) {
   detail::check_act(x, "argmax", "x");
   const int64_t n = x.dim(-1), rows = x.numel() / n;
-  ERNIE_CHECK(rows <= 65535, "argmax: more than 65535 rows");
+  ERNIE_CHECK(rows <= INT32_MAX, "argmax: too many rows");
   // Segments of at least 4096 values, at most 128 per row (a vocabulary of 131072: 32 blocks).
   const int blocks = int(std::min<int64_t>(128, (n + 4095) / 4096));
   const int64_t seg = (n + blocks - 1) / blocks;
@@ -77,7 +76,7 @@ Tensor argmax_indices(const Tensor& x) {
   Tensor part = Tensor::empty({rows * blocks * int64_t(sizeof(Best))}, DType::U8, x.device());
   cudaStream_t st = stream(detail::dev(x));
   ERNIE_DISPATCH_ACT(x.dtype(), "argmax", {
-    argmax_kernel<T><<<dim3(unsigned(blocks), unsigned(rows)), kThreads, 0, st>>>(x.data<T>(), n, seg,
+    argmax_kernel<T><<<dim3(unsigned(rows), unsigned(blocks)), kThreads, 0, st>>>(x.data<T>(), n, seg,
                                                                                  part.data<Best>());
   });
   ERNIE_CUDA_LAUNCH("argmax");

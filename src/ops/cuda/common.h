@@ -29,6 +29,8 @@ std::string tuning_identity(int device);
 
 // major * 10 + minor of `device` (read once).
 int compute_capability(int device);
+// Its streaming multiprocessors (read once).
+int sm_count(int device);
 
 // Makes `device` current and returns its one stream (all work of the backend runs on it, in order).
 cudaStream_t stream(int device);

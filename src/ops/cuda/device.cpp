@@ -47,6 +47,7 @@ struct DeviceState {
   bool init = false;
   cudaStream_t stream = nullptr;
   int cc = 0;  // compute capability, major * 10 + minor
+  int sms = 0;  // streaming multiprocessors
   std::map<size_t, std::vector<void*>> free_blocks;  // size class -> cached blocks
   std::map<void*, size_t> live;                      // block -> size class
   MemoryStats stats;
@@ -71,6 +72,7 @@ void ensure_init(int device, DeviceState& s) {
   ERNIE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   ERNIE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
   s.cc = major * 10 + minor;
+  ERNIE_CUDA_CHECK(cudaDeviceGetAttribute(&s.sms, cudaDevAttrMultiProcessorCount, device));
   s.init = true;
 }
 
@@ -178,6 +180,15 @@ int compute_capability(int device) {
     ensure_init(device, s);
   }
   return s.cc;
+}
+
+int sm_count(int device) {
+  DeviceState& s = state(device);
+  if (!s.init) {
+    std::lock_guard<std::mutex> lk(s.mu);
+    ensure_init(device, s);
+  }
+  return s.sms;
 }
 
 cudaStream_t stream(int device) {

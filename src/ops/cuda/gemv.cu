@@ -267,7 +267,7 @@ int resident_blocks(const void* kernel, int device, int threads, size_t smem) {
   std::lock_guard<std::mutex> lk(mu);
   auto [it, fresh] = known.try_emplace({kernel, device, smem}, 0);
   if (fresh) {
-    int per_sm = 0, sms = 0;
+    int per_sm = 0;
     if (smem > 48 * 1024) {  // opt in to all the device allows, so no smaller size set later can shrink it
       int optin = 0;
       cudaFuncAttributes attr{};
@@ -277,8 +277,7 @@ int resident_blocks(const void* kernel, int device, int threads, size_t smem) {
                                             optin - int(attr.sharedSizeBytes)));
     }
     ERNIE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
-    ERNIE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    it->second = std::max(1, per_sm * sms);
+    it->second = std::max(1, per_sm * sm_count(device));
   }
   return it->second;
 }

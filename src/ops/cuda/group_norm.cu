@@ -230,8 +230,9 @@ void group_norm_nhwc(const Tensor& x, Tensor& y, int groups, const Tensor& weigh
   group_finalize_kernel<<<unsigned(B * groups), 32, 0, st>>>(stats.data<float>(), hw, ppc, double(C / groups), chunks,
                                                              eps);
   ERNIE_CUDA_LAUNCH("group_norm");
-  // Enough blocks for several waves of 2048 threads per SM, each walking pixels with a grid stride.
-  const int64_t rows = std::min<int64_t>((hw + P - 1) / P, std::max<int64_t>(1, 132 * 2048 / (L * P) * 4 / B));
+  // Enough blocks for four waves of 2048 threads per SM, each walking pixels with a grid stride.
+  const int64_t waves = int64_t(sm_count(detail::dev(x))) * 2048 / (L * P) * 4;
+  const int64_t rows = std::min<int64_t>((hw + P - 1) / P, std::max<int64_t>(1, waves / B));
   group_apply_nhwc_kernel<T, V><<<dim3(unsigned(rows), unsigned(B)), dim3(unsigned(L), unsigned(P)), 0, st>>>(
       x.data<T>(), stats.data<float>(), vec(weight), vec(bias), y.data<T>(), hw, int(C), groups, chunks, silu);
   ERNIE_CUDA_LAUNCH("group_norm");

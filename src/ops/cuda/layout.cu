@@ -250,17 +250,16 @@ Tensor embedding(const Tensor& table, const Tensor& ids, DType act) {
   const int64_t V = table.dim(0), C = table.dim(1), n = ids.numel();
   Tensor y = Tensor::empty({n, C}, act, device);
   if (y.numel() == 0) return y;
-  const Tensor& ids_d = ids;
   cudaStream_t st = stream(device.index);
   const int64_t total = n * C;
   const unsigned g = detail::blocks_for(total, kThreads);
   auto run = [&](auto src) {
     using S = decltype(src);
     if (act == DType::F32)
-      gather_rows_kernel<S, float><<<g, kThreads, 0, st>>>(table.data<S>(), ids_d.data<int64_t>(), y.data<float>(), total, C,
+      gather_rows_kernel<S, float><<<g, kThreads, 0, st>>>(table.data<S>(), ids.data<int64_t>(), y.data<float>(), total, C,
                                                            V);
     else
-      gather_rows_kernel<S, __nv_bfloat16><<<g, kThreads, 0, st>>>(table.data<S>(), ids_d.data<int64_t>(),
+      gather_rows_kernel<S, __nv_bfloat16><<<g, kThreads, 0, st>>>(table.data<S>(), ids.data<int64_t>(),
                                                                    y.data<__nv_bfloat16>(), total, C, V);
   };
   switch (table.dtype()) {
