@@ -8,7 +8,7 @@
 // kPair (linear_swiglu): the warp of column n also dots row n + N of a stacked gate|up weight [2N, K] and
 // stores silu(gate)·up, each dot rounded to the activation dtype first as a stored projection would be.
 // On Hopper, matrices of up to 256 MiB with rows of whole 2 KiB chunks take gemv_bulk_kernel instead (below:
-// qkv 14.7 -> 13.1 us, o 10.9 -> 10.3, gate|up 35.8 -> 33.4, down 22.0 -> 17.8 at the PE's shapes), which
+// qkv 14.7 -> 10.6 us, o 10.9 -> 8.6, gate|up 35.8 -> 28.1, down 22.0 -> 15.5 at the PE's shapes), which
 // can also normalise its input first (add_rms_norm_linear). Launched as a programmatic dependent where
 // pdl_enabled (pdl.cuh).
 #include <algorithm>
@@ -94,10 +94,13 @@ __global__ void __launch_bounds__(32 * kWarps) gemv_kernel(const Pack<T>* __rest
 // ---- Hopper: weights through shared memory by bulk copies --------------------------------------------------
 // Each warp takes a contiguous run of output columns, so its weight rows are one contiguous byte range (two
 // with kPair: the gate rows and the up rows), and streams it in 2 KiB chunks through a ring of kStages
-// shared-memory buffers filled by the copy engine (cp.async.bulk, completing on one mbarrier per buffer): up
-// to 16 KiB per warp in flight without holding registers. Lane 0 issues the first kStages chunks before
-// waiting for the previous kernel (the weights are no kernel's output). Rows are a whole number of chunks.
-constexpr int kBulkWarps = 4, kStages = 8, kChunk = 2048;
+// shared-memory buffers filled by the copy engine (cp.async.bulk, completing on one mbarrier per buffer),
+// without holding registers. Lane 0 issues the first kStages chunks before waiting for the previous kernel
+// (the weights are no kernel's output). Rows are a whole number of chunks.
+// The speed is set by how fast the warps consume chunks, not by the bytes in flight: at the PE's shapes
+// (CudaPerf.DISABLED_Decode, one layer's chain) 4 warps x 8 stages took 88-90 us, 8 x 4 83.5, 16 x 2 79.8,
+// 12 x 3 76.1; fewer blocks per SM with deeper rings ran far slower (1 block of 4 warps x 16 stages: 148 us).
+constexpr int kBulkWarps = 12, kStages = 3, kChunk = 2048;
 
 // The residual add and RMSNorm in front of the projection (add_rms_norm_linear): x becomes
 // rms_norm(x + add)·weight, each block normalising its own copy into shared memory; block 0 stores x + add.
@@ -110,7 +113,7 @@ struct NormIn {
 };
 
 // x [M, kp packs] + add, rounded as a stored sum, into xs; then xs = rms_norm(xs)·weight per row, rounded
-// as add_rms_norm stores `normed`. The block's 32 · kBulkWarps threads.
+// as add_rms_norm stores `normed`. The block's threads.
 template <class T, int M>
 __device__ void norm_prologue(const Pack<T>* __restrict__ x, const NormIn<T>& in, Pack<T>* xs, int kp) {
   __shared__ float part[M][kBulkWarps];
@@ -170,20 +173,25 @@ __global__ void __launch_bounds__(32 * kBulkWarps) gemv_bulk_kernel(const Pack<T
   const int cpr = kp / kCp;  // chunks per row
   const int64_t chunks = (c1 - c0) * kRows * cpr, row_bytes = int64_t(kp) * 16;
   unsigned char* buf = ring + warp * kStages * kChunk;
-  // Chunk j: piece j % cpr of row r = (j / cpr) % kRows of column c0 + j / (cpr · kRows).
-  auto issue = [&](int64_t j, uint64_t policy) {
-    const int64_t unit = j / (cpr * kRows);
-    const int r = int(j / cpr % kRows), piece = int(j % cpr);
-    uint64_t* bar = &full[warp][j % kStages];
-    wgmma::mbar_expect_tx(bar, kChunk);
-    wgmma::bulk_load(buf + (j % kStages) * kChunk, w + (c0 + unit + r * n_out) * row_bytes + int64_t(piece) * kChunk,
-                     kChunk, bar, policy);
-  };
+  // The chunks go in order (column, row r of kRows, piece of cpr); `next` is the next one to issue (lane 0).
+  struct {
+    int64_t col;
+    int r, piece;
+  } next{c0, 0, 0};
   uint64_t policy = 0;
+  auto issue = [&](int s) {  // the next chunk into stage s
+    wgmma::mbar_expect_tx(&full[warp][s], kChunk);
+    wgmma::bulk_load(buf + s * kChunk, w + (next.col + next.r * n_out) * row_bytes + int64_t(next.piece) * kChunk,
+                     kChunk, &full[warp][s], policy);
+    if (++next.piece < cpr) return;
+    next.piece = 0;
+    if (++next.r < kRows) return;
+    next.r = 0, ++next.col;
+  };
   if (lane == 0) {
     policy = wgmma::evict_first_policy();
     for (int s = 0; s < kStages; ++s) wgmma::mbar_init(&full[warp][s], 1);
-    for (int64_t j = 0; j < min(chunks, int64_t(kStages)); ++j) issue(j, policy);
+    for (int s = 0; s < min(chunks, int64_t(kStages)); ++s) issue(s);
   }
   __syncwarp();
   pdl_wait();  // x (and y's memory) belong to earlier kernels
@@ -195,11 +203,11 @@ __global__ void __launch_bounds__(32 * kBulkWarps) gemv_bulk_kernel(const Pack<T
     xv = xs;
   }
   float acc[kRows][M] = {};
-  int piece = 0, r = 0;
+  int piece = 0, r = 0, s = 0;
+  uint32_t phase = 0;
   int64_t n = c0;
   for (int64_t j = 0; j < chunks; ++j) {
-    const int s = int(j % kStages);
-    wgmma::mbar_wait(&full[warp][s], uint32_t(j / kStages) & 1u);
+    wgmma::mbar_wait(&full[warp][s], phase);
     const Pack<T>* wp = reinterpret_cast<const Pack<T>*>(buf + s * kChunk);
 #pragma unroll
     for (int u = 0; u < kCp / 32; ++u) {
@@ -215,8 +223,9 @@ __global__ void __launch_bounds__(32 * kBulkWarps) gemv_bulk_kernel(const Pack<T
     __syncwarp();  // every lane is done with buffer s
     if (lane == 0 && j + kStages < chunks) {
       wgmma::fence_proxy_async();
-      issue(j + kStages, policy);
+      issue(s);
     }
+    if (++s == kStages) s = 0, phase ^= 1u;
     if (++piece < cpr) continue;
     piece = 0;
     if (++r < kRows) continue;
@@ -268,11 +277,11 @@ int resident_blocks(const void* kernel, int device, int threads, size_t smem) {
   auto [it, fresh] = known.try_emplace({kernel, device, smem}, 0);
   if (fresh) {
     int per_sm = 0;
-    if (smem > 48 * 1024) {  // opt in to all the device allows, so no smaller size set later can shrink it
-      int optin = 0;
-      cudaFuncAttributes attr{};
+    cudaFuncAttributes attr{};
+    ERNIE_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+    if (smem + attr.sharedSizeBytes > 48 * 1024) {  // opt in to all the device allows, so no smaller size set
+      int optin = 0;                                 // later can shrink it
       ERNIE_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-      ERNIE_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
       ERNIE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             optin - int(attr.sharedSizeBytes)));
     }
@@ -381,7 +390,7 @@ bool add_rms_norm_linear_supported(const Tensor& x, const Tensor& y, const Tenso
   const bool nw_ok = !norm_weight.defined() || (norm_weight.numel() == K && norm_weight.device() == x.device() &&
                                                  (norm_weight.dtype() == DType::F32 || norm_weight.dtype() == DType::BF16 ||
                                                   norm_weight.dtype() == DType::F16));
-  // The normed row sits in shared memory next to the weight ring (64 KiB): rows of up to 96 KiB.
+  // The normed row sits in shared memory next to the weight ring (72 KiB): rows of up to 96 KiB.
   return K > 0 && x.numel() == K && K * int64_t(dtype_size(x.dtype())) <= 96 * 1024 && y_ok && nw_ok &&
          w.w.dim(1) == K && N > 0 && (!swiglu || N % 2 == 0) &&
          gemv_supported(x, w.w, 1) && bulk_ok(detail::dev(x), N, K, dtype_size(x.dtype()));
