@@ -328,11 +328,15 @@ Tensor MistralModel::run_layers(Tensor hidden_states, int n_layers, KVCache* cac
   return hidden_states;
 }
 
-Tensor MistralModel::logits(const Tensor& hidden) const {
+Tensor MistralModel::head_logits(const Tensor& hidden) const {
   ERNIE_CHECK(lm_head.defined(), "mistral logits: the model was loaded without the final norm and LM head");
   ERNIE_CHECK(hidden.ndim() == 2 && hidden.dim(1) == cfg_.hidden_size, "mistral logits: hidden ",
               shape_str(hidden.shape()), " must be [T, ", std::to_string(cfg_.hidden_size), "]");
-  Tensor y = ops::linear(ops::rms_norm(hidden, norm, cfg_.rms_norm_eps), lm_head);
+  return ops::linear(ops::rms_norm(hidden, norm, cfg_.rms_norm_eps), lm_head);
+}
+
+Tensor MistralModel::logits(const Tensor& hidden) const {
+  Tensor y = head_logits(hidden);
   return y.dtype() == DType::F32 ? y : ops::cast(y, DType::F32);
 }
 

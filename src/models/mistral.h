@@ -49,6 +49,9 @@ class MistralModel {
   Tensor forward_from_device(const Tensor& ids, int n_layers, KVCache* cache = nullptr) const;
   // Final norm + LM head over hidden [T, hidden] -> logits [T, vocab] (F32). Needs with_lm_head.
   Tensor logits(const Tensor& hidden) const;
+  // The same in the activation dtype, as the LM head writes them (what greedy's argmax needs: the F32 cast is
+  // exact and keeps the order).
+  Tensor head_logits(const Tensor& hidden) const;
   // An empty cache for up to `capacity` tokens over all loaded layers.
   KVCache new_cache(int64_t capacity) const;
   // All layers with deterministic random BF16 weights (norms 1, the rest uniform with std 0.02), for speed

@@ -79,7 +79,7 @@ void greedy_on_device(const MistralModel& lm, KVCache& cache, const Tensor& last
   } drain{ready};
   // The id chosen from `h`'s logits: on the device, and on its way into pinned[slot].
   auto choose = [&](const Tensor& h, int slot) {
-    Tensor id = ops::argmax_indices(lm.logits(h));
+    Tensor id = ops::argmax_indices(lm.head_logits(h));
     ops::download_async(pinned[slot], id);
     ready[slot].record(ops::Stream::Compute);
     return id;
