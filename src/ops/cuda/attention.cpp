@@ -96,7 +96,7 @@ Tensor qkv_rope_attention(const Tensor& qkv, int64_t heads_q, int64_t heads_kv, 
   Tensor workspace = Tensor::empty({0}, DType::F32, qkv.device());
   const size_t row = size_t(heads_kv * D) * dtype_size(qkv.dtype());
   attn::Params p{};
-  p.q = qkv.raw(), p.k = k_cache.raw(), p.v = v_cache.raw(), p.o = out.raw();
+  p.k = k_cache.raw(), p.v = v_cache.raw(), p.o = out.raw();  // q comes from qkv
   p.B = 1, p.Sq = 1, p.Sk = int(pos + 1), p.Hq = int(heads_q), p.Hkv = int(heads_kv), p.D = int(D);
   p.scale = scale;
   p.causal = true, p.q_offset = pos, p.stable_keys = pos;

@@ -93,7 +93,6 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const Params p, float*
   const int hb = min(kHeads, G - chunk * kHeads), D = p.D, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int tile = tile_keys<T>(D), kstride = D + kPad<T>;
   const int64_t ks = int64_t(p.Hkv) * D;
-  const T* q = static_cast<const T*>(p.q) + int64_t(z) * p.Hq * D;  // z = b·Sq + row
   const T* K = static_cast<const T*>(p.k) + int64_t(b) * p.Sk * ks + int64_t(kh) * D;
   const T* V = static_cast<const T*>(p.v) + int64_t(b) * p.Sk * ks + int64_t(kh) * D;
   T* o = static_cast<T*>(p.o) + int64_t(z) * p.Hq * D;
@@ -118,6 +117,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const Params p, float*
     for (int i = tid; i < hb * D; i += kThreads)
       sq[i / D][i % D] = to_f(rope_elem<T>(qkv + int64_t(h0 + i / D) * D, i % D, D, p.cos_q, p.sin_q)) * p.scale;
   } else {
+    const T* q = static_cast<const T*>(p.q) + int64_t(z) * p.Hq * D;  // z = b·Sq + row
     for (int i = tid; i < hb * D; i += kThreads) sq[i / D][i % D] = to_f(q[int64_t(h0) * D + i]) * p.scale;
   }
   if (tid < kHeads) sm[tid] = -INFINITY, sl[tid] = 0.f;
