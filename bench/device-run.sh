@@ -3,7 +3,9 @@
 # named as arguments: tests (GPU tests), doctor, fullsize (CUDA vs CPU at full size), perf (kernel timings),
 # bench (ernie-image bench runs), quant (8-bit weights vs bf16 at full size), convert (a full-size random
 # folder converted to fp8 and bf16 files, and their load speed from the page cache; bench/convert-stage.sh),
-# profile (per-kernel GPU time from ncu; bench/profile-stage.sh), pe (bench-pe: prompt-enhancer speed).
+# profile (per-kernel GPU time from ncu; bench/profile-stage.sh), pe (bench-pe: prompt-enhancer speed),
+# calibrate (fp8 with static activation scales from convert --calibrate against dynamic ones;
+# bench/calibrate-stage.sh).
 # Logs go to $OUT (at most 8 files come back): build.log, tests.log, doctor.txt, perf.log, bench.log,
 # quant.log, convert.log, profile.log, pe.log, power.csv. NO_BUILD=1 skips the build (an existing build/ is used, e.g. to try a stage on the CPU).
 set -u
@@ -60,6 +62,9 @@ for stage in "$@"; do
       $B bench-pe --random --size full --device cuda ${PE_ARGS:---prompt-tokens 1000 --new-tokens 128 --repeats 3} \
         >> "$OUT/pe.log" 2>&1
       echo "bench-pe exit $?"; tail -20 "$OUT/pe.log" ;;
+    calibrate)  # random folder -> fp8 files with dynamic and calibrated static scales: accuracy and speed
+      bench/calibrate-stage.sh "$B" "${CONVERT_DIR:-/tmp/ernie-calibrate}" > "$OUT/calibrate.log" 2>&1
+      echo "calibrate exit $?"; cat "$OUT/calibrate.log" | tail -20 ;;
     convert)  # ~23 GB random bf16 folder -> convert fp8, bf16 (disk allowing) -> load each from the page cache
       bench/convert-stage.sh "$B" "${CONVERT_DIR:-/tmp/ernie-convert}" > "$OUT/convert.log" 2>&1
       echo "convert exit $?"; grep -E "^(##|random|wrote|convert|sync|cat|load|disk|skip|error)" "$OUT/convert.log" ;;

@@ -147,8 +147,33 @@ TEST(ModelFile, ConvertCli) {
   EXPECT_NE(r.out.find("quantized to fp8"), std::string::npos) << r.out;
   auto bad = test::run_cli("convert --model " + test::tiny_model() + " -o " + d.str() + "/x.safetensors --dtype fp4");
   EXPECT_NE(bad.status, 0);
-  auto cal = test::run_cli("convert --model " + test::tiny_model() + " -o " + d.str() + "/y.safetensors --calibrate p.txt");
+  // --calibrate: a missing prompts file, and a non-fp8 target, are refused before anything is written.
+  auto cal = test::run_cli("convert --model " + test::tiny_model() + " -o " + d.str() +
+                           "/y.safetensors --dtype fp8 --calibrate " + d.str() + "/none.txt");
   EXPECT_NE(cal.status, 0);
-  EXPECT_NE(cal.out.find("not implemented yet"), std::string::npos) << cal.out;
+  EXPECT_NE(cal.out.find("cannot open the calibration prompts"), std::string::npos) << cal.out;
   EXPECT_FALSE(fs::exists(d.str() + "/y.safetensors"));
+  {
+    std::ofstream p(d.str() + "/p.txt");
+    p << "a cat\n";
+  }
+  auto i8 = test::run_cli("convert --model " + test::tiny_model() + " -o " + d.str() + "/y.safetensors --dtype int8 " +
+                          "--calibrate " + d.str() + "/p.txt");
+  EXPECT_NE(i8.status, 0);
+  EXPECT_NE(i8.out.find("for --dtype fp8"), std::string::npos) << i8.out;
+  auto size = test::run_cli("convert --model " + test::tiny_model() + " -o " + d.str() + "/y.safetensors --dtype fp8 " +
+                            "--calibrate " + d.str() + "/p.txt --calibrate-size 64");
+  EXPECT_NE(size.status, 0);
+  EXPECT_NE(size.out.find("expected WxH"), std::string::npos) << size.out;
+  // And a real one: static scales in the file, which generates.
+  auto ok = test::run_cli("convert -q --model " + test::tiny_model() + " -o " + d.str() + "/c.safetensors --dtype fp8 " +
+                          "--quantize-all-blocks --calibrate " + d.str() + "/p.txt --calibrate-steps 1 --calibrate-size 32x32");
+  ASSERT_EQ(ok.status, 0) << ok.out;
+  EXPECT_TRUE(ModelFolder::open(d.str() + "/c.safetensors", false)
+                  .transformer_c.input_scale("layers.0.mlp.gate_proj.weight")
+                  .defined());
+  auto gen = test::run_cli("generate -q --model " + d.str() + "/c.safetensors -p \"a cat\" -W 32 -H 32 --steps 1 -o " +
+                           d.str() + "/c.png");
+  EXPECT_EQ(gen.status, 0) << gen.out;
+  EXPECT_TRUE(fs::exists(d.str() + "/c.png"));
 }

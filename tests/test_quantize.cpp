@@ -2,6 +2,8 @@
 // against its definition, and the tiny DiT with quantized weights against the diffusers reference.
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <map>
 #include <random>
 
 #include "core/error.h"
@@ -9,6 +11,7 @@
 #include "io/model_file.h"
 #include "models/ernie_dit.h"
 #include "ops/ops.h"
+#include "pipeline/calibration.h"
 
 namespace ernie {
 namespace {
@@ -79,6 +82,38 @@ TEST(Quantize, RowsScaleToTheirMaximum) {
   EXPECT_EQ(std::memcmp(b.w.raw(), c.w.raw(), b.w.nbytes()), 0);
   EXPECT_EQ(std::memcmp(b.scale.raw(), c.scale.raw(), b.scale.nbytes()), 0);
   EXPECT_TRUE(tensors_close(ops::dequantize(a), r, 0.05, 0.998));
+}
+
+// A static scale (convert --calibrate): every row with the one given scale, values past qmax · scale clamped
+// (I8) or saturated (F8); max_abs is the range calibration records.
+TEST(Quantize, StaticScaleAndMaxAbs) {
+  Tensor x = Tensor::from_vector({1.f, -2.f, 0.5f, 0.f, 0.f, 0.f, 300.f, 3.f, -3.f}, {3, 3});
+  const Tensor s = Tensor::from_vector({0.5f}, {1});
+  for (DType qt : {DType::F8_E4M3, DType::I8}) {
+    SCOPED_TRACE(dtype_name(qt));
+    ops::Weight q = ops::quantize(x, qt, s);
+    ASSERT_EQ(q.scale.shape(), (Shape{3}));
+    for (int r = 0; r < 3; ++r) EXPECT_EQ(q.scale.f32()[r], 0.5f);
+    const Tensor back = ops::dequantize(q);
+    EXPECT_EQ(back.f32()[0], 1.f);   // 2 codes of 0.5
+    EXPECT_EQ(back.f32()[1], -2.f);  // -4
+    EXPECT_EQ(back.f32()[6], qt == DType::I8 ? 63.5f : 224.f);  // 600 clamped to 127, saturated to 448
+    EXPECT_EQ(back.f32()[7], 3.f);
+  }
+  EXPECT_EQ(ops::max_abs(x), 300.f);
+  EXPECT_EQ(ops::max_abs(ops::cast(x, DType::BF16)), 300.f);
+  EXPECT_EQ(ops::max_abs(Tensor::zeros({0, 4}, DType::F32)), 0.f);
+  EXPECT_TRUE(std::isnan(ops::max_abs(Tensor::from_vector({1.f, NAN, 2.f}, {3}))));
+  for (float bad : {0.f, -1.f, INFINITY})
+    EXPECT_THROW(ops::quantize(x, DType::F8_E4M3, Tensor::from_vector({bad}, {1})), Error) << bad;
+  EXPECT_THROW(ops::quantize(x, DType::F8_E4M3, Tensor::from_vector({1.f, 1.f}, {2})), Error);
+  // ops::linear with a static scale on the weight quantizes x with it: the same as quantizing by hand.
+  Tensor w = random_tensor({8, 3}, 5, 0.1f);
+  ops::Weight qw = ops::quantize(w, DType::F8_E4M3);
+  qw.input_scale = s;
+  const Tensor want = ops::linear(ops::quantize(x, DType::F8_E4M3, s), qw, DType::F32);
+  EXPECT_TRUE(tensors_close(ops::linear(x, qw), want, 0));
+  EXPECT_TRUE(tensors_close(ops::linear(x.reshape({1, 3, 3}), qw).reshape({3, 8}), want, 0));
 }
 
 TEST(Quantize, BadInputsGiveClearErrors) {
@@ -156,6 +191,63 @@ TEST(Quantize, ConvertedFileEqualsQuantizingAtLoad) {
   const std::vector<float> t = golden_tensor("dit.t").to_vector();
   const std::vector<int64_t> lens = test::golden_ids("dit.text_lens");
   EXPECT_TRUE(tensors_close(from_file.forward(x, t, text, lens), at_load.forward(x, t, text, lens), 0));
+}
+
+// convert --calibrate: static activation scales for every fp8 DiT weight, from the float model run over the
+// prompts; the file loads with them, and its DiT stays close to the dynamic-scale one and to the reference.
+TEST(Quantize, CalibratedFileUsesStaticScales) {
+  test::TempDir dir;
+  const std::string prompts = dir.str() + "/prompts.txt";
+  {
+    std::ofstream f(prompts);
+    f << "# calibration prompts\na red fox in the snow\n\n  a lighthouse at dusk\n";
+  }
+  EXPECT_EQ(read_prompt_list(prompts), (std::vector<std::string>{"a red fox in the snow", "  a lighthouse at dusk"}));
+  CalibrationOptions co;
+  co.steps = 2;
+  co.width = co.height = 32;
+  const std::map<std::string, float> amax = calibrate_dit_inputs(test::tiny_model(), read_prompt_list(prompts), co);
+  const DitConfig cfg = ModelFolder::open(test::tiny_model(), false).dit;
+  EXPECT_EQ(amax.size(), size_t(7 * cfg.num_layers));  // q, k, v, out, gate, up, fc2 per block
+  for (const auto& [name, m] : amax) EXPECT_TRUE(std::isfinite(m) && m > 0.f) << name << " " << m;
+
+  ConvertOptions opt;
+  opt.format = WeightFormat::FP8;
+  opt.policy.keep_first_last_dit_blocks = false;
+  opt.include_pe = false;
+  opt.dit_input_amax = amax;
+  const std::string f = dir.str() + "/static.safetensors";
+  convert_model(ModelFolder::open(test::tiny_model(), false), f, opt);
+  const ModelFolder mf = ModelFolder::open(f, false);
+  for (const auto& [name, m] : amax) {
+    const Tensor s = mf.transformer_c.input_scale(name);
+    ASSERT_TRUE(s.defined()) << name;
+    EXPECT_FLOAT_EQ(s.f32()[0], m / kFp8E4m3Max) << name;
+  }
+  for (const Problem& p : mf.check()) EXPECT_FALSE(p.fatal) << p.message;
+
+  ErnieDit calibrated = ErnieDit::load(mf, kCPU, DType::F32);
+  ErnieDit dynamic =
+      ErnieDit::load(ModelFolder::open(test::tiny_model(), false), kCPU, DType::F32, false, DType::F8_E4M3, opt.policy);
+  const Tensor x = golden_tensor("dit.x").to_f32(), text = golden_tensor("dit.text").to_f32();
+  const std::vector<float> t = golden_tensor("dit.t").to_vector();
+  const std::vector<int64_t> lens = test::golden_ids("dit.text_lens");
+  const Tensor got = calibrated.forward(x, t, text, lens), dyn = dynamic.forward(x, t, text, lens);
+  EXPECT_FALSE(tensors_close(got, dyn, 0)) << "the static scales changed nothing";
+  auto close = tensors_close(got, golden_tensor("dit.out"), 0.1, 0.995);
+  EXPECT_TRUE(close);
+  std::printf("dit.out fp8 static scales: %s; dynamic: %s\n", close.message(),
+              tensors_close(dyn, golden_tensor("dit.out"), 0.1, 0.995).message());
+
+  // Calibration is for fp8 only, and a damaged scale is refused at load.
+  opt.format = WeightFormat::INT8;
+  EXPECT_THROW(convert_model(ModelFolder::open(test::tiny_model(), false), dir.str() + "/i8.safetensors", opt), Error);
+  EXPECT_THROW(read_prompt_list(dir.str() + "/missing.txt"), Error);
+  {
+    std::ofstream e(dir.str() + "/empty.txt");
+    e << "# nothing\n\n";
+  }
+  EXPECT_THROW(read_prompt_list(dir.str() + "/empty.txt"), Error);
 }
 
 }  // namespace

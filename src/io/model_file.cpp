@@ -65,6 +65,9 @@ struct QuantizedPair {
 ConvertStats convert_model(const ModelFolder& m, const std::string& out, const ConvertOptions& opt,
                            const std::function<void(size_t, size_t)>& progress) {
   auto t0 = std::chrono::steady_clock::now();
+  ERNIE_CHECK(opt.dit_input_amax.empty() || opt.format == WeightFormat::FP8,
+              "convert: static activation scales (calibration) apply to fp8 weights only, not ",
+              weight_format_name(opt.format));
   for (const Problem& p : m.check())
     ERNIE_CHECK(!p.fatal, m.root, ": cannot convert, ", p.component, ": ", p.message);
   std::vector<const Component*> comps = {&m.transformer_c, &m.text_encoder_c, &m.vae_c};
@@ -75,6 +78,7 @@ ConvertStats convert_model(const ModelFolder& m, const std::string& out, const C
   meta["variant"] = m.turbo ? "turbo" : "base";
   meta["weights"] = weight_format_name(opt.format);
   meta["source"] = fs::path(m.root).filename().string();
+  if (!opt.dit_input_amax.empty()) meta["activation_scales"] = "static";
   for (const char* rel : {"model_index.json", "transformer/config.json", "text_encoder/config.json", "vae/config.json",
                           "scheduler/scheduler_config.json", "tokenizer/tokenizer.json", "tokenizer/tokenizer_config.json"})
     if (m.has_file(rel)) meta[std::string("file:") + rel] = m.read_file(rel);
@@ -116,6 +120,12 @@ ConvertStats convert_model(const ModelFolder& m, const std::string& out, const C
         };
         tensors.push_back({dst, qt, ti->shape, [part] { return part(false); }});
         tensors.push_back({dst + "_scale", DType::F32, {ti->shape[0]}, [part] { return part(true); }});
+        if (!opt.dit_input_amax.empty() && c == &m.transformer_c) {
+          auto it = opt.dit_input_amax.find(local);
+          ERNIE_CHECK(it != opt.dit_input_amax.end(), "convert: calibration recorded no input range for ", dst);
+          const float s = it->second > 0.f ? it->second / kFp8E4m3Max : 1.f;
+          tensors.push_back({dst + "_input_scale", DType::F32, {1}, [s] { return Tensor::from_vector({s}, {1}); }});
+        }
         ++st.quantized;
       } else {
         bool to_bf16 = dtype_is_float(ti->dtype) || c->is_quantized(local);

@@ -4,6 +4,7 @@
 // be quantized (fp8 e4m3 or int8, symmetric, one fp32 scale per output channel in "<name>_scale").
 #pragma once
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,10 @@ struct ConvertOptions {
   // Tensors converted and written at once, each by its own thread (0: OpenMP's thread count). Memory is
   // bounded by that many converted tensors.
   int threads = 0;
+  // Static activation scales (fp8 only; pipeline/calibration.h): DiT weight name -> the largest |input| seen.
+  // When set, every fp8 DiT weight gets "<name>_input_scale" = that / 448 (1 for 0), and one missing from
+  // the map is an error.
+  std::map<std::string, float> dit_input_amax;
 };
 
 struct ConvertStats {

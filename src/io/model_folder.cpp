@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -314,6 +315,17 @@ std::pair<Tensor, Tensor> Component::quantized(const std::string& name) const {
   return {t, ckpt.tensor(prefix + name + "_scale")};
 }
 
+Tensor Component::input_scale(const std::string& name) const {
+  const std::string full = prefix + name + "_input_scale";
+  if (!ckpt.contains(full)) return Tensor();
+  const Tensor s = ckpt.tensor(full).to_f32();
+  ERNIE_CHECK(s.numel() == 1 && std::isfinite(s.f32()[0]) && s.f32()[0] > 0.f, full,
+              ": a static activation scale must be one finite positive value");
+  ERNIE_CHECK(is_quantized(name) && ckpt.find(prefix + name)->dtype == DType::F8_E4M3, full,
+              ": a static activation scale belongs to an fp8 weight, and '", prefix + name, "' is not one");
+  return s;
+}
+
 namespace {
 void check_component(const Component& c, std::vector<Problem>& out) {
   std::map<std::string, const TensorSpec*> want;
@@ -332,6 +344,13 @@ void check_component(const Component& c, std::vector<Problem>& out) {
           (ti->dtype != DType::F8_E4M3 && ti->dtype != DType::I8))
         out.push_back({c.name, "quantized tensor '" + full + "' (" + dtype_name(ti->dtype) + ") has a malformed scale " +
                                    shape_str(sc->shape) + " " + dtype_name(sc->dtype)});
+    }
+    if (const TensorInfo* is = c.ckpt.find(full + "_input_scale")) {  // a static activation scale (fp8 only)
+      want[full + "_input_scale"] = &s;
+      if (shape_numel(is->shape) != 1 || is->dtype != DType::F32 || ti->dtype != DType::F8_E4M3 ||
+          !want.count(full + "_scale"))
+        out.push_back({c.name, "static activation scale '" + full + "_input_scale' " + shape_str(is->shape) + " " +
+                                   dtype_name(is->dtype) + " must be one F32 value of an fp8 weight"});
     }
     if (ti->shape != s.shape)
       out.push_back({c.name, "tensor '" + full + "' has shape " + shape_str(ti->shape) + ", the config implies " +

@@ -43,6 +43,9 @@ struct Component {
   // {q, scale} when `name` is stored quantized, else {tensor, undefined}.
   std::pair<Tensor, Tensor> quantized(const std::string& name) const;
   bool is_quantized(const std::string& name) const { return ckpt.contains(prefix + name + "_scale"); }
+  // The static activation scale of an fp8 weight ("<name>_input_scale", F32 [1], from convert --calibrate),
+  // checked finite and positive; undefined when there is none.
+  Tensor input_scale(const std::string& name) const;
 };
 
 class ModelFolder {

@@ -13,6 +13,15 @@ namespace ernie {
 namespace {
 std::string str(int64_t v) { return std::to_string(v); }
 bool is_fp8(const ops::Weight& w) { return w.quantized() && w.w.dtype() == DType::F8_E4M3; }
+// fp8 with dynamic per-token activation scales: its input may come as codes from a fused producer. With a
+// static scale (convert --calibrate) ops::linear quantizes the float input itself.
+bool dynamic_fp8(const ops::Weight& w) { return is_fp8(w) && !w.input_scale.defined(); }
+// An 8-bit weight (and its static activation scale) on `device`.
+ops::Weight to_device(const ops::Weight& w, Device device) {
+  ops::Weight d(w.w.to(device), w.scale.to(device));
+  if (w.input_scale.defined()) d.input_scale = w.input_scale.to(device);
+  return d;
+}
 }  // namespace
 
 // ---- weights ------------------------------------------------------------------------------------------------
@@ -28,6 +37,7 @@ std::vector<Tensor*> ErnieDit::Block::tensors() {
   for (ops::Weight* w : {&to_q, &to_k, &to_v, &to_qkv, &to_out, &gate_proj, &up_proj, &linear_fc2}) {
     ts.push_back(&w->w);
     ts.push_back(&w->scale);
+    ts.push_back(&w->input_scale);
   }
   return ts;
 }
@@ -70,7 +80,7 @@ ErnieDit ErnieDit::build(const DitConfig& cfg, Device device, DType act, const W
   // A block's linear weight: 8-bit as stored, or quantized here when asked and the policy picks it.
   auto linear_weight = [&](const std::string& name, bool streaming) -> ops::Weight {
     ops::Weight t = checked(name);
-    if (t.quantized()) return streaming ? t : ops::Weight(t.w.to(device), t.scale.to(device));
+    if (t.quantized()) return streaming ? t : to_device(t, device);
     if (quantize && policy.quantized("transformer", name, cfg.num_layers)) return ops::quantize(d.place(t.w), *quantize);
     return streaming ? streamed(t.w) : d.place(t.w);
   };
@@ -104,15 +114,20 @@ ErnieDit ErnieDit::build(const DitConfig& cfg, Device device, DType act, const W
     b.linear_fc2 = lin("mlp.linear_fc2.weight");
     // On CUDA q, k and v run as one GEMM: their weights stacked by rows (8-bit ones with their row scales),
     // when stored alike. (Stacking gate|up the same way measured slower on the H200: 0.1378 vs 0.1336 s/step.)
+    // Static activation scales (one input for all three) stack only when equal.
+    auto input_scale = [](const ops::Weight* p) {
+      return p->input_scale.defined() ? p->input_scale.to(kCPU).f32()[0] : 0.f;
+    };
     auto stack = [&](std::vector<ops::Weight*> parts, ops::Weight& into) {
       for (const ops::Weight* p : parts)
         if (p->w.dtype() != parts[0]->w.dtype() || p->w.device() != parts[0]->w.device() ||
-            p->quantized() != parts[0]->quantized())
+            p->quantized() != parts[0]->quantized() || input_scale(p) != input_scale(parts[0]))
           return;
       std::vector<Tensor> ws, scales;
       for (const ops::Weight* p : parts) ws.push_back(p->w), scales.push_back(p->scale);
       into.w = ops::concat(ws, 0);
       if (parts[0]->quantized()) into.scale = ops::concat(scales, 0);
+      into.input_scale = parts[0]->input_scale;
       for (ops::Weight* p : parts) *p = ops::Weight();
     };
     if (device.is_cuda()) stack({&b.to_q, &b.to_k, &b.to_v}, b.to_qkv);
@@ -149,7 +164,9 @@ ErnieDit ErnieDit::load(const ModelFolder& m, Device device, DType act, bool str
   const Component& comp = m.transformer_c;
   auto source = [&](const std::string& name) {
     auto [t, scale] = comp.quantized(name);
-    return ops::Weight(t, scale);
+    ops::Weight w(t, scale);
+    if (scale.defined()) w.input_scale = comp.input_scale(name);
+    return w;
   };
   return build(m.dit, device, act, source, stream_blocks, quantize, policy);
 }
@@ -298,20 +315,34 @@ Tensor ErnieDit::self_attention(const Block& blk, const LinearInput& x, const Ro
 // together with the gated residual, so this returns its input (fp8 codes when linear_fc2 is fp8).
 ErnieDit::LinearInput ErnieDit::mlp(const Block& blk, const LinearInput& x) const {
   Tensor gate = linear(x, blk.gate_proj), up = linear(x, blk.up_proj);
-  if (is_fp8(blk.linear_fc2)) return {Tensor(), ops::geglu_fp8(gate, up), x.B, x.S};
+  if (dynamic_fp8(blk.linear_fc2) && !input_observer_) return {Tensor(), ops::geglu_fp8(gate, up), x.B, x.S};
   return {ops::geglu(gate, up), ops::Weight(), x.B, x.S};
 }
 
 // ErnieImageSharedAdaLNBlock: x + gate_msa · to_out(attention), then + gate_mlp · linear_fc2(mlp), each
 // projection and its gated residual in one op (linear_gated_residual: inside the fp8 GEMM on CUDA).
-Tensor ErnieDit::layer(const Block& blk, const Tensor& x, const Rotary& rope, const Modulation& mod,
+Tensor ErnieDit::layer(int index, const Block& blk, const Tensor& x, const Rotary& rope, const Modulation& mod,
                        const std::vector<int64_t>& kv_len) const {
-  const bool fp8_qkv = blk.to_qkv.defined() ? is_fp8(blk.to_qkv)
-                                            : is_fp8(blk.to_q) && is_fp8(blk.to_k) && is_fp8(blk.to_v);
+  const std::string p = "layers." + std::to_string(index) + ".";
+  // The calibration observer sees each linear's float input under the weight's checkpoint name (with it set,
+  // no producer writes fp8 codes in place of the float input).
+  auto observe = [&](const Tensor& in, std::initializer_list<const char*> weights) {
+    if (!input_observer_) return;
+    for (const char* w : weights) input_observer_(p + w, in);
+  };
+  const bool fp8_qkv = !input_observer_ && (blk.to_qkv.defined() ? dynamic_fp8(blk.to_qkv)
+                                                                  : dynamic_fp8(blk.to_q) && dynamic_fp8(blk.to_k) &&
+                                                                        dynamic_fp8(blk.to_v));
   LinearInput h = norm_modulate(x, blk.adaLN_sa_ln, mod.shift_msa, mod.scale_msa, fp8_qkv);
-  Tensor y = ops::linear_gated_residual(x, mod.gate_msa, self_attention(blk, h, rope, kv_len), blk.to_out);
-  h = norm_modulate(y, blk.adaLN_mlp_ln, mod.shift_mlp, mod.scale_mlp, is_fp8(blk.gate_proj) && is_fp8(blk.up_proj));
+  observe(h.x, {"self_attention.to_q.weight", "self_attention.to_k.weight", "self_attention.to_v.weight"});
+  const Tensor attn = self_attention(blk, h, rope, kv_len);
+  observe(attn, {"self_attention.to_out.0.weight"});
+  Tensor y = ops::linear_gated_residual(x, mod.gate_msa, attn, blk.to_out);
+  h = norm_modulate(y, blk.adaLN_mlp_ln, mod.shift_mlp, mod.scale_mlp,
+                    !input_observer_ && dynamic_fp8(blk.gate_proj) && dynamic_fp8(blk.up_proj));
+  observe(h.x, {"mlp.gate_proj.weight", "mlp.up_proj.weight"});
   const LinearInput m = mlp(blk, h);
+  observe(m.x, {"mlp.linear_fc2.weight"});
   return m.x8.defined() ? ops::linear_gated_residual(y, mod.gate_mlp, m.x8, blk.linear_fc2)
                         : ops::linear_gated_residual(y, mod.gate_mlp, m.x, blk.linear_fc2);
 }
@@ -371,7 +402,7 @@ Tensor ErnieDit::forward(const Tensor& hidden_states, const std::vector<float>& 
   const Modulation mod = adaLN_modulation(c);
   for (int l = 0; l < cfg_.num_layers; ++l) {
     const Block& blk = streamer_ ? slots_[size_t(streamer_->acquire(l))] : layers_[size_t(l)];
-    x = layer(blk, x, rotary_pos_emb, mod, kv_len);
+    x = layer(l, blk, x, rotary_pos_emb, mod, kv_len);
     if (streamer_) streamer_->release(l);
     if (observe) observe(l, x);
   }

@@ -55,6 +55,11 @@ class ErnieDit {
   Tensor forward(const Tensor& hidden_states, const std::vector<float>& timestep, const Tensor& text_bth,
                  const std::vector<int64_t>& text_lens, const LayerObserver& observe = {}) const;
 
+  // Calibration (convert --calibrate): `f(weight name, x)` sees the float input x of every block linear
+  // (name as in the checkpoint, e.g. "layers.3.mlp.gate_proj.weight") in each forward. Empty: off.
+  using InputObserver = std::function<void(const std::string& weight, const Tensor& x)>;
+  void set_input_observer(InputObserver f) { input_observer_ = std::move(f); }
+
   struct Block {
     Tensor adaLN_sa_ln, adaLN_mlp_ln;                    // RMSNorm weights [hidden]
     ops::Weight to_q, to_k, to_v, to_out;                // self_attention (no biases)
@@ -109,7 +114,7 @@ class ErnieDit {
   Tensor self_attention(const Block& blk, const LinearInput& x, const Rotary& rope,
                         const std::vector<int64_t>& kv_len) const;
   LinearInput mlp(const Block& blk, const LinearInput& x) const;  // linear_fc2's input
-  Tensor layer(const Block& blk, const Tensor& x, const Rotary& rope, const Modulation& mod,
+  Tensor layer(int index, const Block& blk, const Tensor& x, const Rotary& rope, const Modulation& mod,
                const std::vector<int64_t>& kv_len) const;
   Tensor final_norm(const Tensor& x, const Tensor& c) const;
 
@@ -122,6 +127,7 @@ class ErnieDit {
   std::shared_ptr<BlockStreamer> streamer_;     // streamed blocks: the host copies and two device slots
   std::array<Block, 2> slots_;                  // views of the streamer's slots
   std::shared_ptr<RotaryCache> rotary_cache_ = std::make_shared<RotaryCache>();
+  InputObserver input_observer_;
 };
 
 }  // namespace ernie

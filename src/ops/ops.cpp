@@ -69,8 +69,24 @@ decltype(auto) on_cuda(const char* name, F&& f) {
 
 namespace ernie::ops {
 
+namespace {
+// x [..., in] quantized with w's static activation scale, as linear(Weight, Weight, ...) takes it.
+Weight quantize_input(const Tensor& x, const Weight& w) {
+  ERNIE_CHECK(w.w.dtype() == DType::F8_E4M3, "linear: a static activation scale needs an fp8 weight, got ",
+              dtype_name(w.w.dtype()));
+  ERNIE_CHECK(x.defined() && x.ndim() >= 1, "linear: x is undefined or a scalar");
+  const int64_t K = x.dim(-1);
+  return quantize(x.reshape({K ? x.numel() / K : 0, K}), DType::F8_E4M3, w.input_scale);
+}
+}  // namespace
+
 Tensor linear(const Tensor& x, const Weight& w, const Tensor& bias) {
   if (!w.quantized()) ERNIE_OP(linear, x.device(), x, w.w, bias);
+  if (w.input_scale.defined()) {
+    Shape ys = x.shape();
+    ys.back() = w.w.dim(0);
+    return linear(quantize_input(x, w), w, x.dtype(), bias).reshape(ys);
+  }
   ERNIE_OP(linear_q, x.device(), x, w.w, w.scale, bias);
 }
 Tensor linear(const Weight& x, const Weight& w, DType out, const Tensor& bias) {
@@ -80,6 +96,7 @@ Tensor linear(const Weight& x, const Weight& w, DType out, const Tensor& bias) {
   ERNIE_OP(linear_fp8, x.w.device(), x.w, x.scale, w.w, w.scale, bias, out);
 }
 Tensor linear_gated_residual(const Tensor& residual, const Tensor& gate, const Tensor& x, const Weight& w) {
+  if (w.quantized() && w.input_scale.defined()) return linear_gated_residual(residual, gate, quantize_input(x, w), w);
 #ifdef ERNIE_HAVE_CUDA
   if (x.device().is_cuda())
     return on_cuda("linear_gated_residual", [&] { return cuda::linear_gated_residual(residual, gate, x, w.w, w.scale); });
@@ -103,6 +120,14 @@ Tensor linear_gated_residual(const Tensor& residual, const Tensor& gate, const W
 Weight quantize(const Tensor& x, DType q) {
   ERNIE_CHECK(x.defined(), "quantize: input is undefined");
   ERNIE_OP(quantize, x.device(), x, q);
+}
+Weight quantize(const Tensor& x, DType q, const Tensor& scale) {
+  ERNIE_CHECK(x.defined(), "quantize: input is undefined");
+  ERNIE_OP(quantize_static, x.device(), x, q, scale);
+}
+float max_abs(const Tensor& x) {
+  ERNIE_CHECK(x.defined(), "max_abs: input is undefined");
+  ERNIE_OP(max_abs, x.device(), x);
 }
 Tensor dequantize(const Weight& w) {
   ERNIE_CHECK(w.defined(), "dequantize: weight is undefined");

@@ -23,12 +23,19 @@ enum class Layout { NCHW, NHWC };
 
 struct Weight {
   Tensor w, scale;
+  // fp8 weights only: a static activation scale (F32 [1], from `convert --calibrate`). When defined, linear()
+  // quantizes its input with this one scale for every row instead of a dynamic scale per row.
+  Tensor input_scale;
   Weight() = default;
   Weight(Tensor t) : w(std::move(t)) {}  // NOLINT(google-explicit-constructor): a float weight
   Weight(Tensor q, Tensor s) : w(std::move(q)), scale(std::move(s)) {}
   bool defined() const { return w.defined(); }
   bool quantized() const { return scale.defined(); }
-  size_t nbytes() const { return (w.defined() ? w.nbytes() : 0) + (scale.defined() ? scale.nbytes() : 0); }
+  size_t nbytes() const {
+    size_t n = 0;
+    for (const Tensor* t : {&w, &scale, &input_scale}) n += t->defined() ? t->nbytes() : 0;
+    return n;
+  }
 };
 
 // y[..., out] = x[..., in] · w[out, in]ᵀ (+ bias[out]).
@@ -58,6 +65,12 @@ Tensor linear_gated_residual(const Tensor& residual, const Tensor& gate, const W
 // F8_E4M3, on its own device: scale[r] = max|x[r, :]| / qmax (qmax 127 or 448; 1 for an all-zero row),
 // q = x · (1 / scale) rounded to nearest even (I8 clamped to ±127, F8 saturating, as f32_to_fp8_e4m3).
 Weight quantize(const Tensor& x, DType q);
+// The same with one given scale for every row (a static activation scale: F32 [1] on x's device, finite and
+// positive): scale[r] = that value, q = x · (1 / scale) rounded and clamped as above.
+Weight quantize(const Tensor& x, DType q, const Tensor& scale);
+// max |x| over every element as a float (0 for an empty tensor, NaN when x holds a NaN): calibration's
+// activation ranges.
+float max_abs(const Tensor& x);
 // q · scale as F32 [rows, cols] on the weight's device (a float weight: converted to F32).
 Tensor dequantize(const Weight& w);
 

@@ -217,4 +217,10 @@ float quantize(const Tensor& x, DType q) {
   return q == DType::I8 ? 127.f : kFp8E4m3Max;
 }
 
+void static_scale(const Tensor& scale) {
+  ERNIE_CHECK(scale.defined() && scale.numel() == 1 && scale.dtype() == DType::F32,
+              "quantize: a static scale must be one F32 value, got ",
+              scale.defined() ? shape_str(scale.shape()) + " " + dtype_name(scale.dtype()) : std::string("undefined"));
+}
+
 }  // namespace ernie::ops::rules

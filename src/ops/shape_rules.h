@@ -72,5 +72,7 @@ int64_t row_vector_stride(const Tensor& x, const Tensor& v, const char* op, cons
 void fp8_linear_operands(const Tensor& x, const Tensor& sx, const Tensor& q, const Tensor& scale);
 // quantize(x, q): x a 2-D float tensor, q I8 or F8_E4M3; returns qmax (127 or 448).
 float quantize(const Tensor& x, DType q);
+// A static activation scale: F32 with one element.
+void static_scale(const Tensor& scale);
 
 }  // namespace ernie::ops::rules

@@ -329,6 +329,7 @@ class ErniePipeline final : public Pipeline {
   void load_denoiser(const ProgressFn& progress) {
     load_component(!dit_, loads_.denoiser, progress, [&] {
       dit_ = ErnieDit::load(m_, opt_.device, opt_.dtype, opt_.offload_blocks, opt_.quantize);
+      dit_->set_input_observer(opt_.observe_dit_inputs);
       vae_ = Flux2Vae::load(m_, opt_.device, opt_.dtype);
     });
   }

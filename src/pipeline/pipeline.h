@@ -41,6 +41,9 @@ struct PipelineOptions {
   bool round_timesteps = true;   // feed the DiT bf16-rounded timesteps in bf16, as the reference does
   VaeTilingMode vae_tiling = VaeTilingMode::Auto;
   int vae_tile = 0;              // tile side in image pixels (a multiple of the VAE's 8); 0 = the largest that fits
+  // Calibration (pipeline/calibration.h): sees the float input of every DiT block linear in every step, under
+  // the weight's checkpoint name (ErnieDit::set_input_observer).
+  std::function<void(const std::string& weight, const Tensor& x)> observe_dit_inputs;
 };
 
 struct GenerateRequest {

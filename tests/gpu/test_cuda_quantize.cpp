@@ -1,5 +1,6 @@
 // 8-bit weights on CUDA against the CPU twin: quantization bit for bit, the quantized linear (fp8 tensor-core
 // GEMM with outer-vector scales, and the float fallback on the same codes), and the tiny DiT.
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -25,6 +26,27 @@ TEST(CudaQuantize, MatchesCpuBitForBit) {
         EXPECT_EQ(std::memcmp(gs.raw(), c.scale.raw(), c.scale.nbytes()), 0);
         EXPECT_TRUE(tensors_close(down(ops::dequantize(g)), cpu::dequantize(c.w, c.scale), 0));
       }
+}
+
+// A static activation scale (convert --calibrate) and max_abs, against the CPU twins.
+TEST(CudaQuantize, StaticScaleAndMaxAbsMatchCpu) {
+  ERNIE_REQUIRE_GPU();
+  const Tensor s = Tensor::from_vector({0.0123f}, {1});
+  for (DType dt : {DType::F32, DType::BF16, DType::F16})
+    for (DType qt : {DType::F8_E4M3, DType::I8})
+      for (Shape sh : {Shape{40, 96}, Shape{7, 50}, Shape{3, 4096}}) {
+        SCOPED_TRACE(std::string(dtype_name(dt)) + " -> " + dtype_name(qt) + " " + shape_str(sh));
+        const Tensor h = rnd(sh, 5, 4.f).cast(dt);  // past 448 · s: saturation too
+        ops::Weight c = cpu::quantize_static(h, qt, s), g = ops::quantize(h.to(kGPU), qt, s.to(kGPU));
+        Tensor gq = g.w.to(kCPU), gs = g.scale.to(kCPU);
+        EXPECT_EQ(std::memcmp(gq.raw(), c.w.raw(), c.w.nbytes()), 0);
+        EXPECT_EQ(std::memcmp(gs.raw(), c.scale.raw(), c.scale.nbytes()), 0);
+        EXPECT_EQ(ops::max_abs(h.to(kGPU)), cpu::max_abs(h));
+      }
+  Tensor nan = Tensor::from_vector(std::vector<float>(5000, 1.f), {5000});
+  nan.f32()[4321] = NAN;
+  EXPECT_TRUE(std::isnan(ops::max_abs(nan.to(kGPU))));
+  EXPECT_EQ(ops::max_abs(Tensor::zeros({0}, DType::F32).to(kGPU)), 0.f);
 }
 
 // y = linear(x, 8-bit w): the fp8 tensor-core path (BF16, K and N multiples of 16), the fallback (F32

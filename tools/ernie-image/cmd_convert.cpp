@@ -1,15 +1,20 @@
 // ernie-image convert --model DIR -o FILE [--dtype bf16|fp8|int8] [--keep PATTERN]... [--no-pe] [--threads N]
+//   [--calibrate PROMPTS.txt [--calibrate-steps N] [--calibrate-size WxH] [--device D] [--act-dtype f32|bf16]]
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 
 #include "commands.h"
 #include "core/error.h"
 #include "io/model_file.h"
+#include "generate_util.h"
+#include "pipeline/calibration.h"
 
 namespace ernie::cli {
 namespace {
 struct Opts {
-  std::string model, out, dtype = "bf16", calibrate;
+  std::string model, out, dtype = "bf16", calibrate, calibrate_size, device = "cpu", act;
+  int calibrate_steps = 0;
   std::vector<std::string> keep;
   bool no_pe = false, quantize_all_blocks = false, keep_text_encoder = false, quiet = false;
   int threads = 0;
@@ -25,15 +30,43 @@ Register reg(70, [](CLI::App& app) {
   c->add_flag("--quantize-all-blocks", o->quantize_all_blocks, "quantize the first and last DiT blocks too");
   c->add_flag("--keep-text-encoder", o->keep_text_encoder, "keep the text encoder and prompt enhancer in bf16");
   c->add_flag("--no-pe", o->no_pe, "leave the prompt enhancer out");
-  c->add_option("--calibrate", o->calibrate, "prompts file for static activation scales (not supported yet)");
+  c->add_option("--calibrate", o->calibrate,
+                 "prompts file (one per line): run the float model over them and store static activation scales "
+                 "for the fp8 DiT weights (default: dynamic per-token scales, which need none)");
+  c->add_option("--calibrate-steps", o->calibrate_steps, "steps per calibration prompt (default: the model's)")
+      ->check(CLI::Range(1, 1000));
+  c->add_option("--calibrate-size", o->calibrate_size, "calibration image size WxH (default: the model's)");
+  c->add_option("--device", o->device, "device the calibration runs on: cpu, cuda or cuda:N (default cpu)");
+  c->add_option("--act-dtype", o->act, "calibration activations: f32 (CPU) or bf16 (CUDA default)");
   c->add_option("--threads", o->threads, "tensors converted and written at once (default: all cores)");
   c->add_flag("--quiet,-q", o->quiet, "no progress output");
   return std::function<int()>([o] {
-    ERNIE_CHECK(o->calibrate.empty(), "--calibrate: static activation scales are not implemented yet; fp8 uses "
-                                      "dynamic per-token activation scales, which need no calibration");
-    ModelFolder m = ModelFolder::open(o->model, !o->no_pe);
     ConvertOptions opt;
     opt.format = parse_weight_format(o->dtype);
+    ERNIE_CHECK(o->calibrate.empty() || opt.format == WeightFormat::FP8,
+                "--calibrate: static activation scales are for --dtype fp8 (int8 is weight-only, bf16 unquantized)");
+    if (!o->calibrate.empty()) {
+      const std::vector<std::string> prompts = read_prompt_list(o->calibrate);
+      CalibrationOptions co;
+      co.device = Device::parse(o->device);
+      co.dtype = parse_dtype_option(o->act, co.device);
+      co.steps = o->calibrate_steps;
+      if (!o->calibrate_size.empty()) {
+        char x = 0;
+        char rest = 0;
+        ERNIE_CHECK(std::sscanf(o->calibrate_size.c_str(), "%d%c%d%c", &co.width, &x, &co.height, &rest) == 3 &&
+                        (x == 'x' || x == 'X'),
+                    "--calibrate-size: expected WxH (e.g. 1024x1024), got '", o->calibrate_size, "'");
+      }
+      auto t0 = std::chrono::steady_clock::now();
+      opt.dit_input_amax = calibrate_dit_inputs(o->model, prompts, co, [&](int done, int total) {
+        if (!o->quiet) std::fprintf(stderr, "\rcalibrate: prompt %d/%d", done, total);
+      });
+      if (!o->quiet)
+        std::fprintf(stderr, "\ncalibrate: %zu input ranges from %zu prompts in %.1f s\n", opt.dit_input_amax.size(),
+                     prompts.size(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    ModelFolder m = ModelFolder::open(o->model, !o->no_pe);
     opt.include_pe = !o->no_pe;
     for (auto& k : o->keep) opt.policy.keep.push_back(k);
     opt.policy.keep_first_last_dit_blocks = !o->quantize_all_blocks;

@@ -30,6 +30,41 @@ ops::Weight quantize(const Tensor& x, DType qt) {
   return {q, scale};
 }
 
+ops::Weight quantize_static(const Tensor& x, DType qt, const Tensor& scale) {
+  ops::rules::quantize(x, qt);
+  ERNIE_CHECK(x.device().is_cpu() && scale.device().is_cpu(), "quantize: input and scale must be on the cpu");
+  ops::rules::static_scale(scale);
+  const float s = scale.f32()[0];
+  ERNIE_CHECK(std::isfinite(s) && s > 0.f, "quantize: the static scale must be finite and positive, got ",
+              std::to_string(s));
+  const int64_t rows = x.dim(0), cols = x.dim(1);
+  Tensor q = Tensor::empty(x.shape(), qt), sc = Tensor::from_vector(std::vector<float>(size_t(rows), s), {rows});
+  const size_t esz = dtype_size(x.dtype());
+  const char* src = static_cast<const char*>(x.raw());
+#pragma omp parallel if (detail::worth_threads(rows * cols))
+  {
+    std::vector<float> row(static_cast<size_t>(cols));
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      convert_to_f32(x.dtype(), src + size_t(r * cols) * esz, row.data(), size_t(cols));
+      detail::encode_row(qt, row.data(), cols, 1.f / s, static_cast<char*>(q.raw()) + r * cols);
+    }
+  }
+  return {q, sc};
+}
+
+float max_abs(const Tensor& x) {
+  ERNIE_CHECK(x.defined() && dtype_is_float(x.dtype()), "max_abs: x must be a float tensor");
+  const Tensor f = x.to_f32();
+  const float* p = f.f32();
+  float m = 0.f;
+  for (int64_t i = 0; i < f.numel(); ++i) {
+    if (std::isnan(p[i])) return p[i];
+    m = std::fmax(m, std::fabs(p[i]));
+  }
+  return m;
+}
+
 void convert_quantized(DType qt, const void* q, float* out, size_t n) {
   if (qt == DType::I8) {
     const int8_t* p = static_cast<const int8_t*>(q);

@@ -3,6 +3,8 @@
 // even conversion, saturating for fp8), dequantization, and the scaling epilogue of the fp8 GEMM fallback.
 #include <cuda_fp8.h>
 
+#include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "ops/cuda/common.h"
@@ -104,6 +106,42 @@ __global__ void __launch_bounds__(kRowThreads) quantize_rows_kernel(
   }
 }
 
+// Static scale (ops::quantize(x, q, scale)): every row with the one scale *s, P elements per access.
+template <class T, class Q, int P>
+__global__ void quantize_static_kernel(const T* __restrict__ x, Q* __restrict__ q, const float* __restrict__ s_in,
+                                       float* __restrict__ scale, int64_t packs, int64_t rows) {
+  struct alignas(sizeof(T) * P) In { T v[P]; };
+  struct alignas(sizeof(Q) * P) Out { Q v[P]; };
+  const float s = *s_in, inv = __frcp_rn(s);
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x, i0 = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  for (int64_t i = i0; i < packs; i += stride) {
+    const In a = reinterpret_cast<const In*>(x)[i];
+    Out r;
+#pragma unroll
+    for (int e = 0; e < P; ++e) r.v[e] = encode<Q>(__fmul_rn(to_f(a.v[e]), inv));
+    reinterpret_cast<Out*>(q)[i] = r;
+  }
+  for (int64_t r = i0; r < rows; r += stride) scale[r] = s;
+}
+
+// max(a, b) where a NaN wins (max_abs reports it).
+__device__ __host__ __forceinline__ float max_nan(float a, float b) { return a != a || b != b ? NAN : fmaxf(a, b); }
+
+// Block b's max |x| over its grid-stride share into part[b].
+template <class T>
+__global__ void max_abs_kernel(const T* __restrict__ x, int64_t n, float* __restrict__ part) {
+  __shared__ float warp_max[kThreads / 32];
+  float m = 0.f;
+  for (int64_t i = blockIdx.x * int64_t(kThreads) + threadIdx.x; i < n; i += int64_t(gridDim.x) * kThreads)
+    m = max_nan(m, fabsf(to_f(x[i])));
+  for (int o = 16; o > 0; o >>= 1) m = max_nan(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = m;
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  for (int w = 1; w < kThreads / 32; ++w) m = max_nan(m, warp_max[w]);
+  part[blockIdx.x] = m;
+}
+
 // P codes per thread (cols % P == 0, so a pack never straddles rows).
 template <class Q, class T, int P>
 __global__ void dequantize_kernel(const Q* __restrict__ q, const float* __restrict__ scale, T* __restrict__ y,
@@ -190,6 +228,64 @@ ops::Weight quantize(const Tensor& x, DType qt) {
     default: run(__half()); break;
   }
   return {q, scale};
+}
+
+ops::Weight quantize_static(const Tensor& x, DType qt, const Tensor& scale) {
+  ops::rules::quantize(x, qt);
+  ops::rules::static_scale(scale);
+  ERNIE_CHECK(x.device().is_cuda(), "quantize: input is on ", x.device().str(), ", expected a CUDA device");
+  detail::check_same_device(x, scale, "quantize", "scale");
+  const int64_t rows = x.dim(0), n = x.numel();
+  Tensor q = Tensor::empty(x.shape(), qt, x.device()), sc = Tensor::empty({rows}, DType::F32, x.device());
+  if (n == 0 && rows == 0) return {q, sc};
+  cudaStream_t st = stream(detail::dev(x));
+  auto run = [&](auto tag, auto code) {
+    using T = decltype(tag);
+    using Q = decltype(code);
+    constexpr int P = 16 / sizeof(T);
+    const T* xp = x.data<T>();
+    Q* qp = static_cast<Q*>(q.raw());
+    const float* sp = scale.data<float>();
+    float* out = sc.data<float>();
+    if (n % P == 0 && aligned16(xp) && reinterpret_cast<uintptr_t>(qp) % P == 0)
+      quantize_static_kernel<T, Q, P><<<detail::blocks_for(std::max(n / P, rows), kThreads), kThreads, 0, st>>>(
+          xp, qp, sp, out, n / P, rows);
+    else
+      quantize_static_kernel<T, Q, 1><<<detail::blocks_for(std::max(n, rows), kThreads), kThreads, 0, st>>>(
+          xp, qp, sp, out, n, rows);
+  };
+  auto dispatch = [&](auto code) {
+    switch (elem_type(x.dtype(), "quantize")) {
+      case kF32: run(float(), code); break;
+      case kBF16: run(__nv_bfloat16(), code); break;
+      default: run(__half(), code); break;
+    }
+  };
+  if (qt == DType::F8_E4M3) dispatch(uint8_t());
+  else dispatch(int8_t());
+  ERNIE_CUDA_LAUNCH("quantize");
+  return {q, sc};
+}
+
+float max_abs(const Tensor& x) {
+  ERNIE_CHECK(x.defined() && dtype_is_float(x.dtype()), "max_abs: x must be a float tensor");
+  const int64_t n = x.numel();
+  if (n == 0) return 0.f;
+  const int blocks = int(std::min<int64_t>(1024, (n + kThreads - 1) / kThreads));
+  Tensor part = Tensor::empty({blocks}, DType::F32, x.device());
+  cudaStream_t st = stream(detail::dev(x));
+  switch (elem_type(x.dtype(), "max_abs")) {
+    case kF32: max_abs_kernel<float><<<blocks, kThreads, 0, st>>>(x.data<float>(), n, part.data<float>()); break;
+    case kBF16:
+      max_abs_kernel<__nv_bfloat16><<<blocks, kThreads, 0, st>>>(x.data<__nv_bfloat16>(), n, part.data<float>());
+      break;
+    default: max_abs_kernel<__half><<<blocks, kThreads, 0, st>>>(x.data<__half>(), n, part.data<float>()); break;
+  }
+  ERNIE_CUDA_LAUNCH("max_abs");
+  const Tensor host = part.to(kCPU);
+  float m = 0.f;
+  for (int b = 0; b < blocks; ++b) m = max_nan(m, host.f32()[b]);
+  return m;
 }
 
 Tensor dequantize_as(const Tensor& q, const Tensor& scale, DType out) {

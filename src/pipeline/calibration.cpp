@@ -1,0 +1,55 @@
+#include "pipeline/calibration.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+
+#include "ops/ops.h"
+#include "pipeline/pipeline.h"
+
+namespace ernie {
+
+std::vector<std::string> read_prompt_list(const std::string& path) {
+  std::ifstream in(path);
+  ERNIE_CHECK(in, path, ": cannot open the calibration prompts");
+  std::vector<std::string> prompts;
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    const size_t first = line.find_first_not_of(" \t");
+    if (first == std::string::npos || line[first] == '#') continue;
+    prompts.push_back(line);
+  }
+  ERNIE_CHECK(!prompts.empty(), path, ": no prompt (one per line; blank lines and '#' comments are skipped)");
+  return prompts;
+}
+
+std::map<std::string, float> calibrate_dit_inputs(const std::string& model, const std::vector<std::string>& prompts,
+                                                  const CalibrationOptions& opt,
+                                                  const std::function<void(int, int)>& progress) {
+  ERNIE_CHECK(!prompts.empty(), "calibration: no prompts");
+  std::map<std::string, float> amax;
+  size_t prompt = 0;
+  PipelineOptions po;
+  po.model_dir = model;
+  po.device = opt.device;
+  po.dtype = opt.dtype;
+  po.observe_dit_inputs = [&](const std::string& weight, const Tensor& x) {
+    const float m = ops::max_abs(x);
+    ERNIE_CHECK(std::isfinite(m), "calibration: the input of ", weight, " is not finite (prompt ",
+                std::to_string(prompt + 1), ")");
+    float& best = amax[weight];
+    best = std::max(best, m);
+  };
+  std::unique_ptr<Pipeline> p = Pipeline::load(po);
+  for (prompt = 0; prompt < prompts.size(); ++prompt) {
+    GenerateRequest req;
+    req.prompt = prompts[prompt];
+    req.width = opt.width, req.height = opt.height, req.steps = opt.steps, req.cfg = opt.cfg;
+    req.seed = opt.seed + prompt;
+    p->generate(p->resolve(req));
+    if (progress) progress(int(prompt + 1), int(prompts.size()));
+  }
+  return amax;
+}
+
+}  // namespace ernie
