@@ -115,13 +115,13 @@ ErnieDit ErnieDit::build(const DitConfig& cfg, Device device, DType act, const W
     // On CUDA q, k and v run as one GEMM: their weights stacked by rows (8-bit ones with their row scales),
     // when stored alike. (Stacking gate|up the same way measured slower on the H200: 0.1378 vs 0.1336 s/step.)
     // Static activation scales (one input for all three) stack only when equal.
-    auto input_scale = [](const ops::Weight* p) {
+    auto static_scale = [](const ops::Weight* p) {
       return p->input_scale.defined() ? p->input_scale.to(kCPU).f32()[0] : 0.f;
     };
     auto stack = [&](std::vector<ops::Weight*> parts, ops::Weight& into) {
       for (const ops::Weight* p : parts)
         if (p->w.dtype() != parts[0]->w.dtype() || p->w.device() != parts[0]->w.device() ||
-            p->quantized() != parts[0]->quantized() || input_scale(p) != input_scale(parts[0]))
+            p->quantized() != parts[0]->quantized() || static_scale(p) != static_scale(parts[0]))
           return;
       std::vector<Tensor> ws, scales;
       for (const ops::Weight* p : parts) ws.push_back(p->w), scales.push_back(p->scale);
@@ -323,12 +323,11 @@ ErnieDit::LinearInput ErnieDit::mlp(const Block& blk, const LinearInput& x) cons
 // projection and its gated residual in one op (linear_gated_residual: inside the fp8 GEMM on CUDA).
 Tensor ErnieDit::layer(int index, const Block& blk, const Tensor& x, const Rotary& rope, const Modulation& mod,
                        const std::vector<int64_t>& kv_len) const {
-  const std::string p = "layers." + std::to_string(index) + ".";
   // The calibration observer sees each linear's float input under the weight's checkpoint name (with it set,
   // no producer writes fp8 codes in place of the float input).
   auto observe = [&](const Tensor& in, std::initializer_list<const char*> weights) {
     if (!input_observer_) return;
-    for (const char* w : weights) input_observer_(p + w, in);
+    for (const char* w : weights) input_observer_("layers." + std::to_string(index) + "." + w, in);
   };
   const bool fp8_qkv = !input_observer_ && (blk.to_qkv.defined() ? dynamic_fp8(blk.to_qkv)
                                                                   : dynamic_fp8(blk.to_q) && dynamic_fp8(blk.to_k) &&
