@@ -56,6 +56,10 @@ TEST(FusedFp8, RmsNormModulateIsQuantizeOfTheUnfusedOp) {
         if (vb == 2) EXPECT_EQ(got.scale.f32()[S], 1.f);  // an all-zero row
         // and it is the op's result, to fp8 precision
         EXPECT_TRUE(tensors_close(ops::dequantize(got), y.reshape({B * S, C}), 0.05, 0.998));
+        // a static scale (small enough to saturate the largest values) instead of one per row
+        const Tensor fixed = Tensor::from_vector({0.004f}, {1});
+        EXPECT_TRUE(same_bits(ops::rms_norm_modulate_fp8(x, w, 1e-6f, shift, scale, fixed),
+                              ops::quantize(y.reshape({B * S, C}), DType::F8_E4M3, fixed)));
       }
 }
 
@@ -70,6 +74,9 @@ TEST(FusedFp8, GegluIsQuantizeOfTheUnfusedOp) {
     EXPECT_TRUE(same_bits(got, ops::quantize(y, DType::F8_E4M3)));
     if (rows > 2) EXPECT_EQ(got.scale.f32()[1], 1.f);
     EXPECT_TRUE(tensors_close(ops::dequantize(got), y, 0.05, 0.998));
+    const Tensor fixed = Tensor::from_vector({0.01f}, {1});
+    EXPECT_TRUE(same_bits(ops::geglu_fp8(gate, up, fixed), ops::quantize(y, DType::F8_E4M3, fixed)));
+    EXPECT_THROW(ops::geglu_fp8(gate, up, Tensor::from_vector({-1.f}, {1})), Error);
   }
 }
 

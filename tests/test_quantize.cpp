@@ -239,7 +239,17 @@ TEST(Quantize, CalibratedFileUsesStaticScales) {
   std::printf("dit.out fp8 static scales: %s; dynamic: %s\n", close.message(),
               tensors_close(dyn, golden_tensor("dit.out"), 0.1, 0.995).message());
 
-  // Calibration is for fp8 only, and a damaged scale is refused at load.
+  // gate_proj and up_proj share one quantization of their input, so their scales must agree.
+  opt.dit_input_amax["layers.0.mlp.up_proj.weight"] *= 2;
+  const std::string uneven = dir.str() + "/uneven.safetensors";
+  convert_model(ModelFolder::open(test::tiny_model(), false), uneven, opt);
+  try {
+    ErnieDit::load(ModelFolder::open(uneven, false), kCPU, DType::F32);
+    ADD_FAILURE() << "unequal static scales of gate_proj and up_proj were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("must be equal"), std::string::npos) << e.what();
+  }
+  // Calibration is for fp8 only.
   opt.format = WeightFormat::INT8;
   EXPECT_THROW(convert_model(ModelFolder::open(test::tiny_model(), false), dir.str() + "/i8.safetensors", opt), Error);
   EXPECT_THROW(read_prompt_list(dir.str() + "/missing.txt"), Error);

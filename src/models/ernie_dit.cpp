@@ -13,9 +13,8 @@ namespace ernie {
 namespace {
 std::string str(int64_t v) { return std::to_string(v); }
 bool is_fp8(const ops::Weight& w) { return w.quantized() && w.w.dtype() == DType::F8_E4M3; }
-// fp8 with dynamic per-token activation scales: its input may come as codes from a fused producer. With a
-// static scale (convert --calibrate) ops::linear quantizes the float input itself.
-bool dynamic_fp8(const ops::Weight& w) { return is_fp8(w) && !w.input_scale.defined(); }
+// The value of a weight's static activation scale (convert --calibrate); 0 without one.
+float static_scale(const ops::Weight& w) { return w.input_scale.defined() ? w.input_scale.to(kCPU).f32()[0] : 0.f; }
 // An 8-bit weight (and its static activation scale) on `device`.
 ops::Weight to_device(const ops::Weight& w, Device device) {
   ops::Weight d(w.w.to(device), w.scale.to(device));
@@ -114,14 +113,22 @@ ErnieDit ErnieDit::build(const DitConfig& cfg, Device device, DType act, const W
     b.linear_fc2 = lin("mlp.linear_fc2.weight");
     // On CUDA q, k and v run as one GEMM: their weights stacked by rows (8-bit ones with their row scales),
     // when stored alike. (Stacking gate|up the same way measured slower on the H200: 0.1378 vs 0.1336 s/step.)
-    // Static activation scales (one input for all three) stack only when equal.
-    auto static_scale = [](const ops::Weight* p) {
-      return p->input_scale.defined() ? p->input_scale.to(kCPU).f32()[0] : 0.f;
+    // fp8 weights that read one input share one quantization of it (norm_modulate): with static activation
+    // scales, those must be one scale.
+    auto shared_input = [&](std::initializer_list<const ops::Weight*> readers, const char* what) {
+      bool all_fp8 = true, any_static = false;
+      for (const ops::Weight* r : readers) all_fp8 &= is_fp8(*r), any_static |= r->input_scale.defined();
+      if (!all_fp8 || !any_static) return;
+      for (const ops::Weight* r : readers)
+        ERNIE_CHECK(static_scale(*r) == static_scale(**readers.begin()), "transformer: ", p, what,
+                    " read one input, so their static activation scales (_input_scale) must be equal");
     };
+    shared_input({&b.to_q, &b.to_k, &b.to_v}, "self_attention.to_q, to_k and to_v");
+    shared_input({&b.gate_proj, &b.up_proj}, "mlp.gate_proj and up_proj");
     auto stack = [&](std::vector<ops::Weight*> parts, ops::Weight& into) {
       for (const ops::Weight* p : parts)
         if (p->w.dtype() != parts[0]->w.dtype() || p->w.device() != parts[0]->w.device() ||
-            p->quantized() != parts[0]->quantized() || static_scale(p) != static_scale(parts[0]))
+            p->quantized() != parts[0]->quantized() || static_scale(*p) != static_scale(*parts[0]))
           return;
       std::vector<Tensor> ws, scales;
       for (const ops::Weight* p : parts) ws.push_back(p->w), scales.push_back(p->scale);
@@ -276,8 +283,15 @@ ErnieDit::Rotary ErnieDit::cached_pos_embed(const std::vector<int64_t>& text_len
 // With fp8 weights the GEMMs take per-token fp8 codes: the norm (and geglu) that produce a GEMM's input
 // write them directly, once for every GEMM reading it (q, k, v; gate and up).
 ErnieDit::LinearInput ErnieDit::norm_modulate(const Tensor& x, const Tensor& weight, const Tensor& shift,
-                                              const Tensor& scale, bool fp8) const {
-  if (fp8) return {Tensor(), ops::rms_norm_modulate_fp8(x, weight, cfg_.eps, shift, scale), x.dim(0), x.dim(1)};
+                                              const Tensor& scale,
+                                              std::initializer_list<const ops::Weight*> readers) const {
+  // With the calibration observer set, the float input is kept (the observer reads it).
+  bool fp8 = !input_observer_;
+  for (const ops::Weight* r : readers) fp8 &= is_fp8(*r);
+  if (fp8) {  // the readers' static scale, when they have one, is one scale (checked at load)
+    const Tensor& fixed = (*readers.begin())->input_scale;
+    return {Tensor(), ops::rms_norm_modulate_fp8(x, weight, cfg_.eps, shift, scale, fixed), x.dim(0), x.dim(1)};
+  }
   return {ops::rms_norm_modulate(x, weight, cfg_.eps, shift, scale), ops::Weight(), x.dim(0), x.dim(1)};
 }
 
@@ -315,7 +329,8 @@ Tensor ErnieDit::self_attention(const Block& blk, const LinearInput& x, const Ro
 // together with the gated residual, so this returns its input (fp8 codes when linear_fc2 is fp8).
 ErnieDit::LinearInput ErnieDit::mlp(const Block& blk, const LinearInput& x) const {
   Tensor gate = linear(x, blk.gate_proj), up = linear(x, blk.up_proj);
-  if (dynamic_fp8(blk.linear_fc2) && !input_observer_) return {Tensor(), ops::geglu_fp8(gate, up), x.B, x.S};
+  if (is_fp8(blk.linear_fc2) && !input_observer_)
+    return {Tensor(), ops::geglu_fp8(gate, up, blk.linear_fc2.input_scale), x.B, x.S};
   return {ops::geglu(gate, up), ops::Weight(), x.B, x.S};
 }
 
@@ -329,16 +344,14 @@ Tensor ErnieDit::layer(int index, const Block& blk, const Tensor& x, const Rotar
     if (!input_observer_) return;
     for (const char* w : weights) input_observer_("layers." + std::to_string(index) + "." + w, in);
   };
-  const bool fp8_qkv = !input_observer_ && (blk.to_qkv.defined() ? dynamic_fp8(blk.to_qkv)
-                                                                  : dynamic_fp8(blk.to_q) && dynamic_fp8(blk.to_k) &&
-                                                                        dynamic_fp8(blk.to_v));
-  LinearInput h = norm_modulate(x, blk.adaLN_sa_ln, mod.shift_msa, mod.scale_msa, fp8_qkv);
+  LinearInput h = blk.to_qkv.defined()
+                      ? norm_modulate(x, blk.adaLN_sa_ln, mod.shift_msa, mod.scale_msa, {&blk.to_qkv})
+                      : norm_modulate(x, blk.adaLN_sa_ln, mod.shift_msa, mod.scale_msa, {&blk.to_q, &blk.to_k, &blk.to_v});
   observe(h.x, {"self_attention.to_q.weight", "self_attention.to_k.weight", "self_attention.to_v.weight"});
   const Tensor attn = self_attention(blk, h, rope, kv_len);
   observe(attn, {"self_attention.to_out.0.weight"});
   Tensor y = ops::linear_gated_residual(x, mod.gate_msa, attn, blk.to_out);
-  h = norm_modulate(y, blk.adaLN_mlp_ln, mod.shift_mlp, mod.scale_mlp,
-                    !input_observer_ && dynamic_fp8(blk.gate_proj) && dynamic_fp8(blk.up_proj));
+  h = norm_modulate(y, blk.adaLN_mlp_ln, mod.shift_mlp, mod.scale_mlp, {&blk.gate_proj, &blk.up_proj});
   observe(h.x, {"mlp.gate_proj.weight", "mlp.up_proj.weight"});
   const LinearInput m = mlp(blk, h);
   observe(m.x, {"mlp.linear_fc2.weight"});

@@ -101,15 +101,16 @@ class ErnieDit {
   Rotary pos_embed(const std::vector<int64_t>& text_lens, int64_t Hp, int64_t Wp, int64_t Tmax) const;
   Rotary cached_pos_embed(const std::vector<int64_t>& text_lens, int64_t Hp, int64_t Wp, int64_t Tmax) const;
   // The input of a block's linears: the activation x [B, S, in], or, when the linears reading it are all
-  // fp8, only its per-token fp8 codes x8 [B·S, in] (made by the producing op in the same pass), which every
-  // one of those GEMMs then shares.
+  // fp8, only its fp8 codes x8 [B·S, in] (made by the producing op in the same pass: per token, or with the
+  // readers' one static scale), which every one of those GEMMs then shares.
   struct LinearInput {
     Tensor x;
     ops::Weight x8;
     int64_t B = 0, S = 0;
   };
+  // rms_norm_modulate as a LinearInput for `readers` (fp8 codes when they are all fp8).
   LinearInput norm_modulate(const Tensor& x, const Tensor& weight, const Tensor& shift, const Tensor& scale,
-                            bool fp8) const;  // rms_norm_modulate as a LinearInput
+                            std::initializer_list<const ops::Weight*> readers) const;
   Tensor linear(const LinearInput& in, const ops::Weight& w) const;
   Tensor self_attention(const Block& blk, const LinearInput& x, const Rotary& rope,
                         const std::vector<int64_t>& kv_len) const;

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "ops/cpu/cpu_ops.h"
+#include "ops/shape_rules.h"
 #ifdef ERNIE_HAVE_CUDA
 #include <chrono>
 #include <cstdio>
@@ -180,13 +181,15 @@ Tensor rms_norm_modulate(const Tensor& x, const Tensor& weight, float eps, const
 }
 
 Weight rms_norm_modulate_fp8(const Tensor& x, const Tensor& weight, float eps, const Tensor& shift,
-                             const Tensor& scale) {
+                             const Tensor& scale, const Tensor& static_scale) {
   ERNIE_CHECK(x.defined(), "rms_norm_modulate_fp8: x is undefined");
-  ERNIE_OP(rms_norm_modulate_fp8, x.device(), x, weight, eps, shift, scale);
+  if (static_scale.defined()) rules::static_scale(static_scale);
+  ERNIE_OP(rms_norm_modulate_fp8, x.device(), x, weight, eps, shift, scale, static_scale);
 }
-Weight geglu_fp8(const Tensor& gate, const Tensor& up) {
+Weight geglu_fp8(const Tensor& gate, const Tensor& up, const Tensor& static_scale) {
   ERNIE_CHECK(gate.defined(), "geglu_fp8: gate is undefined");
-  ERNIE_OP(geglu_fp8, gate.device(), gate, up);
+  if (static_scale.defined()) rules::static_scale(static_scale);
+  ERNIE_OP(geglu_fp8, gate.device(), gate, up, static_scale);
 }
 
 Qkv qkv_norm_rope(const Tensor& qkv, int64_t heads, const Tensor& norm_q, const Tensor& norm_k, float eps,

@@ -103,10 +103,12 @@ Tensor gated_residual(const Tensor& residual, const Tensor& gate, const Tensor& 
 Tensor rms_norm_modulate(const Tensor& x, const Tensor& weight, float eps, const Tensor& shift, const Tensor& scale);
 // Producers of an fp8 GEMM's input (see linear above): the op's result, viewed as [rows = numel / C, C],
 // quantized per row to F8_E4M3 in the same pass, bit for bit quantize(result.reshape({rows, C}), F8_E4M3)
-// (on CUDA the result is rounded to the activation dtype first, as the unfused op stores it).
+// (on CUDA the result is rounded to the activation dtype first, as the unfused op stores it). With
+// `static_scale` (F32 [1] on the op's device, finite and positive: convert --calibrate) every row takes that
+// scale instead: quantize(result, F8_E4M3, static_scale) bit for bit.
 Weight rms_norm_modulate_fp8(const Tensor& x, const Tensor& weight, float eps, const Tensor& shift,
-                             const Tensor& scale);
-Weight geglu_fp8(const Tensor& gate, const Tensor& up);
+                             const Tensor& scale, const Tensor& static_scale = {});
+Weight geglu_fp8(const Tensor& gate, const Tensor& up, const Tensor& static_scale = {});
 // Attention inputs from one fused projection qkv [B, S, 3·heads·D] (the q, k, v blocks in that order):
 // q and k get a per-head rms_norm (weight [D], none when undefined) then rope (cos/sin [B or 1, S, D] F32);
 // v is copied. Each result is [B, S, heads, D].

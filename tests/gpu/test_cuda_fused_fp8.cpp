@@ -56,9 +56,13 @@ TEST(CudaFusedFp8, RmsNormModulateFp8) {
       // the plain op and the fused one against the CPU twins
       const Tensor ref = cpu::modulate(cpu::rms_norm(x, w, 1e-6f), shift, scl);
       EXPECT_TRUE(tensors_close(down(y), ref, tol(dt), min_cos(dt)));
-      const ops::Weight cq = cpu::rms_norm_modulate_fp8(x, w, 1e-6f, shift, scl);
+      const ops::Weight cq = cpu::rms_norm_modulate_fp8(x, w, 1e-6f, shift, scl, Tensor());
       expect_tracks_cpu(got, cq, dt);
       if (vb == 2) EXPECT_EQ(got.scale.to(kCPU).f32()[S], 1.f);  // an all-zero row
+      // A static scale (saturating the largest values): quantize(y, F8_E4M3, scale) bit for bit.
+      const Tensor fixed = Tensor::from_vector({0.004f}, {1});
+      EXPECT_TRUE(same_bits(ops::rms_norm_modulate_fp8(gx, gw, 1e-6f, gsh, gsc, fixed.to(kGPU)),
+                            ops::quantize(y.reshape({B * S, C}), DType::F8_E4M3, fixed.to(kGPU))));
     }
 }
 
@@ -72,8 +76,11 @@ TEST(CudaFusedFp8, GegluFp8) {
     const Tensor gg = up(gate, dt), gu = up(u, dt);
     const ops::Weight got = ops::geglu_fp8(gg, gu);
     EXPECT_TRUE(same_bits(got, ops::quantize(ops::geglu(gg, gu).reshape({rows, C}), DType::F8_E4M3)));
-    expect_tracks_cpu(got, cpu::geglu_fp8(gate, u), dt);
+    expect_tracks_cpu(got, cpu::geglu_fp8(gate, u, Tensor()), dt);
     EXPECT_EQ(got.scale.to(kCPU).f32()[1], 1.f);
+    const Tensor fixed = Tensor::from_vector({0.01f}, {1}).to(kGPU);
+    EXPECT_TRUE(same_bits(ops::geglu_fp8(gg, gu, fixed),
+                          ops::quantize(ops::geglu(gg, gu).reshape({rows, C}), DType::F8_E4M3, fixed)));
   }
 }
 

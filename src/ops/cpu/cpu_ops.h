@@ -31,8 +31,8 @@ Tensor geglu(const Tensor& gate, const Tensor& up);
 Tensor modulate(const Tensor& x, const Tensor& shift, const Tensor& scale);
 Tensor gated_residual(const Tensor& residual, const Tensor& gate, const Tensor& y);
 ops::Weight rms_norm_modulate_fp8(const Tensor& x, const Tensor& weight, float eps, const Tensor& shift,
-                                  const Tensor& scale);
-ops::Weight geglu_fp8(const Tensor& gate, const Tensor& up);
+                                  const Tensor& scale, const Tensor& static_scale);
+ops::Weight geglu_fp8(const Tensor& gate, const Tensor& up, const Tensor& static_scale);
 Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin);
 // Fused decode-step ops (fused.cpp): the compositions ops.h names.
 ops::SumNorm add_rms_norm(const Tensor& x, const Tensor& y, const Tensor& weight, float eps);

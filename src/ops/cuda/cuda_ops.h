@@ -41,8 +41,8 @@ Tensor modulate(const Tensor& x, const Tensor& shift, const Tensor& scale);
 Tensor gated_residual(const Tensor& residual, const Tensor& gate, const Tensor& y);
 Tensor rms_norm_modulate(const Tensor& x, const Tensor& weight, float eps, const Tensor& shift, const Tensor& scale);
 ops::Weight rms_norm_modulate_fp8(const Tensor& x, const Tensor& weight, float eps, const Tensor& shift,
-                                  const Tensor& scale);
-ops::Weight geglu_fp8(const Tensor& gate, const Tensor& up);
+                                  const Tensor& scale, const Tensor& static_scale);
+ops::Weight geglu_fp8(const Tensor& gate, const Tensor& up, const Tensor& static_scale);
 // The fused kernel takes head_dim 128, F32/BF16, aligned rows; other shapes use the composition.
 bool qkv_norm_rope_supported(const Tensor& qkv, int64_t heads, const Tensor& norm_q, const Tensor& norm_k,
                              const Tensor& cos, const Tensor& sin);

@@ -69,7 +69,8 @@ __global__ void binary_vec_kernel(const Pack<T>* __restrict__ a, const Pack<T>* 
 }
 
 // geglu of one row of gate/up [rows, C] per block (16-byte packs), rounded to T as geglu stores it and staged
-// in shared memory, then quantized per row to fp8 (row_block.cuh): quantize(geglu(gate, up)) bit for bit.
+// in shared memory, then quantized per row to fp8 (row_block.cuh): quantize(geglu(gate, up)) bit for bit
+// (with `fixed`, every row with the static scale *fixed).
 // Staging in shared memory rather than registers keeps eight 256-thread blocks (64 warps) per SM, so loads,
 // erf math and stores overlap: 100 us for [4296, 12288] bf16 on the H200 against 140 us with the row in
 // registers (CudaPerf.DISABLED_FusedFp8Producers).
@@ -77,7 +78,7 @@ constexpr int kGegluThreads = 256;
 template <class T>
 __global__ void __launch_bounds__(kGegluThreads) geglu_fp8_kernel(
     const Pack<T>* __restrict__ gate, const Pack<T>* __restrict__ up, Codes<T>* __restrict__ q,
-    float* __restrict__ qs, int cp) {
+    float* __restrict__ qs, const float* __restrict__ fixed, int cp) {
   extern __shared__ __align__(16) unsigned char staged_bytes[];
   Pack<T>* h = reinterpret_cast<Pack<T>*>(staged_bytes);
   const int64_t row = blockIdx.x;
@@ -93,7 +94,7 @@ __global__ void __launch_bounds__(kGegluThreads) geglu_fp8_kernel(
     }
     h[i] = g;  // read back below by this same thread
   }
-  const float s = fp8_row_scale(block_reduce(amax, MaxOp()));
+  const float s = fixed ? *fixed : fp8_row_scale(block_reduce(amax, MaxOp()));
   if (threadIdx.x == 0) qs[row] = s;
   const float inv = __frcp_rn(s);
   for (int i = threadIdx.x; i < cp; i += kGegluThreads) {
@@ -227,7 +228,7 @@ Tensor mul(const Tensor& a, const Tensor& b) { return binary<Binary::Mul>(a, b, 
 Tensor swiglu(const Tensor& gate, const Tensor& up) { return binary<Binary::Swiglu>(gate, up, "swiglu", "gate", "up"); }
 Tensor geglu(const Tensor& gate, const Tensor& up) { return binary<Binary::Geglu>(gate, up, "geglu", "gate", "up"); }
 
-ops::Weight geglu_fp8(const Tensor& gate, const Tensor& up) {
+ops::Weight geglu_fp8(const Tensor& gate, const Tensor& up, const Tensor& static_scale) {
   const char* op = "geglu_fp8";
   detail::check_act(gate, op, "gate");
   detail::check_act(up, op, "up");
@@ -241,13 +242,17 @@ ops::Weight geglu_fp8(const Tensor& gate, const Tensor& up) {
   const int P = gate.dtype() == DType::F32 ? kPack<float> : kPack<__nv_bfloat16>;
   const size_t staged = size_t(c) * dtype_size(gate.dtype());  // within the default 48 KiB with room to spare
   if (c == 0 || c % P || staged > 40 * 1024 || rows == 0 || rows > INT32_MAX || !aligned16(gate.raw()) ||
-      !aligned16(up.raw()))
-    return quantize(geglu(gate, up).reshape({rows, c}), DType::F8_E4M3);
+      !aligned16(up.raw())) {
+    const Tensor y = geglu(gate, up).reshape({rows, c});
+    return static_scale.defined() ? quantize_static(y, DType::F8_E4M3, static_scale) : quantize(y, DType::F8_E4M3);
+  }
+  if (static_scale.defined()) detail::check_same_device(gate, static_scale, op, "static_scale");
   ops::Weight q(Tensor::empty({rows, c}, DType::F8_E4M3, gate.device()), Tensor::empty({rows}, DType::F32, gate.device()));
   cudaStream_t st = stream(detail::dev(gate));
   ERNIE_DISPATCH_ACT(gate.dtype(), op, {
     geglu_fp8_kernel<T><<<unsigned(rows), kGegluThreads, staged, st>>>(gate.data<Pack<T>>(), up.data<Pack<T>>(),
                                                                        q.w.data<Codes<T>>(), q.scale.data<float>(),
+                                                                       static_scale.defined() ? static_scale.data<float>() : nullptr,
                                                                        int(c / kPack<T>));
   });
   ERNIE_CUDA_LAUNCH(op);

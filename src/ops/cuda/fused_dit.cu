@@ -16,12 +16,12 @@ constexpr int kWarps = 8;
 // y = (x · rsqrt(mean(x²) + eps) · w) · (1 + scale[b]) + shift[b], b = row / seq; ss / sc are the pack
 // strides of shift / scale rows (0: one row for all); w null: no affine. kFp8: y (rounded to T, as stored
 // by the plain variant) is quantized per row into q / qs instead of stored, so rms_norm_modulate_fp8 is
-// quantize(rms_norm_modulate(...)) bit for bit.
+// quantize(rms_norm_modulate(...)) bit for bit (with `fixed`, quantize(..., *fixed)).
 template <class T, int NP, bool kFp8>
 __global__ void __launch_bounds__(kRowThreads) rms_norm_modulate_kernel(
     const Pack<T>* __restrict__ x, const Pack<T>* __restrict__ w, const Pack<T>* __restrict__ shift,
     const Pack<T>* __restrict__ scale, Pack<T>* __restrict__ y, Codes<T>* __restrict__ q, float* __restrict__ qs,
-    int cp, int64_t seq, int64_t ss, int64_t sc, float eps) {
+    const float* __restrict__ fixed, int cp, int64_t seq, int64_t ss, int64_t sc, float eps) {
   constexpr int P = kPack<T>;
   const int64_t row = blockIdx.x, b = row / seq;
   const Pack<T>* xr = x + row * cp;
@@ -52,7 +52,7 @@ __global__ void __launch_bounds__(kRowThreads) rms_norm_modulate_kernel(
     if constexpr (kFp8) a[j] = r;
     else y[row * cp + i] = r;
   }
-  if constexpr (kFp8) store_fp8_row<T, NP>(a, row, cp, q, qs);
+  if constexpr (kFp8) store_fp8_row<T, NP>(a, row, cp, q, qs, fixed);
 }
 
 // One warp per (token row, part q/k/v, chunk of G accesses) of qkv [rows, 3, heads, 128] in 16-byte packs.
@@ -161,7 +161,7 @@ NormModArgs norm_mod_args(const Tensor& x, const Tensor& weight, const Tensor& s
 
 template <bool kFp8>
 void launch_norm_modulate(const Tensor& x, const NormModArgs& a, const Tensor& shift, const Tensor& scale, float eps,
-                          Tensor* y, ops::Weight* q) {
+                          Tensor* y, ops::Weight* q, const float* fixed = nullptr) {
   cudaStream_t st = stream(detail::dev(x));
   ERNIE_DISPATCH_ACT(x.dtype(), "rms_norm_modulate", {
     constexpr int P = kPack<T>;
@@ -169,7 +169,8 @@ void launch_norm_modulate(const Tensor& x, const NormModArgs& a, const Tensor& s
       rms_norm_modulate_kernel<T, NP, kFp8><<<unsigned(a.rows), a.rb.threads, 0, st>>>(
           x.data<Pack<T>>(), a.w.defined() ? a.w.data<Pack<T>>() : nullptr, shift.data<Pack<T>>(),
           scale.data<Pack<T>>(), y ? y->data<Pack<T>>() : nullptr, q ? q->w.data<Codes<T>>() : nullptr,
-          q ? q->scale.data<float>() : nullptr, int(x.dim(-1) / P), a.rows / x.dim(0), a.ss / P, a.sc / P, eps);
+          q ? q->scale.data<float>() : nullptr, fixed, int(x.dim(-1) / P), a.rows / x.dim(0), a.ss / P, a.sc / P,
+          eps);
     });
   });
   ERNIE_CUDA_LAUNCH("rms_norm_modulate");
@@ -186,13 +187,18 @@ Tensor rms_norm_modulate(const Tensor& x, const Tensor& weight, float eps, const
 }
 
 ops::Weight rms_norm_modulate_fp8(const Tensor& x, const Tensor& weight, float eps, const Tensor& shift,
-                                  const Tensor& scale) {
+                                  const Tensor& scale, const Tensor& static_scale) {
   const NormModArgs a = norm_mod_args(x, weight, shift, scale, "rms_norm_modulate_fp8");
   const int64_t c = x.dim(-1);
-  if (!a.ok) return quantize(rms_norm_modulate(x, weight, eps, shift, scale).reshape({a.rows, c}), DType::F8_E4M3);
+  if (!a.ok) {
+    const Tensor y = rms_norm_modulate(x, weight, eps, shift, scale).reshape({a.rows, c});
+    return static_scale.defined() ? quantize_static(y, DType::F8_E4M3, static_scale) : quantize(y, DType::F8_E4M3);
+  }
+  if (static_scale.defined()) detail::check_same_device(x, static_scale, "rms_norm_modulate_fp8", "static_scale");
   ops::Weight q(Tensor::empty({a.rows, c}, DType::F8_E4M3, x.device()),
                 Tensor::empty({a.rows}, DType::F32, x.device()));
-  launch_norm_modulate<true>(x, a, shift, scale, eps, nullptr, &q);
+  launch_norm_modulate<true>(x, a, shift, scale, eps, nullptr, &q,
+                             static_scale.defined() ? static_scale.data<float>() : nullptr);
   return q;
 }
 

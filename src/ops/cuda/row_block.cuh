@@ -90,17 +90,23 @@ __device__ __forceinline__ uint8_t fp8_code(float v, float inv_scale) {  // e4m3
 }
 
 // The end of an fp8 producer: the thread's np packs `r` of row `row` (pack i = threadIdx.x + j·blockDim.x,
-// present while i < cp) quantized with the row's scale into q [rows, cp] packs and qs [rows].
+// present while i < cp) quantized with the row's scale into q [rows, cp] packs and qs [rows]. `fixed`: a
+// static scale (*fixed) for every row instead.
 template <class T, int NP>
 __device__ __forceinline__ void store_fp8_row(const Pack<T> (&r)[NP], int64_t row, int cp, Codes<T>* __restrict__ q,
-                                              float* __restrict__ qs) {
-  float amax = 0.f;
+                                              float* __restrict__ qs, const float* __restrict__ fixed) {
+  float s;
+  if (fixed) {
+    s = *fixed;
+  } else {
+    float amax = 0.f;
 #pragma unroll
-  for (int j = 0; j < NP; ++j)
-    if (threadIdx.x + j * blockDim.x < cp)
+    for (int j = 0; j < NP; ++j)
+      if (threadIdx.x + j * blockDim.x < cp)
 #pragma unroll
-      for (int e = 0; e < kPack<T>; ++e) amax = fmaxf(amax, fabsf(to_f(r[j].v[e])));
-  const float s = fp8_row_scale(block_reduce(amax, MaxOp()));
+        for (int e = 0; e < kPack<T>; ++e) amax = fmaxf(amax, fabsf(to_f(r[j].v[e])));
+    s = fp8_row_scale(block_reduce(amax, MaxOp()));
+  }
   if (threadIdx.x == 0) qs[row] = s;
   const float inv = __frcp_rn(s);
 #pragma unroll
