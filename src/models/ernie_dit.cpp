@@ -280,8 +280,8 @@ ErnieDit::Rotary ErnieDit::cached_pos_embed(const std::vector<int64_t>& text_len
   return rotary_cache_->tables;
 }
 
-// With fp8 weights the GEMMs take per-token fp8 codes: the norm (and geglu) that produce a GEMM's input
-// write them directly, once for every GEMM reading it (q, k, v; gate and up).
+// With fp8 weights the GEMMs take fp8 codes (per token, or with the weights' static scale): the norm (and
+// geglu) that produce a GEMM's input write them directly, once for every GEMM reading it (q, k, v; gate, up).
 ErnieDit::LinearInput ErnieDit::norm_modulate(const Tensor& x, const Tensor& weight, const Tensor& shift,
                                               const Tensor& scale,
                                               std::initializer_list<const ops::Weight*> readers) const {
