@@ -119,16 +119,18 @@ ErnieDit ErnieDit::build(const DitConfig& cfg, Device device, DType act, const W
       bool all_fp8 = true, any_static = false;
       for (const ops::Weight* r : readers) all_fp8 &= is_fp8(*r), any_static |= r->input_scale.defined();
       if (!all_fp8 || !any_static) return;
+      const float first = static_scale(**readers.begin());
       for (const ops::Weight* r : readers)
-        ERNIE_CHECK(static_scale(*r) == static_scale(**readers.begin()), "transformer: ", p, what,
+        ERNIE_CHECK(static_scale(*r) == first, "transformer: ", p, what,
                     " read one input, so their static activation scales (_input_scale) must be equal");
     };
     shared_input({&b.to_q, &b.to_k, &b.to_v}, "self_attention.to_q, to_k and to_v");
     shared_input({&b.gate_proj, &b.up_proj}, "mlp.gate_proj and up_proj");
     auto stack = [&](std::vector<ops::Weight*> parts, ops::Weight& into) {
+      const float first = static_scale(*parts[0]);
       for (const ops::Weight* p : parts)
         if (p->w.dtype() != parts[0]->w.dtype() || p->w.device() != parts[0]->w.device() ||
-            p->quantized() != parts[0]->quantized() || static_scale(*p) != static_scale(*parts[0]))
+            p->quantized() != parts[0]->quantized() || static_scale(*p) != first)
           return;
       std::vector<Tensor> ws, scales;
       for (const ops::Weight* p : parts) ws.push_back(p->w), scales.push_back(p->scale);

@@ -1,6 +1,7 @@
 // Internal helpers of the CPU backend: input checks with messages that name the op and the shapes,
 // and small-vector conversion of weights (any float dtype) to f32.
 #pragma once
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,17 @@ namespace ernie::cpu::detail {
 // so small ops run on the calling thread. `work` is roughly the number of inner-loop operations.
 constexpr int64_t kParallelWork = int64_t(1) << 18;
 inline bool worth_threads(int64_t work) { return work >= kParallelWork; }
+
+// A static activation scale (ops::quantize(x, q, scale), the fp8 producers) as its value: one finite positive F32
+// on the CPU. 0 when undefined: each row then takes its own (detail::quantize_row).
+inline float static_scale_value(const Tensor& scale, const char* op) {
+  if (!scale.defined()) return 0.f;
+  ops::rules::static_scale(scale);
+  ERNIE_CHECK(scale.device().is_cpu(), op, ": the static scale is on ", scale.device().str(), ", expected cpu");
+  const float s = scale.f32()[0];
+  ERNIE_CHECK(std::isfinite(s) && s > 0.f, op, ": the static scale must be finite and positive, got ", std::to_string(s));
+  return s;
+}
 
 // An activation: defined, on the CPU, F32.
 inline void check_act(const Tensor& x, const char* op, const char* what) {

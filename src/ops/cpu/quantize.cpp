@@ -10,7 +10,9 @@
 
 namespace ernie::cpu {
 
-ops::Weight quantize(const Tensor& x, DType qt) {
+namespace {
+// Every row of x quantized to qt, each with its own scale, or with `fixed` when positive (a static scale).
+ops::Weight quantize_rows(const Tensor& x, DType qt, float fixed) {
   const float qmax = ops::rules::quantize(x, qt);
   ERNIE_CHECK(x.device().is_cpu(), "quantize: input is on ", x.device().str(), ", expected cpu");
   const int64_t rows = x.dim(0), cols = x.dim(1);
@@ -24,33 +26,18 @@ ops::Weight quantize(const Tensor& x, DType qt) {
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       convert_to_f32(x.dtype(), src + size_t(r * cols) * esz, row.data(), size_t(cols));
-      sc[r] = detail::quantize_row(qt, row.data(), cols, qmax, static_cast<char*>(q.raw()) + r * cols);
+      sc[r] = detail::quantize_row(qt, row.data(), cols, qmax, static_cast<char*>(q.raw()) + r * cols, fixed);
     }
   }
   return {q, scale};
 }
+}  // namespace
+
+ops::Weight quantize(const Tensor& x, DType qt) { return quantize_rows(x, qt, 0.f); }
 
 ops::Weight quantize_static(const Tensor& x, DType qt, const Tensor& scale) {
-  ops::rules::quantize(x, qt);
-  ERNIE_CHECK(x.device().is_cpu() && scale.device().is_cpu(), "quantize: input and scale must be on the cpu");
-  ops::rules::static_scale(scale);
-  const float s = scale.f32()[0];
-  ERNIE_CHECK(std::isfinite(s) && s > 0.f, "quantize: the static scale must be finite and positive, got ",
-              std::to_string(s));
-  const int64_t rows = x.dim(0), cols = x.dim(1);
-  Tensor q = Tensor::empty(x.shape(), qt), sc = Tensor::from_vector(std::vector<float>(size_t(rows), s), {rows});
-  const size_t esz = dtype_size(x.dtype());
-  const char* src = static_cast<const char*>(x.raw());
-#pragma omp parallel if (detail::worth_threads(rows * cols))
-  {
-    std::vector<float> row(static_cast<size_t>(cols));
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-      convert_to_f32(x.dtype(), src + size_t(r * cols) * esz, row.data(), size_t(cols));
-      detail::encode_row(qt, row.data(), cols, 1.f / s, static_cast<char*>(q.raw()) + r * cols);
-    }
-  }
-  return {q, sc};
+  ops::rules::static_scale(scale);  // defined: an undefined one would mean a scale per row
+  return quantize_rows(x, qt, detail::static_scale_value(scale, "quantize"));
 }
 
 float max_abs(const Tensor& x) {

@@ -24,10 +24,18 @@ inline void rms_norm_row(const float* a, int64_t c, const float* w, float eps, f
 inline float modulate_f(float x, float shift, float scale) { return x * (1.f + scale) + shift; }
 
 // Row-wise symmetric quantization of one row[cols] to `qt` (I8 or F8_E4M3, qmax 127 or 448) into codes;
-// returns the row's scale s = max|row| / qmax (1 for an all-zero row). Codes are row · (1 / s) rounded: one
-// division per row, not per element (the CUDA kernels do the same float operations, so codes match).
-// codes[c] = row[c] · inv, rounded to nearest even: I8 clamped to ±127, F8_E4M3 saturating.
-inline void encode_row(DType qt, const float* row, int64_t cols, float inv, void* codes) {
+// returns the row's scale s = max|row| / qmax (1 for an all-zero row), or `fixed` when it is positive (a static
+// scale: no maximum taken). Codes are row · (1 / s) rounded to nearest even (I8 clamped to ±127, F8_E4M3
+// saturating): one division per row, not per element (the CUDA kernels do the same float operations, so
+// codes match).
+inline float quantize_row(DType qt, const float* row, int64_t cols, float qmax, void* codes, float fixed = 0.f) {
+  float s = fixed;
+  if (s <= 0.f) {
+    float amax = 0.f;
+    for (int64_t c = 0; c < cols; ++c) amax = std::fmax(amax, std::fabs(row[c]));
+    s = amax > 0.f ? amax / qmax : 1.f;
+  }
+  const float inv = 1.f / s;
   if (qt == DType::F8_E4M3) {
     uint8_t* dst = static_cast<uint8_t*>(codes);
     for (int64_t c = 0; c < cols; ++c) dst[c] = f32_to_fp8_e4m3(row[c] * inv);
@@ -35,13 +43,6 @@ inline void encode_row(DType qt, const float* row, int64_t cols, float inv, void
     int8_t* dst = static_cast<int8_t*>(codes);
     for (int64_t c = 0; c < cols; ++c) dst[c] = int8_t(std::nearbyint(std::fmax(-127.f, std::fmin(127.f, row[c] * inv))));
   }
-}
-
-inline float quantize_row(DType qt, const float* row, int64_t cols, float qmax, void* codes) {
-  float amax = 0.f;
-  for (int64_t c = 0; c < cols; ++c) amax = std::fmax(amax, std::fabs(row[c]));
-  const float s = amax > 0.f ? amax / qmax : 1.f;
-  encode_row(qt, row, cols, 1.f / s, codes);
   return s;
 }
 
