@@ -149,6 +149,17 @@ TEST(Offload, MemoryPlanPicksTheLeastOffloadingThatFits) {
   EXPECT_NEAR(double(e.dit) / gib, 15.0, 0.5);
   EXPECT_NEAR(double(e.text_encoder) / gib, 6.2, 0.4);
   EXPECT_NEAR(double(e.dit_blocks) / gib, 14.6, 0.5);
+  EXPECT_EQ(e.dit_block * 36, e.dit_blocks);  // 36 blocks alike
+  // 8-bit: half the bytes, but the first and last blocks stay bf16, and a slot must hold one of those.
+  GenerationShape fp8;
+  fp8.quantize = DType::F8_E4M3;
+  const MemoryEstimate q = estimate_memory(released, fp8);
+  EXPECT_NEAR(double(q.dit_blocks) / gib, 7.7, 0.3);
+  EXPECT_EQ(q.dit_block, e.dit_block);
+  // A file's 8-bit text encoder: its projections in a byte (the embedding stays bf16).
+  GenerationShape te8;
+  te8.text_encoder_8bit = true;
+  EXPECT_NEAR(double(estimate_memory(released, te8).text_encoder) / gib, 3.6, 0.3);
   EXPECT_GT(e.peak(Offload::None), e.peak(Offload::TextEncoder));
   EXPECT_GT(e.peak(Offload::TextEncoder), e.peak(Offload::Blocks));
   EXPECT_EQ(plan_offload(e, size_t(40) << 30), Offload::None);

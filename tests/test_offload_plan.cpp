@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "golden.h"
+#include "io/model_file.h"
 #include "io/model_tokenizer.h"
 #include "pipeline/offload_plan.h"
 
@@ -133,6 +134,32 @@ TEST(OffloadPlan, ChoiceIsWrittenIntoPipelineOptions) {
   EXPECT_EQ(planned, describe([&] { return choose_offload(shapes, g, kCuda, budget(gib), Offload::None, false); }));
   EXPECT_NE(planned, "none tiled");
   EXPECT_EQ(off.vae_tiling, VaeTilingMode::Off);
+}
+
+// A converted 8-bit file is planned with what it stores in 8 bits: the DiT's blocks and the text encoder.
+TEST(OffloadPlan, ConvertedFilesAreSeenAs8bit) {
+  test::TempDir dir;
+  const Stored8bit folder = stored_8bit(ModelFolder::open(test::tiny_model(), false));
+  EXPECT_EQ(folder.dit, std::nullopt);
+  EXPECT_FALSE(folder.text_encoder);
+  for (WeightFormat wf : {WeightFormat::FP8, WeightFormat::INT8, WeightFormat::BF16}) {
+    for (bool te : {true, false}) {
+      SCOPED_TRACE(std::string(weight_format_name(wf)) + (te ? ", text encoder too" : ", DiT only"));
+      const std::string f = dir.str() + "/" + weight_format_name(wf) + (te ? "te" : "") + ".safetensors";
+      ConvertOptions opt;
+      opt.format = wf;
+      opt.policy.keep_first_last_dit_blocks = false;  // the tiny DiT has only two blocks
+      opt.policy.quantize_text_encoder = te;
+      opt.include_pe = false;
+      convert_model(ModelFolder::open(test::tiny_model(), false), f, opt);
+      const Stored8bit s = stored_8bit(ModelFolder::open(f, false));
+      const std::optional<DType> dit = wf == WeightFormat::FP8    ? std::optional<DType>(DType::F8_E4M3)
+                                       : wf == WeightFormat::INT8 ? std::optional<DType>(DType::I8)
+                                                                  : std::nullopt;
+      EXPECT_EQ(s.dit, dit);
+      EXPECT_EQ(s.text_encoder, te && wf != WeightFormat::BF16);
+    }
+  }
 }
 
 TEST(OffloadPlan, Shapes) {

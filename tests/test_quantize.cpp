@@ -10,6 +10,7 @@
 #include "golden.h"
 #include "io/model_file.h"
 #include "models/ernie_dit.h"
+#include "models/mistral.h"
 #include "ops/ops.h"
 #include "pipeline/calibration.h"
 
@@ -191,6 +192,29 @@ TEST(Quantize, ConvertedFileEqualsQuantizingAtLoad) {
   const std::vector<float> t = golden_tensor("dit.t").to_vector();
   const std::vector<int64_t> lens = test::golden_ids("dit.text_lens");
   EXPECT_TRUE(tensors_close(from_file.forward(x, t, text, lens), at_load.forward(x, t, text, lens), 0));
+}
+
+// The text encoder of an 8-bit file keeps its projections 8-bit and expands them as it runs (weight-only):
+// the same output as expanding them at load, in less memory.
+TEST(Quantize, TextEncoderKeepsItsWeights8bit) {
+  test::TempDir dir;
+  for (WeightFormat wf : {WeightFormat::FP8, WeightFormat::INT8}) {
+    SCOPED_TRACE(weight_format_name(wf));
+    const std::string f = dir.str() + "/" + weight_format_name(wf) + ".safetensors";
+    ConvertOptions opt;
+    opt.format = wf;
+    opt.include_pe = false;
+    convert_model(ModelFolder::open(test::tiny_model(), false), f, opt);
+    const ModelFolder m = ModelFolder::open(f, false);
+    const int layers = m.text_encoder.num_hidden_layers - 1;
+    const MistralModel kept = MistralModel::load(m.text_encoder_c, m.text_encoder, kCPU, DType::F32, layers, false, true);
+    const MistralModel expanded = MistralModel::load(m.text_encoder_c, m.text_encoder, kCPU, DType::F32, layers);
+    EXPECT_LT(kept.weight_bytes(), expanded.weight_bytes());
+    const std::vector<int64_t> ids = {1, 22, 333, 444, 55, 6};
+    const Tensor want = expanded.forward(ids, layers);
+    EXPECT_TRUE(tensors_close(kept.forward(ids, layers), want, 0));
+    EXPECT_TRUE(tensors_close(TextEncoder::load(m, kCPU, DType::F32).encode(ids), want, 0));
+  }
 }
 
 // convert --calibrate: static activation scales for every fp8 DiT weight, from the float model run over the

@@ -75,10 +75,17 @@ DoctorReport run_doctor(const std::string& model_dir) {
         if (p.fatal) j["problems"].push_back(msg);
         else j["warnings"].push_back(msg);
       }
-      // Device memory at 1024x1024 with guidance (2 rows), a 256-token prompt, bf16, per low-VRAM mode.
-      const MemoryEstimate est = estimate_memory({mf.dit, mf.text_encoder, mf.vae, std::nullopt}, GenerationShape{});
+      // Device memory at 1024x1024 with guidance (2 rows), a 256-token prompt, bf16 (8-bit weights where the
+      // file stores them so), per low-VRAM mode.
+      GenerationShape shape;
+      const Stored8bit stored = stored_8bit(mf);
+      shape.quantize = stored.dit;
+      shape.text_encoder_8bit = stored.text_encoder;
+      const MemoryEstimate est = estimate_memory({mf.dit, mf.text_encoder, mf.vae, std::nullopt}, shape);
       json fit;
-      fit["at"] = "1024x1024, cfg > 1, 256 prompt tokens, bf16";
+      fit["at"] = std::string("1024x1024, cfg > 1, 256 prompt tokens, bf16") +
+                  (shape.quantize ? std::string(", ") + dtype_name(*shape.quantize) + " DiT" : "") +
+                  (shape.text_encoder_8bit ? ", 8-bit text encoder" : "");
       for (Offload o : {Offload::None, Offload::TextEncoder, Offload::Blocks})
         fit[std::string(offload_name(o)) + "_gib"] = double(est.peak(o)) / kGiB;
       fit["runtime_overhead_gib"] = double(kRuntimeOverheadBytes) / kGiB;

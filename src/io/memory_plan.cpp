@@ -33,16 +33,17 @@ std::string gib_str(size_t bytes) {
 namespace {
 
 // Weights as placed on the device: BF16 activations cast every weight to BF16; F32 keeps 4 bytes (the
-// safe side for F32-stored or de-quantized weights). With `quantized` (the DiT under --quantize), the
-// weights the default QuantPolicy picks take a byte per element plus an F32 scale per row.
+// safe side for F32-stored or de-quantized weights). With `quantized` (the component whose weights are 8-bit:
+// "transformer" under --quantize or from an 8-bit file, "text_encoder" from an 8-bit file), the weights the
+// default QuantPolicy picks take a byte per element plus an F32 scale per row.
 size_t weight_bytes(const std::vector<TensorSpec>& specs, DType act, const std::string& prefix = "",
-                    int quantized_dit_layers = 0) {
+                    const std::string& quantized = "", int dit_layers = 0) {
   const QuantPolicy policy;
   size_t n = 0;
   for (const TensorSpec& s : specs) {
     if (!s.required || s.name.rfind(prefix, 0) != 0) continue;
     const size_t numel = size_t(shape_numel(s.shape));
-    if (quantized_dit_layers > 0 && policy.quantized("transformer", s.name, quantized_dit_layers))
+    if (!quantized.empty() && policy.quantized(quantized, s.name, dit_layers))
       n += numel + size_t(s.shape[0]) * 4;
     else
       n += numel * (act == DType::BF16 ? 2 : 4);
@@ -66,11 +67,23 @@ MistralConfig encoder_layers(MistralConfig c) {
 
 }  // namespace
 
+Stored8bit stored_8bit(const ModelFolder& m) {
+  // A middle layer's MLP projection of each model.
+  auto stored = [](const Component& c, int layers) -> std::optional<DType> {
+    const std::string name = "layers." + std::to_string(layers / 2) + ".mlp.up_proj.weight";
+    const TensorInfo* info = layers > 0 && c.is_quantized(name) ? c.ckpt.find(c.prefix + name) : nullptr;
+    return info ? std::optional<DType>(info->dtype) : std::nullopt;
+  };
+  return {stored(m.transformer_c, m.dit.num_layers),
+          stored(m.text_encoder_c, m.text_encoder.num_hidden_layers).has_value()};
+}
+
 MemoryEstimate estimate_memory(const ModelShapes& m, const GenerationShape& g) {
   MemoryEstimate e;
   const DType act = g.act;
   const double ab = double(dtype_size(act));
-  e.text_encoder = weight_bytes(mistral_tensor_specs(encoder_layers(m.text_encoder), false), act);
+  e.text_encoder = weight_bytes(mistral_tensor_specs(encoder_layers(m.text_encoder), false), act, "",
+                                g.text_encoder_8bit ? "text_encoder" : "");
   const MistralConfig& te = m.text_encoder;
   e.text_act = rounded(double(g.text_tokens) * layer_act_per_token(te.hidden_size, te.intermediate_size, act));
   if (m.pe) {
@@ -83,10 +96,12 @@ MemoryEstimate estimate_memory(const ModelShapes& m, const GenerationShape& g) {
                        double(pe.vocab_size) * 4.0 * 2);
   }
   const std::vector<TensorSpec> dit = dit_tensor_specs(m.dit);
-  const int quantized_layers = g.quantize ? m.dit.num_layers : 0;
-  e.dit = weight_bytes(dit, act, "", quantized_layers);
-  e.dit_blocks = weight_bytes(dit, act, "layers.", quantized_layers);
-  e.dit_block = m.dit.num_layers > 0 ? e.dit_blocks / size_t(m.dit.num_layers) : 0;
+  const std::string q = g.quantize ? "transformer" : "";
+  const int L = m.dit.num_layers;
+  e.dit = weight_bytes(dit, act, "", q, L);
+  e.dit_blocks = weight_bytes(dit, act, "layers.", q, L);
+  for (int l = 0; l < L; ++l)  // blocks differ when 8-bit (the first and last stay bf16)
+    e.dit_block = std::max(e.dit_block, weight_bytes(dit, act, "layers." + std::to_string(l) + ".", q, L));
   const int64_t s = m.vae.scale_factor(), tokens = int64_t(g.height / s) * (g.width / s) + g.text_tokens;
   // Per row and token: a layer's activations, plus the full-width RoPE tables (cos, sin: F32).
   e.dit_act = rounded(double(g.rows) * double(tokens) *

@@ -21,6 +21,8 @@ Offload parse_offload(const std::string& s);  // throws naming --offload and the
 
 inline constexpr size_t kRuntimeOverheadBytes = size_t(3) << 29;  // CUDA context + cuBLASLt/cuDNN, ~1.5 GiB
 
+class ModelFolder;
+
 struct ModelShapes {
   DitConfig dit;
   MistralConfig text_encoder;
@@ -33,17 +35,27 @@ struct GenerationShape {
   int rows = 2;             // DiT batch rows: images x (2 with cfg > 1)
   int text_tokens = 256;    // longest prompt in tokens
   DType act = DType::BF16;
-  std::optional<DType> quantize;  // --quantize: the DiT's linear weights in 8 bits
+  std::optional<DType> quantize;  // --quantize or a converted 8-bit file: the DiT's linear weights in 8 bits
+  bool text_encoder_8bit = false;  // a converted 8-bit file: the text encoder's projections stay 8-bit
   bool vae_tiling = false;  // decode in tiles (pipeline/vae_tiling.h defaults)
 };
 
 struct MemoryEstimate {
   size_t text_encoder = 0, prompt_enhancer = 0, dit = 0, vae = 0;  // weights
-  size_t dit_blocks = 0, dit_block = 0;  // the DiT's transformer blocks: all of them, one
+  size_t dit_blocks = 0, dit_block = 0;  // the DiT's transformer blocks: all of them, the largest one
   size_t text_act = 0, pe_act = 0, dit_act = 0, vae_act = 0;                        // working memory
   size_t peak(Offload mode) const;  // the largest the device holds at once under `mode`
 };
 MemoryEstimate estimate_memory(const ModelShapes& m, const GenerationShape& g);
+
+// What a converted file stores in 8 bits (judged by a middle layer of each model), planned as the default
+// QuantPolicy places 8-bit weights: the DiT's 8-bit dtype (none when bf16), and whether the text encoder's
+// projections are 8-bit.
+struct Stored8bit {
+  std::optional<DType> dit;
+  bool text_encoder = false;
+};
+Stored8bit stored_8bit(const ModelFolder& m);
 
 // The least offloading whose peak fits `budget_bytes` (none, then text-encoder, then blocks). Throws an
 // Error giving every mode's need when even blocks does not fit.

@@ -145,18 +145,21 @@ ErnieDit ErnieDit::build(const DitConfig& cfg, Device device, DType act, const W
   if (!stream_blocks) {
     for (int l = 0; l < cfg.num_layers; ++l) d.layers_.push_back(block(l, false));
   } else if (cfg.num_layers > 0) {
+    // Blocks may differ in which tensors they have (8-bit or float linears): per block, the positions in
+    // Block::tensors() of the ones it has, which become views into its slot.
+    std::vector<std::vector<size_t>> has(size_t(cfg.num_layers));
     d.streamer_ = std::make_shared<BlockStreamer>(cfg.num_layers, device, [&](int l) {
       Block b = block(l, true);
-      if (l == 0) d.slots_ = {b, b};  // the fields the slots have
       std::vector<Tensor> ts;
-      for (Tensor* t : b.tensors())
-        if (t->defined()) ts.push_back(*t);
+      const std::vector<Tensor*> all = b.tensors();
+      for (size_t i = 0; i < all.size(); ++i)
+        if (all[i]->defined()) ts.push_back(*all[i]), has[size_t(l)].push_back(i);
       return ts;
     });
-    for (int s = 0; s < 2; ++s) {
-      size_t i = 0;
-      for (Tensor* t : d.slots_[size_t(s)].tensors())
-        if (t->defined()) *t = d.streamer_->slot(s)[i++];
+    for (int l = 0; l < cfg.num_layers; ++l) {
+      Block& b = d.streamed_.emplace_back();
+      const std::vector<Tensor*> all = b.tensors();
+      for (size_t k = 0; k < has[size_t(l)].size(); ++k) *all[has[size_t(l)][k]] = d.streamer_->views(l)[k];
     }
   }
   d.final_norm_w = w("final_norm.linear.weight");
@@ -192,7 +195,7 @@ size_t ErnieDit::weight_bytes() const {
 }
 
 std::optional<DType> ErnieDit::quantized_dtype() const {
-  for (Block b : streamer_ ? std::vector<Block>(slots_.begin(), slots_.end()) : layers_)
+  for (Block b : streamer_ ? streamed_ : layers_)
     for (const ops::Weight* w : {&b.to_q, &b.to_k, &b.to_v, &b.to_qkv, &b.to_out, &b.gate_proj, &b.up_proj, &b.linear_fc2})
       if (w->quantized()) return w->w.dtype();
   return std::nullopt;
@@ -415,7 +418,8 @@ Tensor ErnieDit::forward(const Tensor& hidden_states, const std::vector<float>& 
   const Tensor c = time_embedding(time_proj(shared_t ? std::vector<float>{timestep[0]} : timestep));
   const Modulation mod = adaLN_modulation(c);
   for (int l = 0; l < cfg_.num_layers; ++l) {
-    const Block& blk = streamer_ ? slots_[size_t(streamer_->acquire(l))] : layers_[size_t(l)];
+    if (streamer_) streamer_->acquire(l);
+    const Block& blk = streamer_ ? streamed_[size_t(l)] : layers_[size_t(l)];
     x = layer(l, blk, x, rotary_pos_emb, mod, kv_len);
     if (streamer_) streamer_->release(l);
     if (observe) observe(l, x);

@@ -5,7 +5,6 @@
 // is the image tokens (row-major over H×W) followed by the Tmax text tokens; padded text keys are masked
 // out of attention (a valid key prefix of N_img + text_lens[b] per batch row).
 #pragma once
-#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -41,8 +40,8 @@ class ErnieDit {
                          std::optional<DType> quantize = std::nullopt, const QuantPolicy& policy = {});
 
   const DitConfig& config() const { return cfg_; }
-  size_t weight_bytes() const;
-  std::optional<DType> quantized_dtype() const;  // I8 or F8_E4M3 when some block weight is 8-bit, else none  // bytes of all weights as placed on the device (streamed: the two slots)
+  size_t weight_bytes() const;  // bytes of all weights as placed on the device (streamed: the two slots)
+  std::optional<DType> quantized_dtype() const;  // I8 or F8_E4M3 when some block weight is 8-bit, else none
   BlockStreamer* block_streamer() const { return streamer_.get(); }  // null unless streaming blocks
 
   // hidden_states [B, C, H, W] (patchified latents), timestep [B] (sigma*1000 as the reference passes it),
@@ -126,7 +125,7 @@ class ErnieDit {
   Tensor adaLN_modulation_w, adaLN_modulation_b, final_norm_w, final_norm_b, final_linear_w, final_linear_b;
   std::vector<Block> layers_;                   // resident blocks (empty when streamed)
   std::shared_ptr<BlockStreamer> streamer_;     // streamed blocks: the host copies and two device slots
-  std::array<Block, 2> slots_;                  // views of the streamer's slots
+  std::vector<Block> streamed_;                 // streamed blocks as views into their slots
   std::shared_ptr<RotaryCache> rotary_cache_ = std::make_shared<RotaryCache>();
   InputObserver input_observer_;
 };

@@ -114,15 +114,17 @@ Tensor cached_rows(const Tensor& cache, int64_t n) {
   return cache.reshape({cache.dim(1), cache.dim(2), cache.dim(3)}).narrow(0, n).reshape({1, n, cache.dim(2), cache.dim(3)});
 }
 
-// `into` = the parts stacked by rows, and the parts released, when they share a dtype (else nothing changes).
-void stack_rows(const std::vector<Tensor*>& parts, Tensor& into) {
-  std::vector<Tensor> ws;
-  for (const Tensor* t : parts) {
-    if (t->dtype() != parts[0]->dtype()) return;
-    ws.push_back(*t);
+// `into` = the parts stacked by rows (8-bit ones with their row scales), and the parts released, when they
+// are stored alike (else nothing changes).
+void stack_rows(const std::vector<ops::Weight*>& parts, ops::Weight& into) {
+  std::vector<Tensor> ws, scales;
+  for (const ops::Weight* p : parts) {
+    if (p->w.dtype() != parts[0]->w.dtype() || p->quantized() != parts[0]->quantized()) return;
+    ws.push_back(p->w), scales.push_back(p->scale);
   }
-  into = ops::concat(ws, 0);
-  for (Tensor* t : parts) *t = Tensor();
+  into = ops::Weight(ops::concat(ws, 0));
+  if (parts[0]->quantized()) into.scale = ops::concat(scales, 0);
+  for (ops::Weight* p : parts) *p = ops::Weight();
 }
 
 }  // namespace
@@ -140,7 +142,12 @@ MistralModel MistralModel::build(const MistralConfig& cfg, Device device, DType 
               std::to_string(cfg.num_hidden_layers), " layers");
   std::map<std::string, Shape> want;
   for (const TensorSpec& s : mistral_tensor_specs(cfg, with_lm_head)) want[s.name] = s.shape;
-  auto get = [&](const std::string& name) { return source(name, want.at(name)).to(device); };
+  auto get = [&](const std::string& name) { return source(name, want.at(name)).w.to(device); };
+  // A projection: 8-bit as the source gives it (with its scales), or float.
+  auto proj = [&](const std::string& name) {
+    const ops::Weight w = source(name, want.at(name));
+    return w.quantized() ? ops::Weight(w.w.to(device), w.scale.to(device)) : ops::Weight(w.w.to(device));
+  };
 
   MistralModel m;
   m.cfg_ = cfg;
@@ -152,14 +159,14 @@ MistralModel MistralModel::build(const MistralConfig& cfg, Device device, DType 
     const std::string p = "layers." + std::to_string(i) + ".";
     Layer l;
     l.input_layernorm = get(p + "input_layernorm.weight");
-    l.q_proj = get(p + "self_attn.q_proj.weight");
-    l.k_proj = get(p + "self_attn.k_proj.weight");
-    l.v_proj = get(p + "self_attn.v_proj.weight");
-    l.o_proj = get(p + "self_attn.o_proj.weight");
+    l.q_proj = proj(p + "self_attn.q_proj.weight");
+    l.k_proj = proj(p + "self_attn.k_proj.weight");
+    l.v_proj = proj(p + "self_attn.v_proj.weight");
+    l.o_proj = proj(p + "self_attn.o_proj.weight");
     l.post_attention_layernorm = get(p + "post_attention_layernorm.weight");
-    l.gate_proj = get(p + "mlp.gate_proj.weight");
-    l.up_proj = get(p + "mlp.up_proj.weight");
-    l.down_proj = get(p + "mlp.down_proj.weight");
+    l.gate_proj = proj(p + "mlp.gate_proj.weight");
+    l.up_proj = proj(p + "mlp.up_proj.weight");
+    l.down_proj = proj(p + "mlp.down_proj.weight");
     if (device.is_cuda()) {  // fewer, larger projections for decoding (see Layer)
       stack_rows({&l.q_proj, &l.k_proj, &l.v_proj}, l.qkv_proj);
       stack_rows({&l.gate_proj, &l.up_proj}, l.gate_up_proj);
@@ -174,7 +181,7 @@ MistralModel MistralModel::build(const MistralConfig& cfg, Device device, DType 
 }
 
 MistralModel MistralModel::load(const Component& comp, const MistralConfig& cfg, Device device, DType act,
-                                int n_layers, bool with_lm_head) {
+                                int n_layers, bool with_lm_head, bool keep_8bit) {
   const std::string where = comp.dir.empty() ? comp.name : comp.dir;
   auto source = [&](const std::string& name, const Shape& shape) {
     const bool outside = name[0] == '@';  // '@': next to the language model ("lm_head.weight")
@@ -182,20 +189,20 @@ MistralModel MistralModel::load(const Component& comp, const MistralConfig& cfg,
     ERNIE_CHECK(comp.ckpt.contains(full), comp.name, ": missing tensor '", full, "' ", shape_str(shape), " in ",
                 where);
     if (!outside && comp.is_quantized(name)) {
-      // An 8-bit weight of a converted file: expanded on the device (the host would take seconds for the
-      // text encoder), to the activation dtype.
+      // An 8-bit weight of a converted file: kept so, or expanded on the device (the host would take seconds
+      // for the text encoder) to the activation dtype.
       auto [q, scale] = comp.quantized(name);
       ERNIE_CHECK(q.shape() == shape, comp.name, ": tensor '", full, "' has shape ", shape_str(q.shape()),
                   " but the config (", where, ") implies ", shape_str(shape));
-      Tensor w = ops::dequantize({q.to(device), scale.to(device)});
-      return device.is_cuda() && act == DType::BF16 ? ops::cast(w, DType::BF16) : w;
+      if (keep_8bit) return ops::Weight(q, scale);
+      return ops::Weight(ops::dequantize({q.to(device), scale.to(device)}, device.is_cuda() ? act : DType::F32));
     }
     Tensor t = outside ? comp.ckpt.tensor(full) : comp.tensor(name);
     ERNIE_CHECK(t.shape() == shape, comp.name, ": tensor '", full, "' has shape ", shape_str(t.shape()),
                 " but the config (", where, ") implies ", shape_str(shape));
     ERNIE_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::BF16 || t.dtype() == DType::F16, comp.name,
                 ": tensor '", full, "' has dtype ", dtype_name(t.dtype()), " (expected BF16, F16 or F32)");
-    return t;  // on the CPU, build() keeps the mmap view itself
+    return ops::Weight(t);  // on the CPU, build() keeps the mmap view itself
   };
   return build(cfg, device, act, n_layers, with_lm_head, comp.name, source);
 }
@@ -211,7 +218,22 @@ KVCache MistralModel::new_cache(int64_t capacity) const {
   return c;
 }
 
+size_t MistralModel::weight_bytes() const {
+  size_t n = 0;
+  for (const Tensor* t : {&embed_tokens, &norm}) n += t->defined() ? t->nbytes() : 0;
+  if (lm_head.defined() && lm_head.raw() != embed_tokens.raw()) n += lm_head.nbytes();  // unless tied
+  for (const Layer& l : layers_) {
+    for (const Tensor* t : {&l.input_layernorm, &l.post_attention_layernorm}) n += t->nbytes();
+    for (const ops::Weight* w : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj,
+                                 &l.qkv_proj, &l.gate_up_proj})
+      n += w->nbytes();
+  }
+  return n;
+}
+
 // ---- forward --------------------------------------------------------------------------------------------------
+
+Tensor MistralModel::dense(const ops::Weight& w) const { return w.quantized() ? ops::dequantize(w, act_) : w.w; }
 
 Tensor MistralModel::normed(const Input& in, Tensor& sum) const {
   if (!in.delta.defined()) {
@@ -232,12 +254,12 @@ Tensor MistralModel::self_attn(const Layer& l, const Input& in, Tensor& sum, con
   if (l.qkv_proj.defined()) {
     // One projection for q|k|v (with the add and norm in front), then the split, RoPE and the new keys/values
     // into the cache in one op.
-    ops::SumOut p = ops::add_rms_norm_linear(in.hidden, in.delta, in.norm, cfg_.rms_norm_eps, l.qkv_proj);
+    ops::SumOut p = ops::add_rms_norm_linear(in.hidden, in.delta, in.norm, cfg_.rms_norm_eps, dense(l.qkv_proj));
     sum = p.sum;
     if (k_cache && T == 1) {  // decoding one token: RoPE, its cache rows and the attention in one op
       const Tensor attn = ops::qkv_rope_attention(p.out.reshape({1, 1, -1}), Hq, Hkv, cos_q, sin_q, cos_k, sin_k,
                                                   *k_cache, *v_cache, pos0, 1.f / std::sqrt(float(D)));
-      return ops::linear(attn.reshape({T, Hq * D}), l.o_proj);
+      return ops::linear(attn.reshape({T, Hq * D}), dense(l.o_proj));
     }
     ops::Qkv a = ops::qkv_rope(p.out.reshape({1, T, -1}), Hq, Hkv, cos_q, sin_q, cos_k, sin_k,
                                k_cache ? cache_rows(*k_cache, pos0, T) : Tensor(),
@@ -245,9 +267,9 @@ Tensor MistralModel::self_attn(const Layer& l, const Input& in, Tensor& sum, con
     query_states = a.q, key_states = a.k, value_states = a.v;
   } else {
     const Tensor x = normed(in, sum);
-    query_states = ops::rope(ops::linear(x, l.q_proj).reshape({1, T, Hq, D}), cos_q, sin_q);
-    key_states = ops::rope(ops::linear(x, l.k_proj).reshape({1, T, Hkv, D}), cos_k, sin_k);
-    value_states = ops::linear(x, l.v_proj).reshape({1, T, Hkv, D});
+    query_states = ops::rope(ops::linear(x, dense(l.q_proj)).reshape({1, T, Hq, D}), cos_q, sin_q);
+    key_states = ops::rope(ops::linear(x, dense(l.k_proj)).reshape({1, T, Hkv, D}), cos_k, sin_k);
+    value_states = ops::linear(x, dense(l.v_proj)).reshape({1, T, Hkv, D});
     if (k_cache) {
       write_cache_rows(*k_cache, pos0, key_states);
       write_cache_rows(*v_cache, pos0, value_states);
@@ -262,19 +284,21 @@ Tensor MistralModel::self_attn(const Layer& l, const Input& in, Tensor& sum, con
   mask.q_offset = pos0;
   if (k_cache) mask.stable_keys = pos0;  // this step writes rows pos0.. only
   Tensor attn_output = ops::attention(query_states, key_states, value_states, 1.f / std::sqrt(float(D)), mask);
-  return ops::linear(attn_output.reshape({T, Hq * D}), l.o_proj);
+  return ops::linear(attn_output.reshape({T, Hq * D}), dense(l.o_proj));
 }
 
 // down_proj(act_fn(gate_proj(x)) * up_proj(x)); on CUDA gate|up is one projection (with the add and norm in
 // front) whose GEMV applies the activation.
 Tensor MistralModel::mlp(const Layer& l, const Input& in, Tensor& sum) const {
   if (l.gate_up_proj.defined()) {
-    ops::SumOut p = ops::add_rms_norm_linear(in.hidden, in.delta, in.norm, cfg_.rms_norm_eps, l.gate_up_proj, true);
+    ops::SumOut p =
+        ops::add_rms_norm_linear(in.hidden, in.delta, in.norm, cfg_.rms_norm_eps, dense(l.gate_up_proj), true);
     sum = p.sum;
-    return ops::linear(p.out, l.down_proj);
+    return ops::linear(p.out, dense(l.down_proj));
   }
   const Tensor x = normed(in, sum);
-  return ops::linear(ops::swiglu(ops::linear(x, l.gate_proj), ops::linear(x, l.up_proj)), l.down_proj);
+  const Tensor h = ops::swiglu(ops::linear(x, dense(l.gate_proj)), ops::linear(x, dense(l.up_proj)));
+  return ops::linear(h, dense(l.down_proj));
 }
 
 Tensor MistralModel::forward(const std::vector<int64_t>& ids, int n_layers, KVCache* cache) const {
@@ -345,8 +369,9 @@ Tensor MistralModel::logits(const Tensor& hidden) const {
 TextEncoder TextEncoder::load(const ModelFolder& m, Device device, DType act) {
   TextEncoder te;
   // hidden_states[-2]: the output of layer L-2, so layers 0..L-2 (L-1 of them) are all that run.
+  // An 8-bit file's projections stay 8-bit on the device (half the memory) and run weight-only (dense()).
   te.lm_ = MistralModel::load(m.text_encoder_c, m.text_encoder, device, act, m.text_encoder.num_hidden_layers - 1,
-                              false);
+                              false, /*keep_8bit=*/true);
   return te;
 }
 

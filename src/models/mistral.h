@@ -8,6 +8,7 @@
 
 #include "io/configs.h"
 #include "io/model_folder.h"
+#include "ops/ops.h"
 
 namespace ernie {
 
@@ -37,8 +38,11 @@ class MistralModel {
   // Loads layers [0, n_layers) (all when n_layers < 0) onto `device` with activations in `act`. Every
   // tensor is checked against the shape the config implies; a mismatch throws naming the tensor.
   // On the CPU the weights stay mmap views in their stored dtype (the GEMM converts them on the fly).
+  // The 8-bit projections of a converted file are expanded to the activation dtype at load, or with
+  // `keep_8bit` kept 8-bit and expanded one projection at a time as the forward runs (weight-only: the
+  // activations stay in their dtype), for half the device memory at the cost of one pass over the weights.
   static MistralModel load(const Component& comp, const MistralConfig& cfg, Device device, DType act,
-                           int n_layers = -1, bool with_lm_head = false);
+                           int n_layers = -1, bool with_lm_head = false, bool keep_8bit = false);
   const MistralConfig& config() const { return cfg_; }
   // Runs the first `n_layers` layers over ids (positions start at cache->length when a cache is given,
   // and the new keys/values are appended to it) and returns the residual stream [T, hidden] after them
@@ -59,13 +63,15 @@ class MistralModel {
   static MistralModel random(const MistralConfig& cfg, Device device, DType act, uint64_t seed,
                              bool with_lm_head = true);
   int num_layers() const { return int(layers_.size()); }
+  size_t weight_bytes() const;  // every weight as placed (8-bit projections with their scales)
   Device device() const { return device_; }
   DType act_dtype() const { return act_; }
 
   struct Layer {
-    Tensor input_layernorm, q_proj, k_proj, v_proj, o_proj, post_attention_layernorm, gate_proj, up_proj, down_proj;
+    Tensor input_layernorm, post_attention_layernorm;
+    ops::Weight q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj;  // float or 8-bit
     // On CUDA: q|k|v and gate|up stacked by rows (one GEMV / GEMM each); the parts are then left undefined.
-    Tensor qkv_proj, gate_up_proj;
+    ops::Weight qkv_proj, gate_up_proj;
   };
 
  private:
@@ -78,15 +84,17 @@ class MistralModel {
     const Tensor& norm;
   };
   Tensor normed(const Input& in, Tensor& sum) const;  // the unstacked path: the normed input itself
+  Tensor dense(const ops::Weight& w) const;            // a projection's weight in float (8-bit ones expanded)
   // Each returns the sublayer's output (the next residual delta).
   Tensor self_attn(const Layer& l, const Input& in, Tensor& sum, const Tensor& cos_q, const Tensor& sin_q,
                    const Tensor& cos_k, const Tensor& sin_k, int64_t pos0, Tensor* k_cache, Tensor* v_cache) const;
   Tensor mlp(const Layer& l, const Input& in, Tensor& sum) const;
   Tensor run_layers(Tensor hidden_states, int n_layers, KVCache* cache) const;  // forward after the embedding
   // Layers [0, n_layers) (and the final norm and LM head) from `source`: tensor name (as in
-  // mistral_tensor_specs) and the shape the config implies -> host tensor, placed on `device` here.
+  // mistral_tensor_specs) and the shape the config implies -> host weight (float, or 8-bit with its scales
+  // for a projection), placed on `device` here.
   // `who` names the model in errors.
-  using TensorSource = std::function<Tensor(const std::string& name, const Shape& shape)>;
+  using TensorSource = std::function<ops::Weight(const std::string& name, const Shape& shape)>;
   static MistralModel build(const MistralConfig& cfg, Device device, DType act, int n_layers, bool with_lm_head,
                             const std::string& who, const TensorSource& source);
 

@@ -8,7 +8,7 @@ namespace ernie {
 MistralModel MistralModel::random(const MistralConfig& cfg, Device device, DType act, uint64_t seed,
                                   bool with_lm_head) {
   auto make = [seed](const std::string& name, const Shape& shape) {
-    return random_weights::mistral_tensor(name, shape, seed);
+    return ops::Weight(random_weights::mistral_tensor(name, shape, seed));
   };
   return build(cfg, device, act, -1, with_lm_head, "random mistral", make);
 }

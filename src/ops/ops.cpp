@@ -130,9 +130,10 @@ float max_abs(const Tensor& x) {
   ERNIE_CHECK(x.defined(), "max_abs: input is undefined");
   ERNIE_OP(max_abs, x.device(), x);
 }
-Tensor dequantize(const Weight& w) {
+Tensor dequantize(const Weight& w, DType out) {
   ERNIE_CHECK(w.defined(), "dequantize: weight is undefined");
-  ERNIE_OP(dequantize, w.w.device(), w.w, w.scale);
+  ERNIE_CHECK(out == DType::F32 || out == DType::BF16, "dequantize: output must be F32 or BF16, not ", dtype_name(out));
+  ERNIE_OP(dequantize, w.w.device(), w.w, w.scale, out);
 }
 Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps) { ERNIE_OP(rms_norm, x.device(), x, weight, eps); }
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps) {

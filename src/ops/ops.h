@@ -71,8 +71,8 @@ Weight quantize(const Tensor& x, DType q, const Tensor& scale);
 // max |x| over every element as a float (0 for an empty tensor, NaN when x holds a NaN): calibration's
 // activation ranges.
 float max_abs(const Tensor& x);
-// q · scale as F32 [rows, cols] on the weight's device (a float weight: converted to F32).
-Tensor dequantize(const Weight& w);
+// q · scale as `out` (F32 or BF16) [rows, cols] on the weight's device (a float weight: converted).
+Tensor dequantize(const Weight& w, DType out = DType::F32);
 
 // ---- normalisation (over the last dim) ----------------------------------------------------------------
 // x * rsqrt(mean(x²) + eps) * weight; `weight` may be undefined (no affine).

@@ -42,7 +42,9 @@ GenerationShape serving_shape(const ModelFolder& m, const PipelineOptions& popt)
 OffloadChoice plan_pipeline_memory(const ModelFolder& m, const GenerationShape& g, const MemoryFlags& f,
                                    Offload fallback, PipelineOptions& popt) {
   GenerationShape gq = g;
-  gq.quantize = popt.quantize;
+  const Stored8bit stored = stored_8bit(m);
+  gq.quantize = popt.quantize ? popt.quantize : stored.dit;
+  gq.text_encoder_8bit = stored.text_encoder;
   const OffloadChoice c = choose_offload(model_shapes(m, popt.load_pe), gq, popt.device, f, fallback,
                                          popt.vae_tiling != VaeTilingMode::Off);
   popt.keep_text_encoder = c.mode == Offload::None;

@@ -44,6 +44,25 @@ TEST(CudaOffload, StreamedBlocksMatchResidentExactly) {
   }
 }
 
+// An 8-bit DiT keeps its first and last blocks in bf16 (the default policy), so its blocks differ in
+// layout: each streams into a slot sized for the largest.
+TEST(CudaOffload, StreamedQuantizedBlocksMatchResident) {
+  ERNIE_REQUIRE_GPU();
+  for (int layers : {5, 4}) {
+    for (DType q : {DType::F8_E4M3, DType::I8}) {
+      SCOPED_TRACE(std::string(dtype_name(q)) + ", " + std::to_string(layers) + " layers");
+      const ErnieDit resident = ErnieDit::random(small_dit(layers), kGPU, DType::BF16, 7, false, q);
+      const ErnieDit streamed = ErnieDit::random(small_dit(layers), kGPU, DType::BF16, 7, true, q);
+      ASSERT_NE(streamed.block_streamer(), nullptr);
+      EXPECT_EQ(streamed.quantized_dtype(), q);
+      // A slot holds the largest block (a bf16 one), more than the average.
+      const BlockStreamer& bs = *streamed.block_streamer();
+      EXPECT_GT(bs.block_bytes() * size_t(layers), bs.host_bytes());
+      for (uint32_t seed : {1u, 2u, 1u}) EXPECT_EQ(run(streamed, seed), run(resident, seed)) << "seed " << seed;
+    }
+  }
+}
+
 // The tiny fixture's DiT from its checkpoint (F32 weights cast to BF16 on the way into pinned memory).
 TEST(CudaOffload, StreamedCheckpointMatchesResident) {
   ERNIE_REQUIRE_GPU();

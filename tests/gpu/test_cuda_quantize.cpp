@@ -5,17 +5,21 @@
 #include <cstring>
 
 #include "gpu_util.h"
+#include "io/model_file.h"
 #include "models/ernie_dit.h"
+#include "models/mistral.h"
 #include "ops/cpu/cpu_ops.h"
 
 namespace ernie::test {
 namespace {
 
+// Shapes: rows that fit a block's registers, longer rows (20000 F32), unaligned rows (50 columns), rows
+// of no elements.
 TEST(CudaQuantize, MatchesCpuBitForBit) {
   ERNIE_REQUIRE_GPU();
   for (DType dt : {DType::F32, DType::BF16, DType::F16})
     for (DType qt : {DType::F8_E4M3, DType::I8})
-      for (Shape s : {Shape{40, 96}, Shape{7, 50}, Shape{3, 4096}}) {
+      for (Shape s : {Shape{40, 96}, Shape{7, 50}, Shape{3, 4096}, Shape{2, 20000}, Shape{4, 0}}) {
         SCOPED_TRACE(std::string(dtype_name(dt)) + " -> " + dtype_name(qt) + " " + shape_str(s));
         Tensor h = rnd(s, 3, 2.f).cast(dt);
         if (s[0] == 7) h = Tensor::zeros(s, dt);  // all-zero rows too
@@ -28,13 +32,13 @@ TEST(CudaQuantize, MatchesCpuBitForBit) {
       }
 }
 
-// A static activation scale (convert --calibrate) and max_abs, against the CPU twins.
+// A static activation scale (convert --calibrate) and max_abs, against the CPU twins, on the same shapes.
 TEST(CudaQuantize, StaticScaleAndMaxAbsMatchCpu) {
   ERNIE_REQUIRE_GPU();
   const Tensor s = Tensor::from_vector({0.0123f}, {1});
   for (DType dt : {DType::F32, DType::BF16, DType::F16})
     for (DType qt : {DType::F8_E4M3, DType::I8})
-      for (Shape sh : {Shape{40, 96}, Shape{7, 50}, Shape{3, 4096}}) {
+      for (Shape sh : {Shape{40, 96}, Shape{7, 50}, Shape{3, 4096}, Shape{2, 20000}, Shape{4, 0}}) {
         SCOPED_TRACE(std::string(dtype_name(dt)) + " -> " + dtype_name(qt) + " " + shape_str(sh));
         const Tensor h = rnd(sh, 5, 4.f).cast(dt);  // past 448 · s: saturation too
         ops::Weight c = cpu::quantize_static(h, qt, s), g = ops::quantize(h.to(kGPU), qt, s.to(kGPU));
@@ -100,6 +104,30 @@ TEST(CudaQuantize, TinyDitTracksCpu) {
       auto r = tensors_close(got, ref, dt == DType::F32 ? 1e-4 : 3e-2, 0.999);
       std::printf("dit.out %s weights, CUDA %s vs CPU: %s\n", dtype_name(qt), dtype_name(dt), r.message());
       EXPECT_TRUE(r);
+    }
+  }
+}
+
+// The text encoder of an 8-bit file on CUDA: projections kept 8-bit and expanded as the forward runs give
+// what expanding them at load gives, in less device memory.
+TEST(CudaQuantize, TextEncoderKeepsItsWeights8bit) {
+  ERNIE_REQUIRE_GPU();
+  TempDir dir;
+  const std::vector<int64_t> ids = {1, 22, 333, 444, 55, 6};
+  for (WeightFormat wf : {WeightFormat::FP8, WeightFormat::INT8}) {
+    const std::string f = dir.str() + "/" + weight_format_name(wf) + ".safetensors";
+    ConvertOptions opt;
+    opt.format = wf;
+    opt.include_pe = false;
+    convert_model(ModelFolder::open(tiny_model(), false), f, opt);
+    const ModelFolder m = ModelFolder::open(f, false);
+    const int layers = m.text_encoder.num_hidden_layers - 1;
+    for (DType dt : {DType::F32, DType::BF16}) {
+      SCOPED_TRACE(std::string(weight_format_name(wf)) + ", " + dtype_name(dt));
+      const MistralModel kept = MistralModel::load(m.text_encoder_c, m.text_encoder, kGPU, dt, layers, false, true);
+      const MistralModel expanded = MistralModel::load(m.text_encoder_c, m.text_encoder, kGPU, dt, layers);
+      EXPECT_LT(kept.weight_bytes(), expanded.weight_bytes());
+      EXPECT_TRUE(tensors_close(down(kept.forward(ids, layers)), down(expanded.forward(ids, layers)), 1e-6));
     }
   }
 }

@@ -13,7 +13,8 @@ Tensor linear_fp8(const Tensor& x, const Tensor& sx, const Tensor& q, const Tens
 ops::Weight quantize(const Tensor& x, DType q);
 ops::Weight quantize_static(const Tensor& x, DType q, const Tensor& scale);  // ops::quantize(x, q, scale)
 float max_abs(const Tensor& x);
-Tensor dequantize(const Tensor& q, const Tensor& scale);  // scale undefined: q (float) to F32
+// q · scale (scale undefined: q, a float) as F32, then `out`.
+Tensor dequantize(const Tensor& q, const Tensor& scale, DType out = DType::F32);
 // The stored values of n 8-bit codes (I8 or F8_E4M3) as f32, unscaled.
 void convert_quantized(DType q, const void* in, float* out, size_t n);
 Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps);

@@ -61,19 +61,20 @@ void convert_quantized(DType qt, const void* q, float* out, size_t n) {
   }
 }
 
-Tensor dequantize(const Tensor& q, const Tensor& scale) {
+Tensor dequantize(const Tensor& q, const Tensor& scale, DType out) {
+  if (out != DType::F32) return cast(dequantize(q, scale), out);
   if (!scale.defined()) return q.to_f32();
   ops::rules::quantized_weight(q, scale, "dequantize");
   const int64_t rows = q.dim(0), cols = q.dim(1);
-  Tensor out = Tensor::empty(q.shape(), DType::F32);
+  Tensor y = Tensor::empty(q.shape(), DType::F32);
   const float* sc = scale.f32();
-  float* o = out.f32();
+  float* o = y.f32();
 #pragma omp parallel for schedule(static) if (detail::worth_threads(rows * cols))
   for (int64_t r = 0; r < rows; ++r) {
     convert_quantized(q.dtype(), static_cast<const char*>(q.raw()) + r * cols, o + r * cols, size_t(cols));
     for (int64_t c = 0; c < cols; ++c) o[r * cols + c] *= sc[r];
   }
-  return out;
+  return y;
 }
 
 }  // namespace ernie::cpu

@@ -46,23 +46,30 @@ __device__ __forceinline__ float block_max(float v) {
   return v;
 }
 
-// One block per row of P-element packs (P = 1 unless the row is 16-byte aligned).
+// One block per row of P-element packs (P = 1 unless the row is 16-byte aligned). The row's scale is
+// max|row| / qmax, or *fixed (a static scale) when given.
 template <class T, class Q, int P>
 __global__ void quantize_kernel(const T* __restrict__ x, Q* __restrict__ q, float* __restrict__ scale, int64_t cols,
-                                float qmax) {
+                                float qmax, const float* __restrict__ fixed) {
   struct alignas(sizeof(T) * P) In { T v[P]; };
   struct alignas(sizeof(Q) * P) Out { Q v[P]; };
   const int64_t row = blockIdx.x, packs = cols / P;
   const In* xr = reinterpret_cast<const In*>(x + row * cols);
   Out* qr = reinterpret_cast<Out*>(q + row * cols);
-  float amax = 0.f;
-  for (int64_t i = threadIdx.x; i < packs; i += kThreads) {
-    const In a = xr[i];
+  float s;
+  if (fixed) {
+    s = *fixed;
+  } else {
+    float amax = 0.f;
+    for (int64_t i = threadIdx.x; i < packs; i += kThreads) {
+      const In a = xr[i];
 #pragma unroll
-    for (int e = 0; e < P; ++e) amax = fmaxf(amax, fabsf(to_f(a.v[e])));
+      for (int e = 0; e < P; ++e) amax = fmaxf(amax, fabsf(to_f(a.v[e])));
+    }
+    amax = block_max(amax);
+    s = amax > 0.f ? __fdiv_rn(amax, qmax) : 1.f;
   }
-  amax = block_max(amax);
-  const float s = amax > 0.f ? __fdiv_rn(amax, qmax) : 1.f, inv = __frcp_rn(s);
+  const float inv = __frcp_rn(s);
   if (threadIdx.x == 0) scale[row] = s;
   for (int64_t i = threadIdx.x; i < packs; i += kThreads) {
     const In a = xr[i];
@@ -77,22 +84,29 @@ __global__ void quantize_kernel(const T* __restrict__ x, Q* __restrict__ q, floa
 // the row is read once and all its loads are in flight together.
 template <class T, class Q, int NP>
 __global__ void __launch_bounds__(kRowThreads) quantize_rows_kernel(
-    const Pack<T>* __restrict__ x, Q* __restrict__ q, float* __restrict__ scale, int cp, float qmax) {
+    const Pack<T>* __restrict__ x, Q* __restrict__ q, float* __restrict__ scale, int cp, float qmax,
+    const float* __restrict__ fixed) {
   constexpr int P = kPack<T>;
   struct alignas(sizeof(Q) * P) Out { Q v[P]; };
   const int64_t row = blockIdx.x;
   Pack<T> a[NP];
-  float amax = 0.f;
 #pragma unroll
   for (int j = 0; j < NP; ++j)
     if (threadIdx.x + j * blockDim.x < cp) a[j] = x[row * cp + threadIdx.x + j * blockDim.x];
+  float s;
+  if (fixed) {
+    s = *fixed;
+  } else {
+    float amax = 0.f;
 #pragma unroll
-  for (int j = 0; j < NP; ++j)
-    if (threadIdx.x + j * blockDim.x < cp)
+    for (int j = 0; j < NP; ++j)
+      if (threadIdx.x + j * blockDim.x < cp)
 #pragma unroll
-      for (int e = 0; e < P; ++e) amax = fmaxf(amax, fabsf(to_f(a[j].v[e])));
-  amax = block_reduce(amax, MaxOp());
-  const float s = amax > 0.f ? __fdiv_rn(amax, qmax) : 1.f, inv = __frcp_rn(s);
+        for (int e = 0; e < P; ++e) amax = fmaxf(amax, fabsf(to_f(a[j].v[e])));
+    amax = block_reduce(amax, MaxOp());
+    s = amax > 0.f ? __fdiv_rn(amax, qmax) : 1.f;
+  }
+  const float inv = __frcp_rn(s);
   if (threadIdx.x == 0) scale[row] = s;
   Out* qr = reinterpret_cast<Out*>(q) + row * cp;
 #pragma unroll
@@ -104,24 +118,6 @@ __global__ void __launch_bounds__(kRowThreads) quantize_rows_kernel(
     for (int e = 0; e < P; ++e) r.v[e] = encode<Q>(__fmul_rn(to_f(a[j].v[e]), inv));
     qr[i] = r;
   }
-}
-
-// Static scale (ops::quantize(x, q, scale)): every row with the one scale *s, P elements per access.
-template <class T, class Q, int P>
-__global__ void quantize_static_kernel(const T* __restrict__ x, Q* __restrict__ q, const float* __restrict__ s_in,
-                                       float* __restrict__ scale, int64_t packs, int64_t rows) {
-  struct alignas(sizeof(T) * P) In { T v[P]; };
-  struct alignas(sizeof(Q) * P) Out { Q v[P]; };
-  const float s = *s_in, inv = __frcp_rn(s);
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x, i0 = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  for (int64_t i = i0; i < packs; i += stride) {
-    const In a = reinterpret_cast<const In*>(x)[i];
-    Out r;
-#pragma unroll
-    for (int e = 0; e < P; ++e) r.v[e] = encode<Q>(__fmul_rn(to_f(a.v[e]), inv));
-    reinterpret_cast<Out*>(q)[i] = r;
-  }
-  for (int64_t r = i0; r < rows; r += stride) scale[r] = s;
 }
 
 // max(a, b) where a NaN wins (max_abs reports it).
@@ -168,7 +164,8 @@ __global__ void scale_rows_cols_kernel(T* __restrict__ y, const float* __restric
 }
 
 template <class T, class Q>
-void launch_quantize(const Tensor& x, const Tensor& q, const Tensor& scale, float qmax, cudaStream_t st) {
+void launch_quantize(const Tensor& x, const Tensor& q, const Tensor& scale, float qmax, const float* fixed,
+                     cudaStream_t st) {
   const int64_t rows = x.dim(0), cols = x.dim(1);
   constexpr int P = 16 / sizeof(T);
   auto* xp = static_cast<const T*>(x.raw());
@@ -177,11 +174,13 @@ void launch_quantize(const Tensor& x, const Tensor& q, const Tensor& scale, floa
   if (rb.np > 0 && aligned16(xp) && reinterpret_cast<uintptr_t>(qp) % P == 0)
     ERNIE_DISPATCH_NP(rb.np, quantize_rows_kernel<T, Q, NP><<<unsigned(rows), rb.threads, 0, st>>>(
                                  reinterpret_cast<const Pack<T>*>(xp), qp, static_cast<float*>(scale.raw()),
-                                 int(cols / P), qmax));
+                                 int(cols / P), qmax, fixed));
   else if (cols % P == 0 && aligned16(xp) && reinterpret_cast<uintptr_t>(qp) % P == 0)
-    quantize_kernel<T, Q, P><<<unsigned(rows), kThreads, 0, st>>>(xp, qp, static_cast<float*>(scale.raw()), cols, qmax);
+    quantize_kernel<T, Q, P><<<unsigned(rows), kThreads, 0, st>>>(xp, qp, static_cast<float*>(scale.raw()), cols, qmax,
+                                                                    fixed);
   else
-    quantize_kernel<T, Q, 1><<<unsigned(rows), kThreads, 0, st>>>(xp, qp, static_cast<float*>(scale.raw()), cols, qmax);
+    quantize_kernel<T, Q, 1><<<unsigned(rows), kThreads, 0, st>>>(xp, qp, static_cast<float*>(scale.raw()), cols, qmax,
+                                                                    fixed);
   ERNIE_CUDA_LAUNCH("quantize");
 }
 
@@ -204,23 +203,23 @@ void launch_dequantize(const Tensor& q, const float* scale, Tensor& y, cudaStrea
   else launch_dequantize<Q, __nv_bfloat16>(q, scale, y, st);
 }
 
-}  // namespace
-
-ops::Weight quantize(const Tensor& x, DType qt) {
+// x's rows quantized, each with its own scale, or all with the static one (F32 [1] on x's device) when
+// `fixed` is defined. A row of no elements gets scale 1 (or the static one), as on the CPU.
+ops::Weight quantize_rows(const Tensor& x, DType qt, const Tensor& fixed) {
   const float qmax = ops::rules::quantize(x, qt);
+  if (fixed.defined()) ops::rules::static_scale(fixed);
   ERNIE_CHECK(x.device().is_cuda(), "quantize: input is on ", x.device().str(), ", expected a CUDA device");
+  if (fixed.defined()) detail::check_same_device(x, fixed, "quantize", "scale");
   const int64_t rows = x.dim(0);
   ERNIE_CHECK(rows <= INT32_MAX, "quantize: too many rows");
   Tensor q = Tensor::empty(x.shape(), qt, x.device()), scale = Tensor::empty({rows}, DType::F32, x.device());
-  if (q.numel() == 0) {
-    if (rows) scale = Tensor::from_vector(std::vector<float>(size_t(rows), 1.f), {rows}).to(x.device());
-    return {q, scale};
-  }
+  if (rows == 0) return {q, scale};
   cudaStream_t st = stream(detail::dev(x));
+  const float* s = fixed.defined() ? fixed.data<float>() : nullptr;
   auto run = [&](auto tag) {
     using T = decltype(tag);
-    if (qt == DType::F8_E4M3) launch_quantize<T, uint8_t>(x, q, scale, qmax, st);
-    else launch_quantize<T, int8_t>(x, q, scale, qmax, st);
+    if (qt == DType::F8_E4M3) launch_quantize<T, uint8_t>(x, q, scale, qmax, s, st);
+    else launch_quantize<T, int8_t>(x, q, scale, qmax, s, st);
   };
   switch (elem_type(x.dtype(), "quantize")) {
     case kF32: run(float()); break;
@@ -230,42 +229,11 @@ ops::Weight quantize(const Tensor& x, DType qt) {
   return {q, scale};
 }
 
-ops::Weight quantize_static(const Tensor& x, DType qt, const Tensor& scale) {
-  ops::rules::quantize(x, qt);
-  ops::rules::static_scale(scale);
-  ERNIE_CHECK(x.device().is_cuda(), "quantize: input is on ", x.device().str(), ", expected a CUDA device");
-  detail::check_same_device(x, scale, "quantize", "scale");
-  const int64_t rows = x.dim(0), n = x.numel();
-  Tensor q = Tensor::empty(x.shape(), qt, x.device()), sc = Tensor::empty({rows}, DType::F32, x.device());
-  if (n == 0 && rows == 0) return {q, sc};
-  cudaStream_t st = stream(detail::dev(x));
-  auto run = [&](auto tag, auto code) {
-    using T = decltype(tag);
-    using Q = decltype(code);
-    constexpr int P = 16 / sizeof(T);
-    const T* xp = x.data<T>();
-    Q* qp = static_cast<Q*>(q.raw());
-    const float* sp = scale.data<float>();
-    float* out = sc.data<float>();
-    if (n % P == 0 && aligned16(xp) && reinterpret_cast<uintptr_t>(qp) % P == 0)
-      quantize_static_kernel<T, Q, P><<<detail::blocks_for(std::max(n / P, rows), kThreads), kThreads, 0, st>>>(
-          xp, qp, sp, out, n / P, rows);
-    else
-      quantize_static_kernel<T, Q, 1><<<detail::blocks_for(std::max(n, rows), kThreads), kThreads, 0, st>>>(
-          xp, qp, sp, out, n, rows);
-  };
-  auto dispatch = [&](auto code) {
-    switch (elem_type(x.dtype(), "quantize")) {
-      case kF32: run(float(), code); break;
-      case kBF16: run(__nv_bfloat16(), code); break;
-      default: run(__half(), code); break;
-    }
-  };
-  if (qt == DType::F8_E4M3) dispatch(uint8_t());
-  else dispatch(int8_t());
-  ERNIE_CUDA_LAUNCH("quantize");
-  return {q, sc};
-}
+}  // namespace
+
+ops::Weight quantize(const Tensor& x, DType qt) { return quantize_rows(x, qt, Tensor()); }
+
+ops::Weight quantize_static(const Tensor& x, DType qt, const Tensor& scale) { return quantize_rows(x, qt, scale); }
 
 float max_abs(const Tensor& x) {
   ERNIE_CHECK(x.defined() && dtype_is_float(x.dtype()), "max_abs: x must be a float tensor");
@@ -299,10 +267,10 @@ Tensor dequantize_as(const Tensor& q, const Tensor& scale, DType out) {
   return y;
 }
 
-Tensor dequantize(const Tensor& q, const Tensor& scale) {
-  if (!scale.defined()) return cast(q, DType::F32);
+Tensor dequantize(const Tensor& q, const Tensor& scale, DType out) {
+  if (!scale.defined()) return cast(q, out);
   ops::rules::quantized_weight(q, scale, "dequantize");
-  return dequantize_as(q, scale, DType::F32);
+  return dequantize_as(q, scale, out);
 }
 
 void scale_rows_cols(Tensor& y, const Tensor& sx, const Tensor& sw, const Tensor& bias) {
