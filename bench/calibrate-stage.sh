@@ -8,8 +8,7 @@
 set -u
 B=$1
 D=$2
-now() { date +%s.%N; }
-since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
+. "$(dirname "$0")/stage_util.sh"
 rm -rf "$D" && mkdir -p "$D" || exit 1
 "$B" random-model -o "$D/model" -q || exit 1
 printf '# calibration prompts\na red fox in the snow, photograph\na lighthouse at dusk, oil painting\n' > "$D/prompts.txt"

@@ -9,9 +9,7 @@
 set -u
 B=$1
 D=$2
-now() { date +%s.%N; }
-since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
-gib() { awk -v b="$1" 'BEGIN { printf "%.2f", b / 2^30 }'; }
+. "$(dirname "$0")/stage_util.sh"
 avail() { df -B1 --output=avail "$D" | tail -1 | tr -d ' '; }
 
 rm -rf "$D" && mkdir -p "$D" || exit 1

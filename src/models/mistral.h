@@ -113,6 +113,7 @@ class TextEncoder {
   static TextEncoder load(const ModelFolder& m, Device device, DType act);
   Tensor encode(const std::vector<int64_t>& ids) const;  // [T, hidden] in the activation dtype
   const MistralConfig& config() const { return lm_.config(); }
+  size_t weight_bytes() const { return lm_.weight_bytes(); }
 
  private:
   MistralModel lm_;

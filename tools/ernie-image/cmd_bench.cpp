@@ -197,7 +197,7 @@ int report(const Opts& o, const nlohmann::json& j) {
                 o.dtype.c_str(), o.width, o.height, o.steps, double(o.cfg), o.prompt_tokens);
     std::printf("  %-18s %s\n", "offload", j["offload"].get<std::string>().c_str());
     for (const char* k : {"load_s", "load_gib", "load_gbps", "encode_s", "step_s", "denoise_s", "decode_s", "total_s",
-                          "peak_gib", "upload_gbps", "dit_tflops_per_s", "decode_tiled_s", "tiled_psnr_db", "tiled_max_abs", "decode_extra_gib",
+                          "peak_gib", "te_device_gib", "upload_gbps", "dit_tflops_per_s", "decode_tiled_s", "tiled_psnr_db", "tiled_max_abs", "decode_extra_gib",
                           "decode_tiled_extra_gib", "decode_tiled_host_s"})
       if (j.contains(k)) std::printf("  %-18s %.4f\n", k, j[k].get<double>());
   }
@@ -248,6 +248,11 @@ int run(const Opts& o) {
     g.text_tokens = o.prompt_tokens;
     g.act = act;
     g.quantize = quantize;
+    if (folder) {  // a converted 8-bit file
+      const Stored8bit stored = stored_8bit(*folder);
+      if (!g.quantize) g.quantize = stored.dit;
+      g.text_encoder_8bit = stored.text_encoder;
+    }
     const MemoryEstimate e = estimate_memory(shapes, g);
     if (o.max_vram > 0) {
       ERNIE_CHECK(dev.is_cuda(), "bench: --max-vram applies to a CUDA device");
@@ -287,6 +292,7 @@ int run(const Opts& o) {
     }
     sync(dev);
     j["te_load_s"] = since(t0);
+    j["te_device_gib"] = double(lm ? lm->weight_bytes() : te->weight_bytes()) / double(size_t(1) << 30);
     device_bytes += device_in_use(dev) - in_use;
     if (!o.load_only) {
       std::mt19937_64 g(o.seed + 3);
