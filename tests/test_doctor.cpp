@@ -7,6 +7,8 @@
 #include "cli.h"
 #include "golden.h"
 #include "io/doctor.h"
+#include "io/model_file.h"
+#include "io/model_folder.h"
 
 using namespace ernie;
 using json = nlohmann::json;
@@ -42,4 +44,24 @@ TEST(Doctor, CliExitStatus) {
   EXPECT_NE(bad.status, 0);
   EXPECT_NE(bad.out.find("problem: "), std::string::npos) << bad.out;
   EXPECT_NE(bad.out.find("model_index.json"), std::string::npos) << bad.out;
+}
+
+// A converted fp8 file: each component's share of the file, and memory planned with its 8-bit weights.
+TEST(Doctor, ConvertedFp8File) {
+  test::TempDir d;
+  const std::string f = d.str() + "/fp8.safetensors";
+  ConvertOptions opt;
+  opt.format = WeightFormat::FP8;
+  opt.policy.keep_first_last_dit_blocks = false;  // the tiny DiT has only two blocks
+  convert_model(ModelFolder::open(test::tiny_model()), f, opt);
+  DoctorReport r = run_doctor(f);
+  EXPECT_EQ(r.problems, 0) << r.json.dump(2);
+  const json& c = r.json["model"]["components"];
+  size_t sum = 0;
+  for (const char* k : {"transformer", "text_encoder", "vae", "pe"}) sum += c[k]["bytes_on_disk"].get<size_t>();
+  EXPECT_LE(sum, std::filesystem::file_size(f));
+  EXPECT_GT(sum, std::filesystem::file_size(f) / 2);
+  EXPECT_EQ(c["transformer"]["dtype"], "F8_E4M3");
+  const std::string at = r.json["model"]["memory"]["at"].get<std::string>();
+  EXPECT_NE(at.find("F8_E4M3 DiT, 8-bit text encoder"), std::string::npos) << at;
 }

@@ -58,7 +58,7 @@ DoctorReport run_doctor(const std::string& model_dir) {
         const double bf16 = double(c.params()) * 2;
         m["components"][c.name] = {{"params", c.params()},
                                    {"dtype", c.dominant_dtype()},
-                                   {"bytes_on_disk", c.ckpt.bytes_on_disk()},
+                                   {"bytes_on_disk", c.stored_bytes()},
                                    {"files", c.ckpt.files().size()},
                                    {"prefix", c.prefix},
                                    {"bf16_gib", bf16 / kGiB}};

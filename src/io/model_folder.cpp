@@ -149,6 +149,13 @@ size_t Component::params() const {
   return n;
 }
 
+size_t Component::stored_bytes() const {
+  size_t n = 0;
+  for (const TensorInfo* t : ckpt.tensors())
+    if (t->name.rfind(prefix, 0) == 0) n += t->end - t->begin;
+  return n;
+}
+
 std::string Component::dominant_dtype() const {
   std::map<std::string, size_t> by;
   for (const TensorInfo* t : ckpt.tensors())

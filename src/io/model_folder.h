@@ -36,6 +36,7 @@ struct Component {
   Checkpoint ckpt;
   std::vector<TensorSpec> specs;
   size_t params() const;
+  size_t stored_bytes() const;  // its tensors' bytes as stored (in a converted file: its share of the file)
   std::string dominant_dtype() const;  // dtype holding most parameters
   // A weight by its name without prefix. Quantized weights (fp8/int8 with "<name>_scale") come back
   // de-quantized to F32 on the host; use quantized() for the raw pair.
