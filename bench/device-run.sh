@@ -38,9 +38,10 @@ for stage in "$@"; do
     perf)
       ./build/tests/ernie_gpu_tests --gtest_also_run_disabled_tests --gtest_filter='CudaPerf.*' > "$OUT/perf.log" 2>&1
       grep -vE "^\[|^Running|^$" "$OUT/perf.log" ;;
-    quant)  # fp8 / int8 weights vs bf16 at full size (1024², random weights) and the per-block error table
+    quant)  # fp8 / int8 weights vs bf16 at full size (DiT at 1024², text encoder; random weights), per-block table
       ./build/tests/ernie_gpu_tests --gtest_also_run_disabled_tests \
-        --gtest_filter='CudaFullSize.DISABLED_DitQuantized1024' > "$OUT/quant.log" 2>&1
+        --gtest_filter='CudaFullSize.DISABLED_DitQuantized1024:CudaFullSize.DISABLED_TextEncoderQuantized:CudaFullSize.DISABLED_DitFp8ErrorSources' \
+        > "$OUT/quant.log" 2>&1
       echo "quant exit $?"; grep -E "full-size|block|FAILED|PASSED" "$OUT/quant.log" ;;
     bench)  # BENCH_SETS: ';'-separated argument sets (default: the bf16 Turbo and 50-step workloads)
       # The GPU's power draw, SM clock and throttle reasons every 200 ms while each set runs (power.csv).

@@ -195,7 +195,7 @@ TEST(Quantize, ConvertedFileEqualsQuantizingAtLoad) {
 }
 
 // The text encoder of an 8-bit file keeps its projections 8-bit and expands them as it runs (weight-only):
-// the same output as expanding them at load, in less memory.
+// the same output as expanding them at load, in less memory; --quantize gives a float folder the same.
 TEST(Quantize, TextEncoderKeepsItsWeights8bit) {
   test::TempDir dir;
   for (WeightFormat wf : {WeightFormat::FP8, WeightFormat::INT8}) {
@@ -214,6 +214,11 @@ TEST(Quantize, TextEncoderKeepsItsWeights8bit) {
     const Tensor want = expanded.forward(ids, layers);
     EXPECT_TRUE(tensors_close(kept.forward(ids, layers), want, 0));
     EXPECT_TRUE(tensors_close(TextEncoder::load(m, kCPU, DType::F32).encode(ids), want, 0));
+    // --quantize on the float folder: the same 8-bit projections as the converted file.
+    const DType q = wf == WeightFormat::FP8 ? DType::F8_E4M3 : DType::I8;
+    const TextEncoder at_load = TextEncoder::load(ModelFolder::open(test::tiny_model(), false), kCPU, DType::F32, q);
+    EXPECT_EQ(at_load.weight_bytes(), kept.weight_bytes());
+    EXPECT_TRUE(tensors_close(at_load.encode(ids), want, 0));
   }
 }
 

@@ -36,7 +36,7 @@ struct GenerationShape {
   int text_tokens = 256;    // longest prompt in tokens
   DType act = DType::BF16;
   std::optional<DType> quantize;  // --quantize or a converted 8-bit file: the DiT's linear weights in 8 bits
-  bool text_encoder_8bit = false;  // a converted 8-bit file: the text encoder's projections stay 8-bit
+  bool text_encoder_8bit = false;  // --quantize or an 8-bit file: the text encoder's projections are 8-bit
   bool vae_tiling = false;  // decode in tiles (pipeline/vae_tiling.h defaults)
 };
 

@@ -132,7 +132,8 @@ void stack_rows(const std::vector<ops::Weight*>& parts, ops::Weight& into) {
 // ---- loading --------------------------------------------------------------------------------------------------
 
 MistralModel MistralModel::build(const MistralConfig& cfg, Device device, DType act, int n_layers,
-                                 bool with_lm_head, const std::string& who, const TensorSource& source) {
+                                 bool with_lm_head, const std::string& who, const TensorSource& source,
+                                 std::optional<DType> quantize) {
   ERNIE_CHECK(act == DType::F32 || act == DType::BF16, who, ": activation dtype ", dtype_name(act),
               " is not supported (F32 or BF16)");
   ERNIE_CHECK(!device.is_cpu() || act == DType::F32, who, ": the CPU backend computes in F32, not ",
@@ -143,10 +144,11 @@ MistralModel MistralModel::build(const MistralConfig& cfg, Device device, DType 
   std::map<std::string, Shape> want;
   for (const TensorSpec& s : mistral_tensor_specs(cfg, with_lm_head)) want[s.name] = s.shape;
   auto get = [&](const std::string& name) { return source(name, want.at(name)).w.to(device); };
-  // A projection: 8-bit as the source gives it (with its scales), or float.
+  // A projection: 8-bit as the source gives it (with its scales), quantized here when asked, or float.
   auto proj = [&](const std::string& name) {
     const ops::Weight w = source(name, want.at(name));
-    return w.quantized() ? ops::Weight(w.w.to(device), w.scale.to(device)) : ops::Weight(w.w.to(device));
+    if (w.quantized()) return ops::Weight(w.w.to(device), w.scale.to(device));
+    return quantize ? ops::quantize(w.w.to(device), *quantize) : ops::Weight(w.w.to(device));
   };
 
   MistralModel m;
@@ -181,7 +183,8 @@ MistralModel MistralModel::build(const MistralConfig& cfg, Device device, DType 
 }
 
 MistralModel MistralModel::load(const Component& comp, const MistralConfig& cfg, Device device, DType act,
-                                int n_layers, bool with_lm_head, bool keep_8bit) {
+                                int n_layers, bool with_lm_head, bool keep_8bit, std::optional<DType> quantize) {
+  ERNIE_CHECK(!quantize || keep_8bit, comp.name, ": quantizing at load keeps the projections 8-bit (keep_8bit)");
   const std::string where = comp.dir.empty() ? comp.name : comp.dir;
   auto source = [&](const std::string& name, const Shape& shape) {
     const bool outside = name[0] == '@';  // '@': next to the language model ("lm_head.weight")
@@ -204,7 +207,7 @@ MistralModel MistralModel::load(const Component& comp, const MistralConfig& cfg,
                 ": tensor '", full, "' has dtype ", dtype_name(t.dtype()), " (expected BF16, F16 or F32)");
     return ops::Weight(t);  // on the CPU, build() keeps the mmap view itself
   };
-  return build(cfg, device, act, n_layers, with_lm_head, comp.name, source);
+  return build(cfg, device, act, n_layers, with_lm_head, comp.name, source, quantize);
 }
 
 KVCache MistralModel::new_cache(int64_t capacity) const {
@@ -366,12 +369,12 @@ Tensor MistralModel::logits(const Tensor& hidden) const {
 
 // ---- text encoder ---------------------------------------------------------------------------------------------
 
-TextEncoder TextEncoder::load(const ModelFolder& m, Device device, DType act) {
+TextEncoder TextEncoder::load(const ModelFolder& m, Device device, DType act, std::optional<DType> quantize) {
   TextEncoder te;
   // hidden_states[-2]: the output of layer L-2, so layers 0..L-2 (L-1 of them) are all that run.
-  // An 8-bit file's projections stay 8-bit on the device (half the memory) and run weight-only (dense()).
+  // 8-bit projections stay 8-bit on the device (half the memory) and run weight-only (dense()).
   te.lm_ = MistralModel::load(m.text_encoder_c, m.text_encoder, device, act, m.text_encoder.num_hidden_layers - 1,
-                              false, /*keep_8bit=*/true);
+                              false, /*keep_8bit=*/true, quantize);
   return te;
 }
 

@@ -3,6 +3,7 @@
 // tied LM head, KV cache). Reads like transformers' MistralModel.
 #pragma once
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,8 +42,11 @@ class MistralModel {
   // The 8-bit projections of a converted file are expanded to the activation dtype at load, or with
   // `keep_8bit` kept 8-bit and expanded one projection at a time as the forward runs (weight-only: the
   // activations stay in their dtype), for half the device memory at the cost of one pass over the weights.
+  // `quantize` (I8 or F8_E4M3, with keep_8bit) quantizes the float projections at load the same way, per
+  // output channel as convert does (the embedding and norms stay float).
   static MistralModel load(const Component& comp, const MistralConfig& cfg, Device device, DType act,
-                           int n_layers = -1, bool with_lm_head = false, bool keep_8bit = false);
+                           int n_layers = -1, bool with_lm_head = false, bool keep_8bit = false,
+                           std::optional<DType> quantize = std::nullopt);
   const MistralConfig& config() const { return cfg_; }
   // Runs the first `n_layers` layers over ids (positions start at cache->length when a cache is given,
   // and the new keys/values are appended to it) and returns the residual stream [T, hidden] after them
@@ -61,7 +65,7 @@ class MistralModel {
   // All layers with deterministic random BF16 weights (norms 1, the rest uniform with std 0.02), for speed
   // tests at full size without a checkpoint (mistral_random.cpp). Generated on the host, then uploaded.
   static MistralModel random(const MistralConfig& cfg, Device device, DType act, uint64_t seed,
-                             bool with_lm_head = true);
+                             bool with_lm_head = true, std::optional<DType> quantize = std::nullopt);
   int num_layers() const { return int(layers_.size()); }
   size_t weight_bytes() const;  // every weight as placed (8-bit projections with their scales)
   Device device() const { return device_; }
@@ -96,7 +100,7 @@ class MistralModel {
   // `who` names the model in errors.
   using TensorSource = std::function<ops::Weight(const std::string& name, const Shape& shape)>;
   static MistralModel build(const MistralConfig& cfg, Device device, DType act, int n_layers, bool with_lm_head,
-                            const std::string& who, const TensorSource& source);
+                            const std::string& who, const TensorSource& source, std::optional<DType> quantize);
 
   MistralConfig cfg_;
   Device device_;
@@ -110,7 +114,9 @@ class MistralModel {
 // after layer num_hidden_layers-2 (only layers 0..L-2 are loaded and run; no final norm).
 class TextEncoder {
  public:
-  static TextEncoder load(const ModelFolder& m, Device device, DType act);
+  // An 8-bit file's projections stay 8-bit (MistralModel::load's keep_8bit); `quantize` (--quantize)
+  // quantizes a float model's the same way.
+  static TextEncoder load(const ModelFolder& m, Device device, DType act, std::optional<DType> quantize = std::nullopt);
   Tensor encode(const std::vector<int64_t>& ids) const;  // [T, hidden] in the activation dtype
   const MistralConfig& config() const { return lm_.config(); }
   size_t weight_bytes() const { return lm_.weight_bytes(); }

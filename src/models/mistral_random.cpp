@@ -6,11 +6,11 @@
 namespace ernie {
 
 MistralModel MistralModel::random(const MistralConfig& cfg, Device device, DType act, uint64_t seed,
-                                  bool with_lm_head) {
+                                  bool with_lm_head, std::optional<DType> quantize) {
   auto make = [seed](const std::string& name, const Shape& shape) {
     return ops::Weight(random_weights::mistral_tensor(name, shape, seed));
   };
-  return build(cfg, device, act, -1, with_lm_head, "random mistral", make);
+  return build(cfg, device, act, -1, with_lm_head, "random mistral", make, quantize);
 }
 
 }  // namespace ernie

@@ -21,8 +21,8 @@ GenerationShape request_shape(const GenerateRequest& resolved, DType act, int pr
 // fail with out-of-memory. Reads the tokenizer only on CUDA (the CPU plans nothing).
 GenerationShape serving_shape(const ModelFolder& m, const PipelineOptions& popt);
 
-// choose_offload for `g`, with the DiT's weights 8-bit under popt.quantize, and what a converted file stores
-// in 8 bits (stored_8bit), the prompt enhancer counted when popt.load_pe, tiling allowed unless
+// choose_offload for `g`, with the DiT's and the text encoder's weights 8-bit under popt.quantize, and what a
+// converted file stores in 8 bits (stored_8bit), the prompt enhancer counted when popt.load_pe, tiling allowed unless
 // popt.vae_tiling is Off; then sets popt's keep_text_encoder (mode none), offload_blocks (mode blocks),
 // memory_limit (the budget) and vae_tiling (On when the plan needs a tiled decode).
 OffloadChoice plan_pipeline_memory(const ModelFolder& m, const GenerationShape& g, const MemoryFlags& f,

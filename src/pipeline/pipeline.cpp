@@ -319,7 +319,7 @@ class ErniePipeline final : public Pipeline {
   }
   void load_text_encoder(const ProgressFn& progress) {
     load_component(!text_encoder_, loads_.text_encoder, progress,
-                   [&] { text_encoder_ = TextEncoder::load(m_, opt_.device, opt_.dtype); });
+                   [&] { text_encoder_ = TextEncoder::load(m_, opt_.device, opt_.dtype, opt_.quantize); });
   }
   void load_prompt_enhancer(const ProgressFn& progress) {
     ERNIE_CHECK(m_.pe_c.has_value(), opt_.model_dir, ": no prompt enhancer (pe/ folder) in this model");

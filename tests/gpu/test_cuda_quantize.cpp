@@ -109,7 +109,7 @@ TEST(CudaQuantize, TinyDitTracksCpu) {
 }
 
 // The text encoder of an 8-bit file on CUDA: projections kept 8-bit and expanded as the forward runs give
-// what expanding them at load gives, in less device memory.
+// what expanding them at load gives, in less device memory; so does --quantize on the float folder.
 TEST(CudaQuantize, TextEncoderKeepsItsWeights8bit) {
   ERNIE_REQUIRE_GPU();
   TempDir dir;
@@ -127,7 +127,13 @@ TEST(CudaQuantize, TextEncoderKeepsItsWeights8bit) {
       const MistralModel kept = MistralModel::load(m.text_encoder_c, m.text_encoder, kGPU, dt, layers, false, true);
       const MistralModel expanded = MistralModel::load(m.text_encoder_c, m.text_encoder, kGPU, dt, layers);
       EXPECT_LT(kept.weight_bytes(), expanded.weight_bytes());
-      EXPECT_TRUE(tensors_close(down(kept.forward(ids, layers)), down(expanded.forward(ids, layers)), 1e-6));
+      const Tensor want = down(expanded.forward(ids, layers));
+      EXPECT_TRUE(tensors_close(down(kept.forward(ids, layers)), want, 1e-6));
+      // --quantize on the float folder (quantized on the GPU, bit for bit the CPU's codes): the same.
+      const DType q = wf == WeightFormat::FP8 ? DType::F8_E4M3 : DType::I8;
+      const TextEncoder at_load = TextEncoder::load(ModelFolder::open(tiny_model(), false), kGPU, dt, q);
+      EXPECT_EQ(at_load.weight_bytes(), kept.weight_bytes());
+      EXPECT_TRUE(tensors_close(down(at_load.encode(ids)), want, 1e-6));
     }
   }
 }

@@ -248,10 +248,11 @@ int run(const Opts& o) {
     g.text_tokens = o.prompt_tokens;
     g.act = act;
     g.quantize = quantize;
+    g.text_encoder_8bit = quantize.has_value();
     if (folder) {  // a converted 8-bit file
       const Stored8bit stored = stored_8bit(*folder);
       if (!g.quantize) g.quantize = stored.dit;
-      g.text_encoder_8bit = stored.text_encoder;
+      g.text_encoder_8bit |= stored.text_encoder;
     }
     const MemoryEstimate e = estimate_memory(shapes, g);
     if (o.max_vram > 0) {
@@ -281,12 +282,12 @@ int run(const Opts& o) {
     int64_t vocab = 0;
     if (o.random) {
       const MistralConfig mc{};
-      lm.emplace(MistralModel::random(mc, dev, act, o.seed + 10, false));
+      lm.emplace(MistralModel::random(mc, dev, act, o.seed + 10, false, quantize));
       vocab = mc.vocab_size;
       const int layers = mc.num_hidden_layers - 1;  // hidden_states[-2]
       encode = [&lm, layers](const std::vector<int64_t>& ids) { return lm->forward(ids, layers); };
     } else {
-      te.emplace(TextEncoder::load(*folder, dev, act));
+      te.emplace(TextEncoder::load(*folder, dev, act, quantize));
       vocab = te->config().vocab_size;
       encode = [&te](const std::vector<int64_t>& ids) { return te->encode(ids); };
     }
@@ -442,7 +443,8 @@ Register reg(60, [](CLI::App& app) {
   c->add_option("--prompt-tokens", o->prompt_tokens, "prompt length in tokens (default 200)");
   c->add_option("--repeat", o->repeat, "timed runs after the warm-up; the median is reported (default 3)");
   c->add_option("--dtype", o->dtype, "activations: bf16 (default) or f32");
-  c->add_option("--quantize", o->quantize, "quantize the DiT's linear weights at load: fp8 or int8 (default none)");
+  c->add_option("--quantize", o->quantize,
+                "quantize the DiT's linear weights and the text encoder's projections at load: fp8 or int8 (default none)");
   c->add_option("--device", o->device, "cuda (default), cuda:N or cpu");
   c->add_option("--seed", o->seed, "seed of the random weights and inputs");
   c->add_flag("--json", o->json, "print the result as JSON");

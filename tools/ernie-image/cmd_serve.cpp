@@ -133,7 +133,7 @@ Register reg(30, [](CLI::App& app) {
   c->add_option("--shutdown-grace", o->grace, "seconds a running job may take to finish on SIGTERM (default 30)");
   c->add_option("--device", o->device, "auto (default: CUDA when present), cpu, cuda or cuda:N");
   c->add_option("--dtype", o->dtype, "activation type: f32 (CPU) or bf16 (CUDA default)");
-  c->add_option("--quantize", o->quantize, "quantize the DiT's linear weights at load: fp8 or int8 (as generate)");
+  c->add_option("--quantize", o->quantize, "quantize the DiT's and the text encoder's weights at load: fp8 or int8 (as generate)");
   c->add_option("--threads", o->threads, "CPU threads (default: all cores)");
   c->add_flag("--vae-tiling", o->vae_tiling, "decode every image in tiles (less memory; on CUDA it is automatic "
               "when the whole decode would not fit)");
