@@ -84,7 +84,7 @@ typedef struct ernie_memory_options {
   int vae_tiling;      /* an ernie_vae_tiling (default AUTO) */
   int vae_tile;        /* tile side in image pixels, a multiple of the VAE's 8; 0 (default): 512 or less to fit */
   int quantize;        /* an ernie_quantize (default NONE): the DiT's linear weights (the first and last blocks stay
-                          bf16) and the text encoder's projections (weight-only) in 8 bits. Added in the
+                          bf16), and the text encoder's projections in int8 (weight-only). Added in the
                           second version of this struct: a first-version struct (without it) is still accepted */
 } ernie_memory_options;
 

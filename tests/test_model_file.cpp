@@ -28,7 +28,7 @@ TEST(ModelFile, Bf16RoundTripIsExact) {
   ModelFolder src = ModelFolder::open(test::tiny_model());
   std::string f = d.str() + "/tiny.safetensors";
   ConvertStats st = convert_model(src, f, {});
-  EXPECT_EQ(st.quantized, 0u);
+  EXPECT_EQ(st.fp8 + st.int8, 0u);
   ModelFolder m = ModelFolder::open(f);
   EXPECT_TRUE(m.is_single_file());
   EXPECT_EQ(fatal_problems(m), "");
@@ -60,7 +60,8 @@ TEST(ModelFile, QuantizedFollowsPolicyAndStaysClose) {
     opt.format = fmt;
     opt.policy.keep_first_last_dit_blocks = false;  // the tiny DiT has only two blocks
     ConvertStats st = convert_model(src, f, opt);
-    EXPECT_GT(st.quantized, 0u);
+    EXPECT_GT(st.int8, 0u);  // the text models' projections are int8 either way
+    EXPECT_EQ(st.fp8 > 0, fmt == WeightFormat::FP8);
     ModelFolder m = ModelFolder::open(f);
     EXPECT_EQ(fatal_problems(m), "");
     size_t quantized = 0;
@@ -73,13 +74,13 @@ TEST(ModelFile, QuantizedFollowsPolicyAndStaysClose) {
         EXPECT_EQ(q, opt.policy.quantized(a->name, s.name, src.dit.num_layers)) << s.name;
         if (!q) continue;
         ++quantized;
+        const bool fp8 = fmt == WeightFormat::FP8 && a->name == "transformer";
+        EXPECT_EQ(b->ckpt.find(b->prefix + s.name)->dtype, fp8 ? DType::F8_E4M3 : DType::I8) << s.name;
         // fp8 e4m3 has a 3-bit mantissa (~3% relative error per value); int8 per-channel ~1%.
-        EXPECT_TRUE(test::tensors_close(b->tensor(s.name), a->tensor(s.name), fmt == WeightFormat::FP8 ? 0.05 : 0.02,
-                                        0.998))
-            << s.name;
+        EXPECT_TRUE(test::tensors_close(b->tensor(s.name), a->tensor(s.name), fp8 ? 0.05 : 0.02, 0.998)) << s.name;
       }
     }
-    EXPECT_EQ(quantized, st.quantized);
+    EXPECT_EQ(quantized, st.fp8 + st.int8);
   }
 }
 
@@ -95,6 +96,11 @@ TEST(ModelFile, PolicyKeepsSensitiveLayers) {
   EXPECT_TRUE(p.quantized("transformer", "layers.1.self_attention.to_q.weight", 36));
   EXPECT_TRUE(p.quantized("transformer", "layers.34.mlp.linear_fc2.weight", 36));
   EXPECT_TRUE(p.quantized("text_encoder", "layers.3.self_attn.q_proj.weight", 36));
+  EXPECT_EQ(p.format("text_encoder", DType::F8_E4M3), DType::I8);  // the text models are int8 either way
+  EXPECT_EQ(p.format("pe", DType::F8_E4M3), DType::I8);
+  EXPECT_EQ(p.format("transformer", DType::F8_E4M3), DType::F8_E4M3);
+  EXPECT_EQ(p.text_encoder_quantization(DType::F8_E4M3), DType::I8);
+  EXPECT_EQ(p.text_encoder_quantization(std::nullopt), std::nullopt);
   EXPECT_FALSE(p.quantized("text_encoder", "embed_tokens.weight", 36));
   EXPECT_FALSE(p.quantized("vae", "decoder.conv_in.weight", 36));
   p.keep.push_back("mlp.");

@@ -215,7 +215,8 @@ TEST(Quantize, TextEncoderKeepsItsWeights8bit) {
     EXPECT_TRUE(tensors_close(kept.forward(ids, layers), want, 0));
     EXPECT_TRUE(tensors_close(TextEncoder::load(m, kCPU, DType::F32).encode(ids), want, 0));
     // --quantize on the float folder: the same 8-bit projections as the converted file.
-    const DType q = wf == WeightFormat::FP8 ? DType::F8_E4M3 : DType::I8;
+    const std::optional<DType> q =
+        QuantPolicy{}.text_encoder_quantization(wf == WeightFormat::FP8 ? DType::F8_E4M3 : DType::I8);
     const TextEncoder at_load = TextEncoder::load(ModelFolder::open(test::tiny_model(), false), kCPU, DType::F32, q);
     EXPECT_EQ(at_load.weight_bytes(), kept.weight_bytes());
     EXPECT_TRUE(tensors_close(at_load.encode(ids), want, 0));

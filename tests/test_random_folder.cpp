@@ -172,7 +172,7 @@ TEST(RandomFolder, BytesDoNotDependOnThreadsAndConvertAgrees) {
     EXPECT_EQ(s1.bytes, s4.bytes);
     EXPECT_EQ(last, s4.bytes);
     EXPECT_EQ(calls, s4.tensors);
-    if (f == WeightFormat::FP8) EXPECT_GT(s4.quantized, 0u);
+    if (f == WeightFormat::FP8) EXPECT_GT(s4.fp8, 0u);
     EXPECT_EQ(read_all(one), read_all(many)) << weight_format_name(f);
     EXPECT_EQ(test::fatal_problems(ModelFolder::open(many)), "");
   }

@@ -45,6 +45,15 @@ bool QuantPolicy::quantized(const std::string& component, const std::string& nam
          name.find("mlp.") != std::string::npos;
 }
 
+DType QuantPolicy::format(const std::string& component, DType dit) const {
+  return component != "transformer" && text_models_int8 ? DType::I8 : dit;
+}
+
+std::optional<DType> QuantPolicy::text_encoder_quantization(std::optional<DType> dit) const {
+  if (!dit || !quantize_text_encoder) return std::nullopt;
+  return format("text_encoder", *dit);
+}
+
 std::pair<Tensor, Tensor> quantize_rows(const Tensor& w, WeightFormat f) {
   ERNIE_CHECK(w.ndim() == 2, "quantize: weight ", shape_str(w.shape()), " is not 2-D");
   ERNIE_CHECK(f != WeightFormat::BF16, "quantize: bf16 is not a quantized format");
@@ -108,11 +117,12 @@ ConvertStats convert_model(const ModelFolder& m, const std::string& out, const C
         return at_root ? c->ckpt.tensor(full) : c->tensor(local);
       };
       if (q8) {
-        DType qt = opt.format == WeightFormat::FP8 ? DType::F8_E4M3 : DType::I8;
+        const DType qt = opt.policy.format(c->name, opt.format == WeightFormat::FP8 ? DType::F8_E4M3 : DType::I8);
+        const WeightFormat qf = qt == DType::F8_E4M3 ? WeightFormat::FP8 : WeightFormat::INT8;
         // The weight and its scales come from one quantization, by whichever writer thread asks first;
         // the second to take its part frees the pair.
         auto shared = std::make_shared<QuantizedPair>();
-        auto part = [shared, source, f = opt.format](bool scale) {
+        auto part = [shared, source, f = qf](bool scale) {
           std::call_once(shared->once, [&] { shared->q = quantize_rows(source(), f); });
           Tensor t = scale ? shared->q.second : shared->q.first;
           if (--shared->left == 0) shared->q = {};
@@ -120,13 +130,13 @@ ConvertStats convert_model(const ModelFolder& m, const std::string& out, const C
         };
         tensors.push_back({dst, qt, ti->shape, [part] { return part(false); }});
         tensors.push_back({dst + "_scale", DType::F32, {ti->shape[0]}, [part] { return part(true); }});
-        if (!opt.dit_input_amax.empty() && c == &m.transformer_c) {
+        if (!opt.dit_input_amax.empty() && qt == DType::F8_E4M3) {
           auto it = opt.dit_input_amax.find(local);
           ERNIE_CHECK(it != opt.dit_input_amax.end(), "convert: calibration recorded no input range for ", dst);
           const float s = it->second > 0.f ? it->second / kFp8E4m3Max : 1.f;
           tensors.push_back({dst + "_input_scale", DType::F32, {1}, [s] { return Tensor::from_vector({s}, {1}); }});
         }
-        ++st.quantized;
+        ++(qt == DType::F8_E4M3 ? st.fp8 : st.int8);
       } else {
         bool to_bf16 = dtype_is_float(ti->dtype) || c->is_quantized(local);
         DType dt = to_bf16 ? DType::BF16 : ti->dtype;

@@ -114,8 +114,8 @@ class MistralModel {
 // after layer num_hidden_layers-2 (only layers 0..L-2 are loaded and run; no final norm).
 class TextEncoder {
  public:
-  // An 8-bit file's projections stay 8-bit (MistralModel::load's keep_8bit); `quantize` (--quantize)
-  // quantizes a float model's the same way.
+  // An 8-bit file's projections stay 8-bit (MistralModel::load's keep_8bit); `quantize` (I8 or F8_E4M3:
+  // QuantPolicy::text_encoder_quantization under --quantize) quantizes a float model's the same way.
   static TextEncoder load(const ModelFolder& m, Device device, DType act, std::optional<DType> quantize = std::nullopt);
   Tensor encode(const std::vector<int64_t>& ids) const;  // [T, hidden] in the activation dtype
   const MistralConfig& config() const { return lm_.config(); }

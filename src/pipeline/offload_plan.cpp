@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "io/model_file.h"
 #include "io/model_tokenizer.h"
 #include "pipeline/request.h"
 
@@ -44,7 +45,7 @@ OffloadChoice plan_pipeline_memory(const ModelFolder& m, const GenerationShape& 
   GenerationShape gq = g;
   const Stored8bit stored = stored_8bit(m);
   gq.quantize = popt.quantize ? popt.quantize : stored.dit;
-  gq.text_encoder_8bit = stored.text_encoder || popt.quantize.has_value();
+  gq.text_encoder_8bit = stored.text_encoder || QuantPolicy{}.text_encoder_quantization(popt.quantize);
   const OffloadChoice c = choose_offload(model_shapes(m, popt.load_pe), gq, popt.device, f, fallback,
                                          popt.vae_tiling != VaeTilingMode::Off);
   popt.keep_text_encoder = c.mode == Offload::None;

@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "core/error.h"
+#include "io/model_file.h"
 #include "io/model_tokenizer.h"
 #include "models/ernie_dit.h"
 #include "models/flux2_vae.h"
@@ -319,7 +320,7 @@ class ErniePipeline final : public Pipeline {
   }
   void load_text_encoder(const ProgressFn& progress) {
     load_component(!text_encoder_, loads_.text_encoder, progress,
-                   [&] { text_encoder_ = TextEncoder::load(m_, opt_.device, opt_.dtype, opt_.quantize); });
+                   [&] { text_encoder_ = TextEncoder::load(m_, opt_.device, opt_.dtype, QuantPolicy{}.text_encoder_quantization(opt_.quantize)); });
   }
   void load_prompt_enhancer(const ProgressFn& progress) {
     ERNIE_CHECK(m_.pe_c.has_value(), opt_.model_dir, ": no prompt enhancer (pe/ folder) in this model");

@@ -30,8 +30,8 @@ struct PipelineOptions {
   // and the DiT at once (later requests reload the text encoder next to the resident DiT).
   bool keep_text_encoder = true;
   // --quantize fp8|int8: the DiT's linear weights that QuantPolicy picks are quantized at load (fp8 runs W8A8
-  // on Hopper's fp8 tensor cores, int8 W8A16; see ops::linear), and the text encoder's projections (run
-  // weight-only: TextEncoder::load). A converted 8-bit file is used as stored.
+  // on Hopper's fp8 tensor cores, int8 W8A16; see ops::linear), and the text encoder's projections to int8
+  // (QuantPolicy::text_encoder_quantization; run weight-only). A converted 8-bit file is used as stored.
   std::optional<DType> quantize;
   bool offload_blocks = false;   // CUDA only (--offload blocks): DiT blocks stay in pinned host memory and
                                  // are streamed to the GPU block by block during each step

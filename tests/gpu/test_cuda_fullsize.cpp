@@ -91,7 +91,7 @@ TEST(CudaFullSize, DISABLED_DitQuantized1024) {
 
 // Where fp8's error comes from (for the issue note, no bound): the same forward with some fp8 linears kept
 // bf16 by the policy's keep list: the attention's q/k/v projections (their error moves the softmax's
-// logits), to_out, the MLP.
+// logits), to_out, the MLP (all of it, gate/up, linear_fc2). H200: the MLP carries nearly all of it.
 TEST(CudaFullSize, DISABLED_DitFp8ErrorSources) {
   ERNIE_REQUIRE_GPU();
   const DitConfig dc{};
@@ -104,7 +104,9 @@ TEST(CudaFullSize, DISABLED_DitFp8ErrorSources) {
       {"q/k/v kept bf16", {"self_attention.to_q.", "self_attention.to_k.", "self_attention.to_v."}},
       {"q/k kept bf16", {"self_attention.to_q.", "self_attention.to_k."}},
       {"to_out kept bf16", {"self_attention.to_out."}},
-      {"mlp kept bf16", {"mlp."}}};
+      {"mlp kept bf16", {"mlp."}},
+      {"gate/up kept bf16", {"mlp.gate_proj.", "mlp.up_proj."}},
+      {"linear_fc2 kept bf16", {"mlp.linear_fc2."}}};
   for (const auto& [what, keep] : variants) {
     QuantPolicy p;
     for (const std::string& k : keep) p.keep.push_back(k);
@@ -115,8 +117,10 @@ TEST(CudaFullSize, DISABLED_DitFp8ErrorSources) {
 }
 
 // The text encoder's projections 8-bit (weight-only, as --quantize and an 8-bit file run them) against
-// bf16, the same random full-size weights, a 200-token prompt: the conditioning the DiT reads. Int8 should
-// track bf16 as the DiT's int8 does (cosine >= 0.999); fp8 weight-only is held to the same bound.
+// bf16, the same random full-size weights, a 200-token prompt: the conditioning the DiT reads. The policy
+// makes them int8 (QuantPolicy::text_models_int8) because fp8 strays further: int8 is held to the issue's
+// fp8 bounds for the DiT (cosine >= 0.995, rel L2 <= 0.1; H200: 0.9976 / 0.069), fp8 only reported
+// (0.952 / 0.31) and required to be the worse.
 TEST(CudaFullSize, DISABLED_TextEncoderQuantized) {
   ERNIE_REQUIRE_GPU();
   const MistralConfig mc{};
@@ -124,21 +128,24 @@ TEST(CudaFullSize, DISABLED_TextEncoderQuantized) {
   std::mt19937_64 g(6);
   for (int64_t& i : ids) i = int64_t(g() % uint64_t(mc.vocab_size));
   const int layers = mc.num_hidden_layers - 1;
-  Tensor ref;
+  std::vector<float> ref;
   size_t bf16_bytes = 0;
   {
     MistralModel lm = MistralModel::random(mc, kGPU, DType::BF16, 11, false);
-    ref = down(lm.forward(ids, layers));
+    ref = down(lm.forward(ids, layers)).to_vector();
     bf16_bytes = lm.weight_bytes();
   }
-  for (DType qt : {DType::F8_E4M3, DType::I8}) {
+  std::vector<Closeness> c;
+  for (DType qt : {DType::I8, DType::F8_E4M3}) {
     MistralModel lm = MistralModel::random(mc, kGPU, DType::BF16, 11, false, qt);
-    const auto r = tensors_close(down(lm.forward(ids, layers)), ref, 0.05, 0.999);
-    std::printf("full-size text encoder, 200 tokens, %s weights (weight-only) vs bf16: %s (weights %.2f GiB, "
-                "bf16 %.2f GiB)\n", dtype_name(qt), r.message(), double(lm.weight_bytes()) / double(1ull << 30),
-                double(bf16_bytes) / double(1ull << 30));
-    EXPECT_TRUE(r);
+    c.push_back(closeness(down(lm.forward(ids, layers)).to_vector(), ref));
+    std::printf("full-size text encoder, 200 tokens, %s weights (weight-only) vs bf16: cosine %.6f, rel L2 %.4f "
+                "(weights %.2f GiB, bf16 %.2f GiB)\n", dtype_name(qt), c.back().cosine, c.back().rel_l2,
+                double(lm.weight_bytes()) / double(1ull << 30), double(bf16_bytes) / double(1ull << 30));
   }
+  EXPECT_GE(c[0].cosine, 0.995);
+  EXPECT_LE(c[0].rel_l2, 0.1);
+  EXPECT_GT(c[0].cosine, c[1].cosine);
 }
 
 }  // namespace

@@ -130,7 +130,8 @@ TEST(CudaQuantize, TextEncoderKeepsItsWeights8bit) {
       const Tensor want = down(expanded.forward(ids, layers));
       EXPECT_TRUE(tensors_close(down(kept.forward(ids, layers)), want, 1e-6));
       // --quantize on the float folder (quantized on the GPU, bit for bit the CPU's codes): the same.
-      const DType q = wf == WeightFormat::FP8 ? DType::F8_E4M3 : DType::I8;
+      const std::optional<DType> q =
+        QuantPolicy{}.text_encoder_quantization(wf == WeightFormat::FP8 ? DType::F8_E4M3 : DType::I8);
       const TextEncoder at_load = TextEncoder::load(ModelFolder::open(tiny_model(), false), kGPU, dt, q);
       EXPECT_EQ(at_load.weight_bytes(), kept.weight_bytes());
       EXPECT_TRUE(tensors_close(down(at_load.encode(ids)), want, 1e-6));

@@ -28,6 +28,7 @@
 #include "generate_util.h"
 #include "core/error.h"
 #include "io/memory_plan.h"
+#include "io/model_file.h"
 #include "io/model_folder.h"
 #include "models/ernie_dit.h"
 #include "models/flux2_vae.h"
@@ -224,6 +225,7 @@ int run(const Opts& o) {
 #endif
   j["dtype"] = o.dtype;
   const std::optional<DType> quantize = parse_quantize_option(o.quantize);
+  const std::optional<DType> te_quantize = QuantPolicy{}.text_encoder_quantization(quantize);
   j["quantize"] = quantize ? o.quantize : "none";
   j["width"] = o.width;
   j["height"] = o.height;
@@ -248,7 +250,7 @@ int run(const Opts& o) {
     g.text_tokens = o.prompt_tokens;
     g.act = act;
     g.quantize = quantize;
-    g.text_encoder_8bit = quantize.has_value();
+    g.text_encoder_8bit = te_quantize.has_value();
     if (folder) {  // a converted 8-bit file
       const Stored8bit stored = stored_8bit(*folder);
       if (!g.quantize) g.quantize = stored.dit;
@@ -282,12 +284,12 @@ int run(const Opts& o) {
     int64_t vocab = 0;
     if (o.random) {
       const MistralConfig mc{};
-      lm.emplace(MistralModel::random(mc, dev, act, o.seed + 10, false, quantize));
+      lm.emplace(MistralModel::random(mc, dev, act, o.seed + 10, false, te_quantize));
       vocab = mc.vocab_size;
       const int layers = mc.num_hidden_layers - 1;  // hidden_states[-2]
       encode = [&lm, layers](const std::vector<int64_t>& ids) { return lm->forward(ids, layers); };
     } else {
-      te.emplace(TextEncoder::load(*folder, dev, act, quantize));
+      te.emplace(TextEncoder::load(*folder, dev, act, te_quantize));
       vocab = te->config().vocab_size;
       encode = [&te](const std::vector<int64_t>& ids) { return te->encode(ids); };
     }
@@ -444,7 +446,8 @@ Register reg(60, [](CLI::App& app) {
   c->add_option("--repeat", o->repeat, "timed runs after the warm-up; the median is reported (default 3)");
   c->add_option("--dtype", o->dtype, "activations: bf16 (default) or f32");
   c->add_option("--quantize", o->quantize,
-                "quantize the DiT's linear weights and the text encoder's projections at load: fp8 or int8 (default none)");
+                "quantize the DiT's linear weights (fp8 or int8) and the text encoder's projections (int8) at load "
+                "(default none)");
   c->add_option("--device", o->device, "cuda (default), cuda:N or cpu");
   c->add_option("--seed", o->seed, "seed of the random weights and inputs");
   c->add_flag("--json", o->json, "print the result as JSON");

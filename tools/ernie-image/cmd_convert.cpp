@@ -82,8 +82,8 @@ Register reg(70, [](CLI::App& app) {
     };
     ConvertStats st = convert_model(m, o->out, opt, progress);
     if (!o->quiet) std::fprintf(stderr, "\n");
-    std::printf("wrote %s: %zu tensors (%zu quantized to %s), %.2f GiB in %.2f s (%.2f GB/s written)\n",
-                o->out.c_str(), st.tensors, st.quantized, o->dtype.c_str(), double(st.bytes) / (1 << 30), st.seconds,
+    std::printf("wrote %s: %zu tensors (%zu quantized to fp8, %zu to int8), %.2f GiB in %.2f s (%.2f GB/s written)\n",
+                o->out.c_str(), st.tensors, st.fp8, st.int8, double(st.bytes) / (1 << 30), st.seconds,
                 double(st.bytes) / 1e9 / std::max(st.seconds, 1e-9));
     return 0;
   });

@@ -165,7 +165,7 @@ Register reg(10, [](CLI::App& app) {
   c->add_option("--dtype", o->dtype, "activation type: f32 (CPU) or bf16 (CUDA default)");
   c->add_option("--quantize", o->quantize, "quantize the DiT's linear weights at load: fp8 (W8A8, Hopper fp8 tensor "
                                            "cores) or int8 (weight-only); first/last blocks stay bf16; the text "
-                                           "encoder's projections too (weight-only)");
+                                           "encoder's projections to int8 (weight-only)");
   c->add_option("--threads", o->threads, "CPU threads (default: all cores)");
   c->add_option("--init-latents", o->init_latents, "safetensors file with tensor `latents` [B, C, H/s, W/s]: the initial noise");
   c->add_option("--save-latents", o->save_latents, "write the initial noise (tensor `latents`) to this safetensors file");
