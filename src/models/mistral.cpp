@@ -143,7 +143,11 @@ MistralModel MistralModel::build(const MistralConfig& cfg, Device device, DType 
               std::to_string(cfg.num_hidden_layers), " layers");
   std::map<std::string, Shape> want;
   for (const TensorSpec& s : mistral_tensor_specs(cfg, with_lm_head)) want[s.name] = s.shape;
-  auto get = [&](const std::string& name) { return source(name, want.at(name)).w.to(device); };
+  auto get = [&](const std::string& name) {  // a float tensor: only the projections may come 8-bit
+    const ops::Weight w = source(name, want.at(name));
+    ERNIE_CHECK(!w.quantized(), who, ": tensor ", name, " is stored 8-bit, which only the projections may be");
+    return w.w.to(device);
+  };
   // A projection: 8-bit as the source gives it (with its scales), quantized here when asked, or float.
   auto proj = [&](const std::string& name) {
     const ops::Weight w = source(name, want.at(name));
