@@ -9,16 +9,12 @@ set -u
 B=$1
 D=$2
 . "$(dirname "$0")/stage_util.sh"
-rm -rf "$D" && mkdir -p "$D" || exit 1
-"$B" random-model -o "$D/model" -q || exit 1
+random_model "$B" "$D" || exit 1
 printf '# calibration prompts\na red fox in the snow, photograph\na lighthouse at dusk, oil painting\n' > "$D/prompts.txt"
-t=$(now)
-"$B" convert -m "$D/model" -o "$D/static.safetensors" --dtype fp8 --no-pe --device cuda \
-  --calibrate "$D/prompts.txt" --calibrate-steps "${CALIBRATE_STEPS:-8}" -q || { echo "error: convert --calibrate"; exit 1; }
-echo "convert --dtype fp8 --calibrate (2 prompts x ${CALIBRATE_STEPS:-8} steps, 1024², cuda): $(since "$t") s"
-t=$(now)
-"$B" convert -m "$D/model" -o "$D/dynamic.safetensors" --dtype fp8 --no-pe -q || exit 1
-echo "convert --dtype fp8: $(since "$t") s"
+# 2 prompts x CALIBRATE_STEPS steps at 1024² on the GPU, then the convert.
+convert_fp8 "$B" "$D" static.safetensors --device cuda --calibrate "$D/prompts.txt" \
+  --calibrate-steps "${CALIBRATE_STEPS:-8}" || exit 1
+convert_fp8 "$B" "$D" dynamic.safetensors || exit 1
 for m in model dynamic.safetensors static.safetensors; do
   "$B" generate --model "$D/$m" -p "a cat sitting on a red sofa" --steps 8 --cfg 1 --seed 7 --device cuda \
     -o "$D/$m.png" -q || echo "error: generate $m"

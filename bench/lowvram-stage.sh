@@ -9,11 +9,8 @@ set -u
 . "$(dirname "$0")/stage_util.sh"
 B=$1
 D=$2
-rm -rf "$D" && mkdir -p "$D" || exit 1
-"$B" random-model -o "$D/model" -q || exit 1
-t=$(now)
-"$B" convert -m "$D/model" -o "$D/fp8.safetensors" --dtype fp8 --no-pe -q || { echo "error: convert"; exit 1; }
-echo "convert --dtype fp8: $(since "$t") s"
+random_model "$B" "$D" || exit 1
+convert_fp8 "$B" "$D" fp8.safetensors || exit 1
 echo "## doctor --model fp8.safetensors"
 "$B" doctor --model "$D/fp8.safetensors" 2>&1 | grep -iE "memory|fits|needs|gib|too small"
 bench() {  # bench <label> <model> <args...>

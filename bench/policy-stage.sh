@@ -10,15 +10,9 @@ set -u
 . "$(dirname "$0")/stage_util.sh"
 B=$1
 D=$2
-rm -rf "$D" && mkdir -p "$D" || exit 1
-"$B" random-model -o "$D/model" -q || exit 1
-t=$(now)
-"$B" convert -m "$D/model" -o "$D/default.safetensors" --dtype fp8 --no-pe -q || { echo "error: convert"; exit 1; }
-echo "convert --dtype fp8: $(since "$t") s"
-t=$(now)
-"$B" convert -m "$D/model" -o "$D/mlp-in-bf16.safetensors" --dtype fp8 --no-pe --keep mlp.gate_proj. \
-  --keep mlp.up_proj. -q || { echo "error: convert --keep"; exit 1; }
-echo "convert --dtype fp8 --keep mlp.gate_proj. --keep mlp.up_proj.: $(since "$t") s"
+random_model "$B" "$D" || exit 1
+convert_fp8 "$B" "$D" default.safetensors || exit 1
+convert_fp8 "$B" "$D" mlp-in-bf16.safetensors --keep mlp.gate_proj. --keep mlp.up_proj. || exit 1
 for m in model default.safetensors mlp-in-bf16.safetensors; do
   "$B" generate --model "$D/$m" -p "a cat sitting on a red sofa" --steps 8 --cfg 1 --seed 7 --device cuda \
     -o "$D/$m.png" -q || echo "error: generate $m"
