@@ -199,6 +199,29 @@ TEST(Offload, MemoryPlanPicksTheLeastOffloadingThatFits) {
   EXPECT_THROW(parse_offload("vae"), Error);
 }
 
+// doctor's per-GPU line, and its advice to convert when an fp8 file would need less offloading.
+TEST(Offload, GpuFitAdvisesFp8WhenItHelps) {
+  const ModelShapes released{DitConfig{}, MistralConfig{}, VaeConfig{}, std::nullopt};
+  const MemoryEstimate bf16 = estimate_memory(released, GenerationShape{});
+  GenerationShape q;
+  q.quantize = DType::F8_E4M3;
+  q.text_encoder_8bit = true;
+  const MemoryEstimate fp8 = estimate_memory(released, q);
+  const size_t gib = size_t(1) << 30;
+  EXPECT_EQ(gpu_fit(bf16, 100 * gib, &fp8), "fits resident (--offload none)");
+  EXPECT_EQ(gpu_fit(bf16, 4 * gib), "too small even with --offload blocks at this size");
+  // ~6 GiB (an 8 GB card): bf16 does not fit at all, the fp8 file streams its blocks.
+  const size_t small = (bf16.peak(Offload::Blocks) + fp8.peak(Offload::Blocks)) / 2;
+  EXPECT_EQ(gpu_fit(bf16, small, &fp8), "too small even with --offload blocks at this size; as an fp8 file "
+                                        "(convert --dtype fp8) it fits with --offload blocks");
+  // Between the two text-encoder peaks: bf16 streams blocks, the fp8 file does not need to.
+  const size_t mid = (bf16.peak(Offload::TextEncoder) + fp8.peak(Offload::TextEncoder)) / 2;
+  ASSERT_GT(mid, bf16.peak(Offload::Blocks));
+  EXPECT_EQ(gpu_fit(bf16, mid, &fp8),
+            "needs --offload blocks; as an fp8 file (convert --dtype fp8) it needs only --offload text-encoder");
+  EXPECT_EQ(gpu_fit(fp8, mid), "needs --offload text-encoder");
+}
+
 TEST(Offload, MaxVramIsForCuda) {
   auto r = run_cli("generate --model '" + test::tiny_model() + "' -p x -W 16 -H 16 --steps 1 --max-vram 8 -o /tmp/x.png");
   EXPECT_NE(r.status, 0);

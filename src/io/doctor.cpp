@@ -89,16 +89,17 @@ DoctorReport run_doctor(const std::string& model_dir) {
       for (Offload o : {Offload::None, Offload::TextEncoder, Offload::Blocks})
         fit[std::string(offload_name(o)) + "_gib"] = double(est.peak(o)) / kGiB;
       fit["runtime_overhead_gib"] = double(kRuntimeOverheadBytes) / kGiB;
+      // A bf16 model: what it would need as an fp8 file, for the advice to convert.
+      GenerationShape fp8_shape = shape;
+      fp8_shape.quantize = DType::F8_E4M3;
+      fp8_shape.text_encoder_8bit = true;
+      const std::optional<MemoryEstimate> as_fp8 =
+          shape.quantize ? std::nullopt
+                         : std::optional(estimate_memory({mf.dit, mf.text_encoder, mf.vae, std::nullopt}, fp8_shape));
+      if (as_fp8) fit["fp8_file_blocks_gib"] = double(as_fp8->peak(Offload::Blocks)) / kGiB;
       for (const GpuInfo& g : si.gpus) {
         const size_t usable = g.free_bytes > kRuntimeOverheadBytes ? size_t(g.free_bytes) - kRuntimeOverheadBytes : 0;
-        std::string mode;
-        try {
-          Offload o = plan_offload(est, usable);
-          mode = o == Offload::None ? "fits resident (--offload none)" : std::string("needs --offload ") + offload_name(o);
-        } catch (const Error&) {
-          mode = "too small even with --offload blocks at this size";
-        }
-        fit["gpu" + std::to_string(g.index)] = mode;
+        fit["gpu" + std::to_string(g.index)] = gpu_fit(est, usable, as_fp8 ? &*as_fp8 : nullptr);
       }
       m["memory"] = fit;
     } catch (const Error& e) {

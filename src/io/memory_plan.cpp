@@ -130,6 +130,29 @@ Offload plan_offload(const MemoryEstimate& e, size_t budget_bytes) {
        gib_str(e.peak(Offload::None)), "); try a smaller image, batch or guidance 1");
 }
 
+std::string gpu_fit(const MemoryEstimate& e, size_t usable, const MemoryEstimate* as_fp8) {
+  auto mode = [usable](const MemoryEstimate& m) -> std::optional<Offload> {
+    for (Offload o : {Offload::None, Offload::TextEncoder, Offload::Blocks})
+      if (m.peak(o) <= usable) return o;
+    return std::nullopt;
+  };
+  auto say = [](std::optional<Offload> o) {
+    if (!o) return std::string("too small even with --offload blocks at this size");
+    return *o == Offload::None ? std::string("fits resident (--offload none)") : "needs --offload " + std::string(offload_name(*o));
+  };
+  const std::optional<Offload> here = mode(e);
+  std::string s = say(here);
+  if (as_fp8) {
+    const std::optional<Offload> fp8 = mode(*as_fp8);
+    if (fp8 && (!here || int(*fp8) < int(*here))) {
+      const std::string m = offload_name(*fp8);
+      s += "; as an fp8 file (convert --dtype fp8) it " +
+           (*fp8 == Offload::None ? "fits resident" : here ? "needs only --offload " + m : "fits with --offload " + m);
+    }
+  }
+  return s;
+}
+
 MemoryPlan plan_memory(const ModelShapes& m, const GenerationShape& g, size_t budget_bytes, bool allow_tiling) {
   const MemoryEstimate untiled = estimate_memory(m, g);
   GenerationShape gt = g;

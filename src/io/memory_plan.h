@@ -61,6 +61,11 @@ Stored8bit stored_8bit(const ModelFolder& m);
 // Error giving every mode's need when even blocks does not fit.
 Offload plan_offload(const MemoryEstimate& e, size_t budget_bytes);
 
+// doctor's line for a GPU with `usable` bytes: "fits resident (--offload none)", "needs --offload MODE" or
+// "too small even with --offload blocks at this size"; with `as_fp8` (the same model as an fp8 file) the
+// advice to convert is added when that file would need less offloading, or would fit where this does not.
+std::string gpu_fit(const MemoryEstimate& e, size_t usable, const MemoryEstimate* as_fp8 = nullptr);
+
 // The same over (mode, VAE tiling): none, none + tiled decode, text-encoder, text-encoder + tiled, blocks,
 // blocks + tiled; tiling only when `allow_tiling` (the pipeline's automatic tiling follows the allocator
 // cap, so a plan that needs it gets it). With g.vae_tiling set, every step is tiled.
