@@ -167,6 +167,11 @@ std::string format_doctor(const json& j) {
                     f["at"].get<std::string>().c_str(), f["none_gib"].get<double>(), f["text-encoder_gib"].get<double>(),
                     f["blocks_gib"].get<double>(), f["runtime_overhead_gib"].get<double>());
       o << line;
+      if (f.contains("fp8_file_blocks_gib")) {
+        std::snprintf(line, sizeof line, "  as an fp8 file (convert --dtype fp8): ~%.1f GiB --offload blocks\n",
+                      f["fp8_file_blocks_gib"].get<double>());
+        o << line;
+      }
       for (auto it = f.begin(); it != f.end(); ++it)
         if (it.key().rfind("gpu", 0) == 0) o << "  " << it.key() << ": " << it.value().get<std::string>() << "\n";
     }
