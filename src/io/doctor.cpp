@@ -78,9 +78,7 @@ DoctorReport run_doctor(const std::string& model_dir) {
       // Device memory at 1024x1024 with guidance (2 rows), a 256-token prompt, bf16 (8-bit weights where the
       // file stores them so), per low-VRAM mode.
       GenerationShape shape;
-      const Stored8bit stored = stored_8bit(mf);
-      shape.quantize = stored.dit;
-      shape.text_encoder_8bit = stored.text_encoder;
+      set_8bit_weights(shape, &mf, std::nullopt);
       const MemoryEstimate est = estimate_memory({mf.dit, mf.text_encoder, mf.vae, std::nullopt}, shape);
       json fit;
       fit["at"] = std::string("1024x1024, cfg > 1, 256 prompt tokens, bf16") +

@@ -78,6 +78,12 @@ Stored8bit stored_8bit(const ModelFolder& m) {
           stored(m.text_encoder_c, m.text_encoder.num_hidden_layers).has_value()};
 }
 
+void set_8bit_weights(GenerationShape& g, const ModelFolder* m, std::optional<DType> quantize) {
+  const Stored8bit stored = m ? stored_8bit(*m) : Stored8bit{};
+  g.quantize = quantize ? quantize : stored.dit;
+  g.text_encoder_8bit = stored.text_encoder || QuantPolicy{}.text_encoder_quantization(quantize);
+}
+
 MemoryEstimate estimate_memory(const ModelShapes& m, const GenerationShape& g) {
   MemoryEstimate e;
   const DType act = g.act;

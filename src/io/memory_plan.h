@@ -56,6 +56,9 @@ struct Stored8bit {
   bool text_encoder = false;
 };
 Stored8bit stored_8bit(const ModelFolder& m);
+// g's 8-bit weights: the DiT's under --quantize `quantize`, else as `m` stores them; the text encoder's as the
+// policy quantizes it under `quantize`, or as `m` stores it. `m` may be null (random weights).
+void set_8bit_weights(GenerationShape& g, const ModelFolder* m, std::optional<DType> quantize);
 
 // The least offloading whose peak fits `budget_bytes` (none, then text-encoder, then blocks). Throws an
 // Error giving every mode's need when even blocks does not fit.

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "io/model_file.h"
 #include "io/model_tokenizer.h"
 #include "pipeline/request.h"
 
@@ -43,9 +42,7 @@ GenerationShape serving_shape(const ModelFolder& m, const PipelineOptions& popt)
 OffloadChoice plan_pipeline_memory(const ModelFolder& m, const GenerationShape& g, const MemoryFlags& f,
                                    Offload fallback, PipelineOptions& popt) {
   GenerationShape gq = g;
-  const Stored8bit stored = stored_8bit(m);
-  gq.quantize = popt.quantize ? popt.quantize : stored.dit;
-  gq.text_encoder_8bit = stored.text_encoder || QuantPolicy{}.text_encoder_quantization(popt.quantize);
+  set_8bit_weights(gq, &m, popt.quantize);
   const OffloadChoice c = choose_offload(model_shapes(m, popt.load_pe), gq, popt.device, f, fallback,
                                          popt.vae_tiling != VaeTilingMode::Off);
   popt.keep_text_encoder = c.mode == Offload::None;

@@ -249,13 +249,7 @@ int run(const Opts& o) {
     g.rows = rows;
     g.text_tokens = o.prompt_tokens;
     g.act = act;
-    g.quantize = quantize;
-    g.text_encoder_8bit = te_quantize.has_value();
-    if (folder) {  // a converted 8-bit file
-      const Stored8bit stored = stored_8bit(*folder);
-      if (!g.quantize) g.quantize = stored.dit;
-      g.text_encoder_8bit |= stored.text_encoder;
-    }
+    set_8bit_weights(g, folder ? &*folder : nullptr, quantize);
     const MemoryEstimate e = estimate_memory(shapes, g);
     if (o.max_vram > 0) {
       ERNIE_CHECK(dev.is_cuda(), "bench: --max-vram applies to a CUDA device");
