@@ -181,6 +181,7 @@ TEST(CApi, MemoryOptionsDefaults) {
   EXPECT_EQ(mem.vae_tiling, ERNIE_VAE_TILING_AUTO);
   EXPECT_EQ(mem.vae_tile, 0);
   EXPECT_EQ(mem.quantize, ERNIE_QUANTIZE_NONE);
+  EXPECT_EQ(mem.attention_fp8, 0);
   ernie_memory_options_init(nullptr);  // no crash
   EXPECT_EQ(ernie_model_offload(nullptr), ERNIE_OFFLOAD_DEFAULT);
   // ernie_load: everything resident; keep_text_encoder = 0: the text encoder offloaded.
@@ -226,6 +227,16 @@ TEST(CApi, QuantizeOptionLoads) {
     EXPECT_LE(golden_case_2_max_diff(l.model), 1);
     ernie_free(l.model);
   }
+  mem.attention_fp8 = 1;  // on the CPU (and in bf16 blocks) attention stays bf16/f32: the same image
+  Loaded a = load_with(&mem);
+  ASSERT_EQ(a.status, ERNIE_OK) << a.err;
+  EXPECT_LE(golden_case_2_max_diff(a.model), 1);
+  ernie_free(a.model);
+  mem.struct_size = offsetof(ernie_memory_options, attention_fp8);  // the second version
+  mem.attention_fp8 = 5;                                            // not read
+  a = load_with(&mem);
+  EXPECT_EQ(a.status, ERNIE_OK) << a.err;
+  ernie_free(a.model);
   mem.struct_size = offsetof(ernie_memory_options, quantize);
   mem.quantize = 77;  // beyond the first version's size: not read
   Loaded l = load_with(&mem);
@@ -251,6 +262,7 @@ TEST(CApi, BadMemoryOptionsAreErrors) {
       {"tile off the VAE grid", [](ernie_memory_options& m) { m.vae_tile = 3; }, 1, "vae tile 3 must be a multiple"},
       {"struct_size", [](ernie_memory_options& m) { m.struct_size = 8; }, 1, "ernie_memory_options.struct_size 8"},
       {"unknown quantize", [](ernie_memory_options& m) { m.quantize = 9; }, 1, "ernie_memory_options.quantize 9"},
+      {"attention_fp8 2", [](ernie_memory_options& m) { m.attention_fp8 = 2; }, 1, "ernie_memory_options.attention_fp8 2"},
       {"keep_text_encoder 0 and none", [](ernie_memory_options& m) { m.offload = ERNIE_OFFLOAD_NONE; }, 0,
        "keep_text_encoder = 0 contradicts"},
   };

@@ -93,6 +93,11 @@ ernie::MemoryFlags memory_flags(const ernie_memory_options& m, const ernie_optio
       case ERNIE_QUANTIZE_INT8: po.quantize = ernie::DType::I8; break;
       default: ernie::fail("ernie_memory_options.quantize ", std::to_string(m.quantize), ": not an ernie_quantize (0-2)");
     }
+  if (m.struct_size > offsetof(ernie_memory_options, attention_fp8)) {
+    ERNIE_CHECK(m.attention_fp8 == 0 || m.attention_fp8 == 1, "ernie_memory_options.attention_fp8 ",
+                std::to_string(m.attention_fp8), ": 0 or 1");
+    po.attention_fp8 = m.attention_fp8 == 1;
+  }
   return f;
 }
 
@@ -137,10 +142,13 @@ ernie_status ernie_load_ex(const ernie_options* opt, const ernie_memory_options*
   return guarded(err, [&] {
     ERNIE_CHECK(opt && out, "ernie_load: options and out must not be NULL");
     constexpr size_t kFirstVersion = offsetof(ernie_memory_options, quantize);  // before `quantize`
-    ERNIE_CHECK(!mem || mem->struct_size == sizeof(ernie_memory_options) || mem->struct_size == kFirstVersion,
+    constexpr size_t kSecondVersion = offsetof(ernie_memory_options, attention_fp8);
+    ERNIE_CHECK(!mem || mem->struct_size == sizeof(ernie_memory_options) || mem->struct_size == kSecondVersion ||
+                    mem->struct_size == kFirstVersion,
                 "ernie_memory_options.struct_size ", std::to_string(mem ? mem->struct_size : 0),
-                ": this library takes ", std::to_string(sizeof(ernie_memory_options)), " or ",
-                std::to_string(kFirstVersion), " (set it up with ernie_memory_options_init)");
+                ": this library takes ", std::to_string(sizeof(ernie_memory_options)), ", ",
+                std::to_string(kSecondVersion), " or ", std::to_string(kFirstVersion),
+                " (set it up with ernie_memory_options_init)");
     ERNIE_CHECK(opt->model_dir && *opt->model_dir, "ernie_load: model_dir is required");
     ernie::PipelineOptions po;
     po.model_dir = opt->model_dir;

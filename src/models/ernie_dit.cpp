@@ -311,10 +311,17 @@ Tensor ErnieDit::linear(const LinearInput& in, const ops::Weight& w) const {
 Tensor ErnieDit::self_attention(const Block& blk, const LinearInput& x, const Rotary& rope,
                                 const std::vector<int64_t>& kv_len) const {
   const int64_t B = x.B, S = x.S, heads = cfg_.num_attention_heads, D = cfg_.head_dim();
+  ops::AttentionMask mask;
+  mask.kv_len = kv_len;
+  const float scale = 1.0f / std::sqrt(float(D));
   Tensor query, key, value;
   if (blk.to_qkv.defined()) {  // one GEMM, then the split, the norms and RoPE in one pass
-    ops::Qkv a = ops::qkv_norm_rope(linear(x, blk.to_qkv), heads, blk.norm_q, blk.norm_k, cfg_.eps, rope.cos,
-                                    rope.sin);
+    const Tensor qkv = linear(x, blk.to_qkv);
+    if (attention_fp8_ && blk.to_qkv.w.dtype() == DType::F8_E4M3 && ops::attention_fp8_supported(qkv, D)) {
+      const ops::Qkv8 a8 = ops::qkv_norm_rope_fp8(qkv, heads, blk.norm_q, blk.norm_k, cfg_.eps, rope.cos, rope.sin);
+      return ops::attention_fp8(a8, scale, mask, act_).reshape({B, S, heads * D});
+    }
+    ops::Qkv a = ops::qkv_norm_rope(qkv, heads, blk.norm_q, blk.norm_k, cfg_.eps, rope.cos, rope.sin);
     query = a.q, key = a.k, value = a.v;
   } else {
     query = linear(x, blk.to_q).reshape({B, S, heads, D});
@@ -325,9 +332,7 @@ Tensor ErnieDit::self_attention(const Block& blk, const LinearInput& x, const Ro
     query = ops::rope(query, rope.cos, rope.sin);
     key = ops::rope(key, rope.cos, rope.sin);
   }
-  ops::AttentionMask mask;
-  mask.kv_len = kv_len;
-  return ops::attention(query, key, value, 1.0f / std::sqrt(float(D)), mask).reshape({B, S, heads * D});
+  return ops::attention(query, key, value, scale, mask).reshape({B, S, heads * D});
 }
 
 // ErnieImageFeedForward: linear_fc2(up_proj(x) * gelu(gate_proj(x))); linear_fc2 is applied by layer()

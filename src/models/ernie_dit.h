@@ -59,6 +59,12 @@ class ErnieDit {
   using InputObserver = std::function<void(const std::string& weight, const Tensor& x)>;
   void set_input_observer(InputObserver f) { input_observer_ = std::move(f); }
 
+  // fp8 attention (ops::attention_fp8: q, k, P and v in e4m3 on Hopper's fp8 tensor cores) in the blocks whose
+  // fused q|k|v projection is fp8, where the device runs it (attention_fp8_supported); elsewhere, and in the
+  // blocks kept bf16, attention stays bf16. Off by default.
+  void set_attention_fp8(bool on) { attention_fp8_ = on; }
+  bool attention_fp8() const { return attention_fp8_; }
+
   struct Block {
     Tensor adaLN_sa_ln, adaLN_mlp_ln;                    // RMSNorm weights [hidden]
     ops::Weight to_q, to_k, to_v, to_out;                // self_attention (no biases)
@@ -121,6 +127,7 @@ class ErnieDit {
   DitConfig cfg_;
   Device device_;
   DType act_ = DType::F32;
+  bool attention_fp8_ = false;
   Tensor x_embedder_w, x_embedder_b, text_proj, time_linear_1_w, time_linear_1_b, time_linear_2_w, time_linear_2_b;
   Tensor adaLN_modulation_w, adaLN_modulation_b, final_norm_w, final_norm_b, final_linear_w, final_linear_b;
   std::vector<Block> layers_;                   // resident blocks (empty when streamed)

@@ -203,6 +203,32 @@ Qkv qkv_norm_rope(const Tensor& qkv, int64_t heads, const Tensor& norm_q, const 
 #endif
   return qkv_norm_rope_composed(qkv, heads, norm_q, norm_k, eps, cos, sin);
 }
+bool attention_fp8_supported(const Tensor& qkv, int64_t head_dim) {
+  if (head_dim != 128 || !qkv.defined()) return false;
+#ifdef ERNIE_HAVE_CUDA
+  if (qkv.device().is_cuda()) return cuda::attention_fp8_supported(qkv);
+#endif
+  return qkv.device().is_cpu();
+}
+Qkv8 qkv_norm_rope_fp8(const Tensor& qkv, int64_t heads, const Tensor& norm_q, const Tensor& norm_k, float eps,
+                       const Tensor& cos, const Tensor& sin) {
+  ERNIE_CHECK(qkv.defined() && qkv.ndim() == 3 && heads > 0 && qkv.dim(2) == 3 * heads * 128,
+              "qkv_norm_rope_fp8: qkv ", qkv.defined() ? shape_str(qkv.shape()) : std::string("undefined"),
+              " is not [B, S, 3 * heads * 128] for ", std::to_string(heads), " heads");
+#ifdef ERNIE_HAVE_CUDA
+  if (qkv.device().is_cuda()) {
+    ERNIE_CHECK(cuda::qkv_norm_rope_supported(qkv, heads, norm_q, norm_k, cos, sin),
+                "qkv_norm_rope_fp8: these inputs need the unfused path (16-byte aligned, F32 tables on the device)");
+    return on_cuda("qkv_norm_rope_fp8", [&] { return cuda::qkv_norm_rope_fp8(qkv, heads, norm_q, norm_k, eps, cos, sin); });
+  }
+#endif
+  return cpu::fp8_attention_inputs(qkv_norm_rope_composed(qkv, heads, norm_q, norm_k, eps, cos, sin));
+}
+Tensor attention_fp8(const Qkv8& x, float scale, const AttentionMask& mask, DType out) {
+  rules::attention_fp8(x, mask);
+  ERNIE_CHECK(out == DType::F32 || out == DType::BF16, "attention_fp8: out must be F32 or BF16");
+  ERNIE_OP(attention_fp8, x.q.device(), x, scale, mask, out);
+}
 SumNorm add_rms_norm(const Tensor& x, const Tensor& y, const Tensor& weight, float eps) {
   ERNIE_CHECK(x.defined(), "add_rms_norm: x is undefined");
   ERNIE_OP(add_rms_norm, x.device(), x, y, weight, eps);

@@ -169,6 +169,31 @@ Tensor qkv_rope_attention(const Tensor& qkv, int64_t heads_q, int64_t heads_kv, 
                           const Tensor& sin_q, const Tensor& cos_k, const Tensor& sin_k, const Tensor& k_cache,
                           const Tensor& v_cache, int64_t pos, float scale);
 
+// ---- fp8 attention (the DiT's joint attention on Hopper's fp8 tensor cores) ----------------------------
+// qkv_norm_rope's result in fp8 for attention_fp8 (head_dim 128 only):
+//  - q, k: F8_E4M3 codes [B, S, heads, 128] of the normed and roped values, unscaled (a per-head rms-normed
+//    row is bounded by sqrt(128)·max|norm weight|; beyond ±448 saturates);
+//  - vt: F8_E4M3 [B, heads, 128, S32] (S32 = S rounded up to 32, zero past S): v transposed per head, each
+//    128-key tile t of a head divided by its own v_scale [B, heads, ceil(S/128)] (F32, quantize()'s scale
+//    of the tile: max|tile| / 448, 1 for an all-zero tile); within every 32 keys, position p holds key
+//    fp8_key_order(p) (the order in which the tensor cores' fp8 operand fragment holds P, see
+//    attention_wgmma.cu).
+struct Qkv8 {
+  Tensor q, k, vt, v_scale;
+};
+constexpr int fp8_key_order(int p) { return 16 * (p / 16) + 8 * ((p % 4) / 2) + 2 * ((p % 16) / 4) + p % 2; }
+constexpr int kFp8AttentionTile = 128;  // keys per v_scale
+// Whether attention_fp8 runs on qkv's device for this head_dim (CPU: its reference; CUDA: compute
+// capability 9.0).
+bool attention_fp8_supported(const Tensor& qkv, int64_t head_dim);
+Qkv8 qkv_norm_rope_fp8(const Tensor& qkv, int64_t heads, const Tensor& norm_q, const Tensor& norm_k, float eps,
+                       const Tensor& cos, const Tensor& sin);
+// softmax(q·kᵀ·scale + mask)·v of qkv_norm_rope_fp8's codes, the FlashAttention way over 128-key tiles: the
+// running maximum m and sum l in fp32, P = 2^(scale·log2(e)·s − m) rounded to e4m3 for the P·v product,
+// O accumulated in units of the current tile's v_scale. Not causal; mask.kv_len as attention's. Returns
+// [B, S, heads, 128] in `out` (F32 or BF16).
+Tensor attention_fp8(const Qkv8& x, float scale, const AttentionMask& mask, DType out);
+
 // ---- convolution and resampling ------------------------------------------------------------------------------
 // 2-D convolution with symmetric zero padding `pad`. NCHW: x [B, I, H, W], weight [O, I, kh, kw] ->
 // [B, O, Ho, Wo]. NHWC: x [B, H, W, I], weight [O, kh, kw, I] (conv_weight_nhwc of the NCHW weight) ->

@@ -181,6 +181,29 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attentio
   ERNIE_CHECK(mask.q_offset >= 0, "attention: negative q_offset ", str(mask.q_offset));
 }
 
+void attention_fp8(const Qkv8& x, const AttentionMask& mask) {
+  ERNIE_CHECK(x.q.defined() && x.k.defined() && x.vt.defined() && x.v_scale.defined(),
+              "attention_fp8: the fp8 inputs are incomplete (use qkv_norm_rope_fp8)");
+  const Shape& s = x.q.shape();
+  ERNIE_CHECK(x.q.ndim() == 4 && s[3] == 128 && x.k.shape() == s && x.q.dtype() == DType::F8_E4M3 &&
+                  x.k.dtype() == DType::F8_E4M3,
+              "attention_fp8: q ", shape_str(s), " and k ", shape_str(x.k.shape()),
+              " must be F8_E4M3 [B, S, heads, 128]");
+  const int64_t B = s[0], S = s[1], H = s[2];
+  const Shape vt{B, H, 128, (S + 31) / 32 * 32}, vs{B, H, (S + kFp8AttentionTile - 1) / kFp8AttentionTile};
+  ERNIE_CHECK(x.vt.shape() == vt && x.vt.dtype() == DType::F8_E4M3 && x.v_scale.shape() == vs &&
+                  x.v_scale.dtype() == DType::F32,
+              "attention_fp8: vt ", shape_str(x.vt.shape()), " / v_scale ", shape_str(x.v_scale.shape()),
+              " should be F8_E4M3 ", shape_str(vt), " / F32 ", shape_str(vs));
+  for (const Tensor* t : {&x.k, &x.vt, &x.v_scale})
+    ERNIE_CHECK(t->device() == x.q.device(), "attention_fp8: inputs on different devices");
+  ERNIE_CHECK(!mask.causal && mask.q_offset == 0, "attention_fp8: causal masks are not supported");
+  ERNIE_CHECK(mask.kv_len.empty() || int64_t(mask.kv_len.size()) == B, "attention_fp8: kv_len has ",
+              std::to_string(mask.kv_len.size()), " entries for batch ", str(B));
+  for (int64_t L : mask.kv_len)
+    ERNIE_CHECK(L >= 0 && L <= S, "attention_fp8: kv_len ", str(L), " outside [0, ", str(S), "]");
+}
+
 void quantized_weight(const Tensor& q, const Tensor& scale, const char* op) {
   ERNIE_CHECK(q.defined() && q.ndim() == 2 && (q.dtype() == DType::I8 || q.dtype() == DType::F8_E4M3), op,
               ": an 8-bit weight must be a 2-D I8 or F8_E4M3 tensor, got ", shape_str(q.shape()), " ",

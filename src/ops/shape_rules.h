@@ -62,6 +62,11 @@ int64_t linear_swiglu(const Tensor& x, const Tensor& gate_up);
 // [0, Sk]; mask.q_offset >= 0.
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMask& mask);
 
+// qkv_norm_rope_fp8's result (ops.h Qkv8) for attention_fp8: q = k F8_E4M3 [B, S, heads, 128], vt F8_E4M3
+// [B, heads, 128, S rounded up to 32], v_scale F32 [B, heads, ceil(S / 128)], all on q's device; mask not causal,
+// no q_offset, kv_len as attention's.
+void attention_fp8(const Qkv8& x, const AttentionMask& mask);
+
 // An 8-bit weight: q [rows, cols] I8 or F8_E4M3 with scale [rows] F32 on q's device.
 void quantized_weight(const Tensor& q, const Tensor& scale, const char* op);
 // x [B, ..., C] with a per-row vector v [B or 1, C] (any shape with those leading/trailing sizes): the stride

@@ -331,6 +331,7 @@ class ErniePipeline final : public Pipeline {
     load_component(!dit_, loads_.denoiser, progress, [&] {
       dit_ = ErnieDit::load(m_, opt_.device, opt_.dtype, opt_.offload_blocks, opt_.quantize);
       dit_->set_input_observer(opt_.observe_dit_inputs);
+      dit_->set_attention_fp8(opt_.attention_fp8);
       vae_ = Flux2Vae::load(m_, opt_.device, opt_.dtype);
     });
   }

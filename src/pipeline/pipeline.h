@@ -33,6 +33,8 @@ struct PipelineOptions {
   // on Hopper's fp8 tensor cores, int8 W8A16; see ops::linear), and the text encoder's projections to int8
   // (QuantPolicy::text_encoder_quantization; run weight-only). A converted 8-bit file is used as stored.
   std::optional<DType> quantize;
+  // --attention fp8: the DiT's fp8 blocks run attention in fp8 too (ErnieDit::set_attention_fp8; Hopper).
+  bool attention_fp8 = false;
   bool offload_blocks = false;   // CUDA only (--offload blocks): DiT blocks stay in pinned host memory and
                                  // are streamed to the GPU block by block during each step
   size_t memory_limit = 0;       // CUDA: cap on the device memory the allocator takes (--max-vram), set for the

@@ -53,6 +53,31 @@ TEST(CudaPerf, DISABLED_Attention) {
   unsetenv("ERNIE_ATTENTION");
 }
 
+// The DiT's attention from its fused projection at 1024² (S 4296, 32 heads): qkv_norm_rope + the bf16
+// kernel against qkv_norm_rope_fp8 + the fp8 kernel.
+TEST(CudaPerf, DISABLED_AttentionFp8) {
+  ERNIE_REQUIRE_GPU();
+  cuda::set_poison_allocations(false);
+  const int S = 4296, H = 32, D = 128;
+  Tensor nq = gpu_rnd({D}, 6), nk = gpu_rnd({D}, 7), cs = rnd({1, S, D}, 8).to(kGPU), sn = rnd({1, S, D}, 9).to(kGPU);
+  for (int B : {1, 2}) {
+    Tensor qkv = gpu_rnd({B, S, 3 * H * D}, 5);
+    ops::AttentionMask m;
+    m.kv_len = std::vector<int64_t>(size_t(B), S - 50);
+    const double flop = 4.0 * B * H * double(S) * S * D;
+    Tensor o;
+    ops::Qkv a;
+    ops::Qkv8 a8;
+    const double prep = time_s([&] { a = ops::qkv_norm_rope(qkv, H, nq, nk, 1e-6f, cs, sn); });
+    const double att = time_s([&] { o = ops::attention(a.q, a.k, a.v, 0.088f, m); });
+    const double prep8 = time_s([&] { a8 = ops::qkv_norm_rope_fp8(qkv, H, nq, nk, 1e-6f, cs, sn); });
+    const double att8 = time_s([&] { o = ops::attention_fp8(a8, 0.088f, m, DType::BF16); });
+    std::printf("attention B=%d S=%d: bf16 %.3f ms (%.0f TFLOP/s) + qkv_norm_rope %.3f ms; fp8 %.3f ms (%.0f TFLOP/s) "
+                "+ qkv_norm_rope_fp8 %.3f ms\n",
+                B, S, att * 1e3, flop / att / 1e12, prep * 1e3, att8 * 1e3, flop / att8 / 1e12, prep8 * 1e3);
+  }
+}
+
 TEST(CudaPerf, DISABLED_Elementwise) {
   ERNIE_REQUIRE_GPU();
   cuda::set_poison_allocations(false);

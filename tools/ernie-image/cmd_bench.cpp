@@ -1,5 +1,5 @@
 // ernie-image bench (--model DIR | --random) [-W 1024 -H 1024] [--steps N] [--cfg S] [--prompt-tokens N]
-//                   [--repeat R] [--dtype bf16] [--quantize fp8|int8] [--json] [--vae-tiling [--vae-tile PIXELS]]
+//                   [--repeat R] [--dtype bf16] [--quantize fp8|int8] [--attention bf16|fp8] [--json] [--vae-tiling [--vae-tile PIXELS]]
 //                   [--offload none|text-encoder|blocks | --max-vram GiB] [--load-only]
 // Times the stages of one generation on the GPU: loading, text encoding, the denoising loop (DiT
 // forward per step, CFG rows batched, Euler update) and the VAE decode. --random builds the released
@@ -43,7 +43,7 @@ namespace ernie::cli {
 namespace {
 
 struct Opts {
-  std::string model, device = "cuda", dtype = "bf16", offload = "text-encoder", quantize;
+  std::string model, device = "cuda", dtype = "bf16", offload = "text-encoder", quantize, attention;
   double max_vram = 0;
   bool random = false, json = false, vae_tiling = false, load_only = false;
   int width = 1024, height = 1024, steps = 8, prompt_tokens = 200, repeat = 3, vae_tile = 0;
@@ -227,6 +227,8 @@ int run(const Opts& o) {
   const std::optional<DType> quantize = parse_quantize_option(o.quantize);
   const std::optional<DType> te_quantize = QuantPolicy{}.text_encoder_quantization(quantize);
   j["quantize"] = quantize ? o.quantize : "none";
+  const bool attention_fp8 = parse_attention_option(o.attention);
+  j["attention"] = attention_fp8 ? "fp8" : "bf16";
   j["width"] = o.width;
   j["height"] = o.height;
   j["steps"] = o.steps;
@@ -335,6 +337,7 @@ int run(const Opts& o) {
   sync(dev);
   j["dit_load_s"] = since(t0);
   device_bytes += device_in_use(dev) - in_use;
+  dit.set_attention_fp8(attention_fp8);
   j["dit_device_gib"] = double(dit.weight_bytes()) / double(size_t(1) << 30);
   if (BlockStreamer* bs = dit.block_streamer()) {
     j["streamed_gib"] = double(bs->host_bytes()) / double(size_t(1) << 30);
@@ -442,6 +445,7 @@ Register reg(60, [](CLI::App& app) {
   c->add_option("--quantize", o->quantize,
                 "quantize the DiT's linear weights (fp8 or int8) and the text encoder's projections (int8) at load "
                 "(default none)");
+  c->add_option("--attention", o->attention, "bf16 (default) or fp8 attention in the fp8 DiT blocks");
   c->add_option("--device", o->device, "cuda (default), cuda:N or cpu");
   c->add_option("--seed", o->seed, "seed of the random weights and inputs");
   c->add_flag("--json", o->json, "print the result as JSON");

@@ -25,7 +25,7 @@ namespace ernie::cli {
 namespace {
 
 struct Opts {
-  std::string model, prompt, negative, out = "out.png", device = "cpu", dtype, quantize, init_latents, save_latents;
+  std::string model, prompt, negative, out = "out.png", device = "cpu", dtype, quantize, attention, init_latents, save_latents;
   std::string progress = "bar", offload;
   double max_vram = 0;
   int width = 0, height = 0, steps = 0, batch = 1, threads = 0, vae_tile = 0;
@@ -43,6 +43,7 @@ int run(const Opts& o, const CLI::App& c) {
   popt.device = Device::parse(o.device);
   popt.dtype = parse_dtype_option(o.dtype, popt.device);
   popt.quantize = parse_quantize_option(o.quantize);
+  popt.attention_fp8 = parse_attention_option(o.attention);
   popt.threads = o.threads;
   popt.load_pe = o.pe;
   ERNIE_CHECK(o.threads >= 0, "--threads ", std::to_string(o.threads), " must not be negative");
@@ -166,6 +167,8 @@ Register reg(10, [](CLI::App& app) {
   c->add_option("--quantize", o->quantize, "quantize the DiT's linear weights at load: fp8 (W8A8, Hopper fp8 tensor "
                                            "cores) or int8 (weight-only); first/last blocks stay bf16; the text "
                                            "encoder's projections to int8 (weight-only)");
+  c->add_option("--attention", o->attention, "bf16 (default) or fp8: the fp8 DiT blocks run attention on the fp8 "
+                                             "tensor cores too (Hopper; q, k, P and v in e4m3)");
   c->add_option("--threads", o->threads, "CPU threads (default: all cores)");
   c->add_option("--init-latents", o->init_latents, "safetensors file with tensor `latents` [B, C, H/s, W/s]: the initial noise");
   c->add_option("--save-latents", o->save_latents, "write the initial noise (tensor `latents`) to this safetensors file");

@@ -28,7 +28,7 @@ namespace ernie::cli {
 namespace {
 
 struct Opts {
-  std::string model, host = "127.0.0.1", api_key, device = "auto", dtype, offload, quantize;
+  std::string model, host = "127.0.0.1", api_key, device = "auto", dtype, offload, quantize, attention;
   int port = 8080, max_queue = 16, threads = 0, vae_tile = 0;
   size_t max_body = 1 << 20;
   double grace = 30, max_vram = 0;
@@ -52,6 +52,7 @@ int run(const Opts& o, const CLI::App& c) {
   popt.device = pick_device(o.device);
   popt.dtype = parse_dtype_option(o.dtype, popt.device);
   popt.quantize = parse_quantize_option(o.quantize);
+  popt.attention_fp8 = parse_attention_option(o.attention);
   popt.threads = o.threads;
   MemoryFlags mem;
   if (c.count("--offload")) mem.offload = o.offload;
@@ -134,6 +135,7 @@ Register reg(30, [](CLI::App& app) {
   c->add_option("--device", o->device, "auto (default: CUDA when present), cpu, cuda or cuda:N");
   c->add_option("--dtype", o->dtype, "activation type: f32 (CPU) or bf16 (CUDA default)");
   c->add_option("--quantize", o->quantize, "quantize the DiT's and the text encoder's weights at load: fp8 or int8 (as generate)");
+  c->add_option("--attention", o->attention, "bf16 (default) or fp8 attention in the fp8 DiT blocks (as generate)");
   c->add_option("--threads", o->threads, "CPU threads (default: all cores)");
   c->add_flag("--vae-tiling", o->vae_tiling, "decode every image in tiles (less memory; on CUDA it is automatic "
               "when the whole decode would not fit)");

@@ -21,6 +21,12 @@ DType parse_dtype_option(const std::string& s, Device device) {
   fail("--dtype: unknown type '", s, "' (use f32 or bf16)");
 }
 
+bool parse_attention_option(const std::string& s) {
+  if (s.empty() || s == "bf16") return false;
+  if (s == "fp8") return true;
+  fail("--attention: unknown precision '", s, "' (use bf16 or fp8)");
+}
+
 std::optional<DType> parse_quantize_option(const std::string& s) {
   if (s.empty() || s == "none") return std::nullopt;
   if (s == "fp8") return DType::F8_E4M3;

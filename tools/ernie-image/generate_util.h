@@ -15,6 +15,8 @@ namespace ernie::cli {
 DType parse_dtype_option(const std::string& s, Device device);
 // --quantize: "fp8" -> F8_E4M3, "int8" -> I8, "" or "none" -> nothing.
 std::optional<DType> parse_quantize_option(const std::string& s);
+// --attention bf16|fp8 (empty: bf16): whether the DiT's fp8 blocks run fp8 attention.
+bool parse_attention_option(const std::string& s);
 
 // `pattern` with %d (or %0Nd, and %% for a literal %) replaced by 0..n-1. Without a %d and n > 1, "_%d" is
 // inserted before the extension. Throws on malformed patterns and on duplicate names.

@@ -41,6 +41,10 @@ ops::Qkv qkv_rope(const Tensor& qkv, int64_t heads_q, int64_t heads_kv, const Te
                   const Tensor& cos_k, const Tensor& sin_k, const Tensor& k_out, const Tensor& v_out);
 Tensor linear_swiglu(const Tensor& x, const ops::Weight& gate_up);
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale, const ops::AttentionMask& mask);
+// fp8 attention (attention_fp8.cpp): qkv_norm_rope_fp8's codes from qkv_norm_rope's float result, and
+// ops::attention_fp8.
+ops::Qkv8 fp8_attention_inputs(const ops::Qkv& x);
+Tensor attention_fp8(const ops::Qkv8& x, float scale, const ops::AttentionMask& mask, DType out);
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int stride, int pad,
               ops::Layout layout = ops::Layout::NCHW);
 Tensor pad2d(const Tensor& x, int left, int right, int top, int bottom);

@@ -67,6 +67,40 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
   return out;
 }
 
+bool attention_fp8_supported(const Tensor& qkv) {
+  return qkv.device().is_cuda() && attn::wgmma_supported(128, false, 1.f, detail::dev(qkv));
+}
+
+Tensor attention_fp8(const ops::Qkv8& x, float scale, const ops::AttentionMask& mask, DType out_dtype) {
+  const int dev = detail::dev(x.q);
+  ERNIE_CHECK(attn::wgmma_supported(128, false, scale, dev),
+              "attention_fp8: needs a compute-capability 9.0 GPU (Hopper) and a positive scale");
+  for (const Tensor* t : {&x.q, &x.k, &x.vt})
+    ERNIE_CHECK(aligned16(t->raw()), "attention_fp8: inputs must be 16-byte aligned");
+  const int64_t B = x.q.dim(0), S = x.q.dim(1), H = x.q.dim(2);
+  ERNIE_CHECK(S < INT32_MAX - 32 && H < 65536, "attention_fp8: sizes too large");
+  Tensor out = Tensor::empty(x.q.shape(), out_dtype, x.q.device());
+  if (out.numel() == 0) return out;
+  const int64_t tiles = x.v_scale.dim(2);
+  for (int64_t b0 = 0; b0 < B; b0 += attn::kMaxBatch) {
+    const int nb = int(std::min<int64_t>(attn::kMaxBatch, B - b0));
+    attn::Params p{};
+    p.q = x.q.data<uint8_t>() + b0 * S * H * 128;
+    p.k = x.k.data<uint8_t>() + b0 * S * H * 128;
+    p.v = x.vt.data<uint8_t>() + b0 * H * 128 * x.vt.dim(3);
+    p.v_scale = x.v_scale.data<float>() + b0 * H * tiles;
+    p.o = static_cast<char*>(out.raw()) + size_t(b0 * S * H * 128) * dtype_size(out_dtype);
+    p.o_f32 = out_dtype == DType::F32;
+    p.B = nb;
+    p.Sq = p.Sk = int(S), p.Hq = p.Hkv = int(H), p.D = 128;
+    p.vt_len = int(x.vt.dim(3));
+    p.scale = scale;
+    for (int i = 0; i < nb; ++i) p.kv_len[i] = int(mask.kv_len.empty() ? S : mask.kv_len[size_t(b0 + i)]);
+    attn::flash_wgmma_fp8(p, stream(dev));
+  }
+  return out;
+}
+
 bool qkv_rope_attention_supported(const Tensor& qkv, int64_t heads_q, int64_t heads_kv, const Tensor& k_cache,
                                   const Tensor& v_cache, int64_t pos) {
   if (!qkv.defined() || !k_cache.defined() || !v_cache.defined() || k_cache.ndim() != 4 || heads_kv <= 0 ||

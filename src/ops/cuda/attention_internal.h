@@ -28,6 +28,11 @@ struct Params {
   const float *cos_q, *sin_q, *cos_k, *sin_k;
   void* k_row;
   void* v_row;
+  // The fp8 kernel only (ops::Qkv8): q and k e4m3 codes, v the transposed codes vt [B, Hkv, D, vt_len] and
+  // v_scale [B, Hkv, ceil(Sk / 128)]; o BF16 or F32 (o_f32).
+  const float* v_scale;
+  int vt_len;
+  bool o_f32;
   int kv_len[kMaxBatch];  // per batch row, already clipped to [0, Sk]
 };
 
@@ -37,6 +42,8 @@ void flash_bf16(const Params& p, cudaStream_t st);
 // bf16, head_dim 128, not causal, positive scale, on a compute-capability 9.0 device: the Hopper kernel.
 bool wgmma_supported(int D, bool causal, float scale, int device);
 void flash_wgmma(const Params& p, cudaStream_t st);
+// The same kernel on fp8 inputs (ops::attention_fp8), under the same conditions.
+void flash_wgmma_fp8(const Params& p, cudaStream_t st);
 // Any head_dim <= 256, F32 or BF16 (`bf16`): one warp per query row, online softmax.
 void simple(const Params& p, bool bf16, cudaStream_t st);
 // Up to 4 query rows (decoding), head_dim <= 256, F32 or BF16, GQA groups of any size (up to 32 kv heads per

@@ -9,8 +9,15 @@
 // Measured on the H200 (S 4296, 32 heads): 545 TFLOP/s at batch 1, 582 at batch 2; without the ping-pong
 // 450 / 479, with three stages instead of two no faster.
 // Masks: per-batch kv_len.
+// The fp8 variant (kFp8, ops::attention_fp8) is the same pipeline on e4m3 codes: Q and K tiles are one
+// 128-byte-wide box each, QKᵀ runs m64n128k32 e4m3 wgmmas, P is rounded to e4m3 in registers, and V comes
+// transposed (vt: a head's 128 channels as rows of keys, K-major as 8-bit operands must be) with the keys of
+// every 32 in fp8_key_order, which is the order the m16n8k32 A fragment holds the accumulator's columns in,
+// so P needs no shuffles. Each 128-key tile of V has its own scale; O is kept in units of the current
+// tile's scale (the ratio folds into the softmax correction).
 #include <cuda.h>
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <cudaTypedefs.h>
 
 #include <cmath>
@@ -26,10 +33,14 @@ namespace {
 using bf16 = __nv_bfloat16;
 constexpr int kD = 128, kBr = 128, kBc = 128;
 constexpr int kConsumers = 256, kThreads = kConsumers + 128;  // two consumer warpgroups, one producer
-constexpr int kTileBytes = kBc * kD * 2;                     // one 128x128 bf16 tile: two 64-column halves
-constexpr int kHalfBytes = kTileBytes / 2;                   // [128 rows][128 bytes]: one TMA box
+constexpr int kBoxBytes = 128 * 128;                          // [128 rows][128 bytes]: one TMA box
 constexpr int kStages = 2;
-constexpr int kSmem = kTileBytes + 2 * kStages * kTileBytes + 1024;  // Q, K and V stages, alignment slack
+// A 128x128 tile: two 64-column boxes in bf16, one box in fp8; the k-steps of its MMAs (16 or 32 elements).
+template <bool kFp8>
+struct Tiles {
+  static constexpr int kBoxes = kFp8 ? 1 : 2, kBytes = kBoxes * kBoxBytes, kK = kFp8 ? 32 : 16;
+  static constexpr int kSmem = kBytes + 2 * kStages * kBytes + 1024;  // Q, K and V stages, alignment slack
+};
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
@@ -37,13 +48,31 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);
 }
+__device__ __forceinline__ uint32_t pack_e4m3(float a, float b, float c, float d) {  // a in the low byte
+  return uint32_t(__nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3)) |
+         uint32_t(__nv_cvt_float2_to_fp8x2(make_float2(c, d), __NV_SATFINITE, __NV_E4M3)) << 16;
+}
+
+// O += P·V over one 128-key tile (async; the caller fences and commits): bf16 V [keys][channels] read
+// MN-major in 16-key slabs, fp8 vt [channels][keys] K-major in 32-key steps.
+template <bool kFp8>
+__device__ __forceinline__ void pv(float (&o)[64], const uint32_t (&pa)[kBc / Tiles<kFp8>::kK][4], const unsigned char* v) {
+#pragma unroll
+  for (int kk = 0; kk < kBc / Tiles<kFp8>::kK; ++kk) {
+    if constexpr (kFp8) wgmma::mma_rs_m64n128k32_e4m3(o, pa[kk], wgmma::desc_sw128(v + kk * 32, 16, 1024));
+    else wgmma::mma_rs_m64n128k16_tb(o, pa[kk], wgmma::desc_sw128(v + kk * 16 * 128, 128 * 128, 1024));
+  }
+}
 
 #endif
 
+template <bool kFp8>
 __global__ void __launch_bounds__(kThreads, 1)
     wgmma_flash_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                        const __grid_constant__ CUtensorMap tv, const Params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Tl = Tiles<kFp8>;
+  constexpr int kTileBytes = Tl::kBytes, kBoxes = Tl::kBoxes, kBoxCols = 128 / (kFp8 ? 1 : 2);
   extern __shared__ unsigned char smem_raw[];
   // full: the stage's TMA bytes arrived (1 arrival + bytes); empty: every consumer thread is done with it.
   __shared__ uint64_t q_full, k_full[kStages], v_full[kStages], k_empty[kStages], v_empty[kStages];
@@ -71,19 +100,23 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (wg == 2) {  // the producer: registers handed to the consumers, one thread issues every load
     wgmma::regs_dealloc<24>();
     if (threadIdx.x == kConsumers && n_tiles > 0) {
-      wgmma::mbar_expect_tx(&q_full, 2 * kHalfBytes);
-      for (int half = 0; half < 2; ++half) wgmma::tma_load_4d(sQ + half * kHalfBytes, &tq, &q_full, half * 64, q0, h, b);
+      wgmma::mbar_expect_tx(&q_full, kTileBytes);
+      for (int box = 0; box < kBoxes; ++box)
+        wgmma::tma_load_4d(sQ + box * kBoxBytes, &tq, &q_full, box * kBoxCols, q0, h, b);
       for (int j = 0; j < n_tiles; ++j) {
         const int s = j % kStages;
         const uint32_t round = uint32_t(j / kStages);
         if (j >= kStages) wgmma::mbar_wait(&k_empty[s], (round - 1) & 1);
-        wgmma::mbar_expect_tx(&k_full[s], 2 * kHalfBytes);
-        for (int half = 0; half < 2; ++half)
-          wgmma::tma_load_4d(sK + s * kTileBytes + half * kHalfBytes, &tk, &k_full[s], half * 64, j * kBc, kh, b);
+        wgmma::mbar_expect_tx(&k_full[s], kTileBytes);
+        for (int box = 0; box < kBoxes; ++box)
+          wgmma::tma_load_4d(sK + s * kTileBytes + box * kBoxBytes, &tk, &k_full[s], box * kBoxCols, j * kBc, kh, b);
         if (j >= kStages) wgmma::mbar_wait(&v_empty[s], (round - 1) & 1);
-        wgmma::mbar_expect_tx(&v_full[s], 2 * kHalfBytes);
-        for (int half = 0; half < 2; ++half)
-          wgmma::tma_load_4d(sV + s * kTileBytes + half * kHalfBytes, &tv, &v_full[s], half * 64, j * kBc, kh, b);
+        wgmma::mbar_expect_tx(&v_full[s], kTileBytes);
+        if constexpr (kFp8)  // vt: the tile's 128 keys of all 128 channels
+          wgmma::tma_load_4d(sV + s * kTileBytes, &tv, &v_full[s], j * kBc, 0, kh, b);
+        else
+          for (int box = 0; box < kBoxes; ++box)
+            wgmma::tma_load_4d(sV + s * kTileBytes + box * kBoxBytes, &tv, &v_full[s], box * kBoxCols, j * kBc, kh, b);
       }
     }
     return;
@@ -92,8 +125,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
   const int g = lane / 4, t = lane % 4;
-  const int64_t qs = int64_t(p.Hq) * kD;
-  bf16* O = static_cast<bf16*>(p.o) + int64_t(b) * p.Sq * qs + int64_t(h) * kD;
+  const int64_t qs = int64_t(p.Hq) * kD, o0 = int64_t(b) * p.Sq * qs + int64_t(h) * kD;
+  const float* v_scale = kFp8 ? p.v_scale + (int64_t(b) * p.Hkv + kh) * ((p.Sk + kBc - 1) / kBc) : nullptr;
+  float sv_prev = 1.f;  // fp8: the scale O is kept in (the last tile's whose P·V was issued)
   // Ping-pong: warpgroup w issues its MMAs after waiting on named barrier 1 + w, then lets the other one
   // go (arrives on 2 - w). Warpgroup 1 lets warpgroup 0 start, and skips its last hand-over so that every
   // arrival is matched.
@@ -101,7 +135,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // Accumulator layout of m64nN (per warp 16 rows): d[4n + 2i + j] is row g + 8i, column 8n + 2t + j.
   float o[64], s[64];
-  uint32_t pa[kBc / 16][4];  // P_j-1 as bf16 A fragments (m16n8k16 layout, one per 16 keys)
+  constexpr int kSteps = kBc / Tl::kK;  // P·V k-steps
+  uint32_t pa[kSteps][4];  // P_j-1 as A fragments (bf16: m16n8k16 layout per 16 keys; fp8: m16n8k32 per 32)
 #pragma unroll
   for (int i = 0; i < 64; ++i) o[i] = 0.f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
@@ -119,19 +154,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma::fence_regs(o);
     wgmma::fence();
 #pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) {
-      const int half = kk / 4, col = (kk % 4) * 32;
-      const uint64_t da = wgmma::desc_sw128(sQ + half * 128 * 128 + wg * 64 * 128 + col, 16, 1024);
-      const uint64_t db = wgmma::desc_sw128(kt + half * 128 * 128 + col, 16, 1024);
-      wgmma::mma_ss_m64n128k16(s, da, db, kk > 0);
+    for (int kk = 0; kk < kD / Tl::kK; ++kk) {  // each k-step 32 bytes into the 128-byte rows
+      const int box = kk / 4, col = (kk % 4) * 32;
+      const uint64_t da = wgmma::desc_sw128(sQ + box * kBoxBytes + wg * 64 * 128 + col, 16, 1024);
+      const uint64_t db = wgmma::desc_sw128(kt + box * kBoxBytes + col, 16, 1024);
+      if constexpr (kFp8) wgmma::mma_ss_m64n128k32_e4m3(s, da, db, kk > 0);
+      else wgmma::mma_ss_m64n128k16(s, da, db, kk > 0);
     }
     wgmma::commit();
     if (j > 0) {
       wgmma::mbar_wait(&v_full[pst], uint32_t((j - 1) / kStages) & 1);
-      const unsigned char* vt = sV + pst * kTileBytes;
-#pragma unroll
-      for (int kk = 0; kk < kBc / 16; ++kk)
-        wgmma::mma_rs_m64n128k16_tb(o, pa[kk], wgmma::desc_sw128(vt + kk * 16 * 128, 128 * 128, 1024));
+      pv<kFp8>(o, pa, sV + pst * kTileBytes);
     }
     wgmma::commit();
     if (!(wg == 1 && j == n_tiles - 1)) wgmma::named_arrive(2 - wg, kConsumers);
@@ -173,6 +206,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       m[r] = m_new;
     }
 
+    if constexpr (kFp8) {  // O moves into tile j's units: P_j V_j is added in them next
+      const float sv = v_scale[j], rs = sv_prev / sv;
+      corr[0] *= rs, corr[1] *= rs;
+      sv_prev = sv;
+    }
     wgmma::wait<0>();  // O now holds P_j-1 V_j-1 (V_j-1 is free again): rescale it to the new maxima, hand P_j on
     wgmma::fence_regs(o);
     if (j > 0) wgmma::mbar_arrive(&v_empty[pst]);
@@ -184,19 +222,23 @@ __global__ void __launch_bounds__(kThreads, 1)
         o[4 * n + 2 * r + 1] *= corr[r];
       }
 #pragma unroll
-    for (int kk = 0; kk < kBc / 16; ++kk)
+    for (int kk = 0; kk < kSteps; ++kk)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) pa[kk][i] = pack_bf16(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
+      for (int i = 0; i < 4; ++i) {
+        if constexpr (kFp8) {  // register i: row g + 8·(i % 2), accumulator chunks 4kk + 2·(i / 2) and the next
+          const float* c = s + 16 * kk + 8 * (i / 2) + 2 * (i % 2);
+          pa[kk][i] = pack_e4m3(c[0], c[1], c[4], c[5]);
+        } else {
+          pa[kk][i] = pack_bf16(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
+        }
+      }
   }
   if (n_tiles > 0) {  // O += P_last V_last
     const int lst = (n_tiles - 1) % kStages;
     wgmma::mbar_wait(&v_full[lst], uint32_t((n_tiles - 1) / kStages) & 1);
-    const unsigned char* vt = sV + lst * kTileBytes;
     wgmma::fence_regs(o);
     wgmma::fence();
-#pragma unroll
-    for (int kk = 0; kk < kBc / 16; ++kk)
-      wgmma::mma_rs_m64n128k16_tb(o, pa[kk], wgmma::desc_sw128(vt + kk * 16 * 128, 128 * 128, 1024));
+    pv<kFp8>(o, pa, sV + lst * kTileBytes);
     wgmma::commit();
     wgmma::wait<0>();
     wgmma::fence_regs(o);
@@ -207,13 +249,20 @@ __global__ void __launch_bounds__(kThreads, 1)
     float sum = l[r];
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+    const float inv = sum > 0.f ? sv_prev / sum : 0.f;
     const int row = q0 + wg * 64 + warp * 16 + g + 8 * r;
     if (row >= p.Sq) continue;
-    bf16* orow = O + int64_t(row) * qs;
+    const int64_t at = o0 + int64_t(row) * qs + 2 * t;
+    if (kFp8 && p.o_f32) {
+#pragma unroll
+      for (int n = 0; n < kD / 8; ++n)
+        *reinterpret_cast<float2*>(static_cast<float*>(p.o) + at + n * 8) =
+            make_float2(o[4 * n + 2 * r] * inv, o[4 * n + 2 * r + 1] * inv);
+      continue;
+    }
 #pragma unroll
     for (int n = 0; n < kD / 8; ++n)
-      *reinterpret_cast<__nv_bfloat162*>(orow + n * 8 + 2 * t) =
+      *reinterpret_cast<__nv_bfloat162*>(static_cast<bf16*>(p.o) + at + n * 8) =
           __floats2bfloat162_rn(o[4 * n + 2 * r] * inv, o[4 * n + 2 * r + 1] * inv);
   }
 #else
@@ -230,9 +279,11 @@ bool wgmma_supported(int D, bool causal, float scale, int device) {
 
 namespace {
 
-// A [batch, rows, heads, 128] bf16 tensor as a TMA map with [128 rows, 64 columns] boxes in the 128-byte
-// swizzle (the driver's encoder is looked up through the runtime, so nothing links libcuda).
-CUtensorMap tensor_map(const void* base, int rows, int heads, int batch) {
+// A 4-D tensor [dim3][dim2][dim1][dim0] of 1- or 2-byte elements (contiguous) as a TMA map with [128 rows of
+// dim1, 128 bytes of dim0] boxes in the 128-byte swizzle (the driver's encoder is looked up through the
+// runtime, so nothing links libcuda): q, k, v [batch, rows, heads, 128] as [batch][heads][rows][128] with
+// the rows strided, fp8 vt [batch, heads, 128, keys] as it is.
+CUtensorMap tensor_map(const void* base, int esize, const cuuint64_t (&dims)[4], const cuuint64_t (&strides)[3]) {
   static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult q{};
@@ -241,29 +292,46 @@ CUtensorMap tensor_map(const void* base, int rows, int heads, int batch) {
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
   }();
   CUtensorMap m{};
-  const cuuint64_t dims[4] = {cuuint64_t(kD), cuuint64_t(rows), cuuint64_t(heads), cuuint64_t(batch)};
-  const cuuint64_t strides[3] = {cuuint64_t(heads) * kD * 2, cuuint64_t(kD) * 2, cuuint64_t(rows) * heads * kD * 2};
-  const cuuint32_t box[4] = {64, 128, 1, 1}, elem_strides[4] = {1, 1, 1, 1};
-  const CUresult r = encode(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(base), dims, strides, box,
-                            elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const cuuint32_t box[4] = {cuuint32_t(128 / esize), 128, 1, 1}, elem_strides[4] = {1, 1, 1, 1};
+  const CUresult r = encode(&m, esize == 2 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_UINT8, 4,
+                            const_cast<void*>(base), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   ERNIE_CHECK(r == CUDA_SUCCESS, "attention: cuTensorMapEncodeTiled failed (error ", std::to_string(int(r)), ")");
   return m;
+}
+// q, k or v [batch, rows, heads, 128].
+CUtensorMap rows_map(const void* base, int esize, int rows, int heads, int batch) {
+  const cuuint64_t e = cuuint64_t(esize);
+  return tensor_map(base, esize, {cuuint64_t(kD), cuuint64_t(rows), cuuint64_t(heads), cuuint64_t(batch)},
+                    {cuuint64_t(heads) * kD * e, kD * e, cuuint64_t(rows) * heads * kD * e});
+}
+
+template <bool kFp8>
+void launch(const Params& p, const CUtensorMap& tq, const CUtensorMap& tk, const CUtensorMap& tv, cudaStream_t st) {
+  static bool configured = [] {
+    ERNIE_CUDA_CHECK(cudaFuncSetAttribute(wgmma_flash_kernel<kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          Tiles<kFp8>::kSmem));
+    return true;
+  }();
+  (void)configured;
+  const dim3 grid(unsigned((p.Sq + kBr - 1) / kBr), unsigned(p.Hq), unsigned(p.B));
+  wgmma_flash_kernel<kFp8><<<grid, kThreads, Tiles<kFp8>::kSmem, st>>>(tq, tk, tv, p);
+  ERNIE_CUDA_LAUNCH(kFp8 ? "attention (wgmma, fp8)" : "attention (wgmma)");
 }
 
 }  // namespace
 
 void flash_wgmma(const Params& p, cudaStream_t st) {
-  static bool configured = [] {
-    ERNIE_CUDA_CHECK(cudaFuncSetAttribute(wgmma_flash_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-    return true;
-  }();
-  (void)configured;
-  const dim3 grid(unsigned((p.Sq + kBr - 1) / kBr), unsigned(p.Hq), unsigned(p.B));
-  const CUtensorMap tq = tensor_map(p.q, p.Sq, p.Hq, p.B), tk = tensor_map(p.k, p.Sk, p.Hkv, p.B),
-                    tv = tensor_map(p.v, p.Sk, p.Hkv, p.B);
-  wgmma_flash_kernel<<<grid, kThreads, kSmem, st>>>(tq, tk, tv, p);
-  ERNIE_CUDA_LAUNCH("attention (wgmma)");
+  launch<false>(p, rows_map(p.q, 2, p.Sq, p.Hq, p.B), rows_map(p.k, 2, p.Sk, p.Hkv, p.B),
+                rows_map(p.v, 2, p.Sk, p.Hkv, p.B), st);
+}
+
+void flash_wgmma_fp8(const Params& p, cudaStream_t st) {
+  const cuuint64_t vt_len = cuuint64_t(p.vt_len);
+  const CUtensorMap tv = tensor_map(p.v, 1, {vt_len, cuuint64_t(kD), cuuint64_t(p.Hkv), cuuint64_t(p.B)},
+                                    {vt_len, vt_len * kD, vt_len * kD * p.Hkv});
+  launch<true>(p, rows_map(p.q, 1, p.Sq, p.Hq, p.B), rows_map(p.k, 1, p.Sk, p.Hkv, p.B), tv, st);
 }
 
 }  // namespace ernie::cuda::attn

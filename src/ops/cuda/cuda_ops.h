@@ -61,6 +61,12 @@ bool add_rms_norm_linear_supported(const Tensor& x, const Tensor& y, const Tenso
 ops::SumOut add_rms_norm_linear(const Tensor& x, const Tensor& y, const Tensor& norm_weight, float eps,
                                 const ops::Weight& w, bool swiglu);
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale, const ops::AttentionMask& mask);
+// fp8 attention (ops.h): the inputs from the fused projection (fused_dit.cu), and the Hopper kernel
+// (attention_wgmma.cu) on compute capability 9.0.
+bool attention_fp8_supported(const Tensor& qkv);
+ops::Qkv8 qkv_norm_rope_fp8(const Tensor& qkv, int64_t heads, const Tensor& norm_q, const Tensor& norm_k, float eps,
+                            const Tensor& cos, const Tensor& sin);
+Tensor attention_fp8(const ops::Qkv8& x, float scale, const ops::AttentionMask& mask, DType out);
 // ops::qkv_rope_attention in the one-kernel case (attention.cpp): bf16 or f32, one token, the decode kernel's
 // shapes, contiguous caches.
 bool qkv_rope_attention_supported(const Tensor& qkv, int64_t heads_q, int64_t heads_kv, const Tensor& k_cache,

@@ -2,6 +2,8 @@
 // its result per row to fp8 for the next GEMM: rms_norm_modulate_fp8), and the fused QKV projection's split
 // + per-head RMSNorm + rotate-half RoPE in one pass. Each matches the composition of the unfused ops except
 // that nothing is rounded to the activation type in between.
+#include <type_traits>
+
 #include "ops/cuda/common.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/row_block.cuh"
@@ -60,16 +62,19 @@ __global__ void __launch_bounds__(kRowThreads) rms_norm_modulate_kernel(
 // elements P·(l mod L) + [0, P) of its head, whose rotate-half partners (d ± 64) are in lane l ^ L/2. The
 // lane's cos/sin (tables [B or 1, S, 128] F32) and norm weights are the same for every head: read once, and
 // the G loads of a warp are in flight together.
-template <class T, int G>
+// O: Pack<T> (stored in T), or Codes<T> (qkv_norm_rope_fp8: e4m3 codes of q and k, unscaled; v is left to
+// v_tiles_fp8_kernel, so `parts` is 2).
+template <class T, int G, class O>
 __global__ void qkv_norm_rope_kernel(const Pack<T>* __restrict__ qkv, VecF norm_q, VecF norm_k,
                                      const float* __restrict__ cs, const float* __restrict__ sn,
-                                     Pack<T>* __restrict__ q, Pack<T>* __restrict__ k, Pack<T>* __restrict__ v,
-                                     int64_t units, int heads, int chunks, int64_t seq, int64_t table_b, float eps) {
+                                     O* __restrict__ q, O* __restrict__ k, O* __restrict__ v, int64_t units,
+                                     int parts, int heads, int chunks, int64_t seq, int64_t table_b, float eps) {
   constexpr int P = kPack<T>, L = 128 / P, HA = 32 / L;
+  constexpr bool kFp8 = std::is_same_v<O, Codes<T>>;
   const int64_t unit = blockIdx.x * int64_t(kWarps) + threadIdx.y;
   if (unit >= units) return;  // whole warps only
-  const int lane = threadIdx.x, p = lane % L, chunk = int(unit % chunks), part = int(unit / chunks % 3);
-  const int64_t row = unit / (3 * int64_t(chunks));
+  const int lane = threadIdx.x, p = lane % L, chunk = int(unit % chunks), part = int(unit / chunks % parts);
+  const int64_t row = unit / (int64_t(parts) * chunks);
   const int h0 = chunk * G * HA + lane / L;
   const Pack<T>* src = qkv + (row * 3 + part) * int64_t(heads) * L;
   Pack<T> in[G];
@@ -79,12 +84,14 @@ __global__ void qkv_norm_rope_kernel(const Pack<T>* __restrict__ qkv, VecF norm_
     if (h < heads) in[j] = src[h * L + p];
     else in[j] = Pack<T>{};
   }
-  Pack<T>* dst = (part == 0 ? q : part == 1 ? k : v) + row * heads * L;
-  if (part == 2) {
+  O* dst = (part == 0 ? q : part == 1 ? k : v) + row * heads * L;
+  if constexpr (!kFp8) {
+    if (part == 2) {
 #pragma unroll
-    for (int j = 0; j < G; ++j)
-      if (h0 + j * HA < heads) dst[(h0 + j * HA) * L + p] = in[j];
-    return;
+      for (int j = 0; j < G; ++j)
+        if (h0 + j * HA < heads) dst[(h0 + j * HA) * L + p] = in[j];
+      return;
+    }
   }
   const int64_t t = (row / seq) * table_b + (row % seq) * 128 + p * P;
   float c[P], s[P], w[P];
@@ -113,13 +120,63 @@ __global__ void qkv_norm_rope_kernel(const Pack<T>* __restrict__ qkv, VecF norm_
 #pragma unroll
       for (int e = 0; e < P; ++e) x[e] = x[e] * inv * w[e];
     }
-    Pack<T> r;
+    O r;
 #pragma unroll
     for (int e = 0; e < P; ++e) {
-      const float other = __shfl_xor_sync(0xffffffffu, x[e], L / 2);
-      r.v[e] = from_f<T>(x[e] * c[e] + (p < L / 2 ? -other : other) * s[e]);
+      const float other = __shfl_xor_sync(0xffffffffu, x[e], L / 2), y = x[e] * c[e] + (p < L / 2 ? -other : other) * s[e];
+      if constexpr (kFp8) r.v[e] = fp8_code(y, 1.f);
+      else r.v[e] = from_f<T>(y);
     }
     if (h0 + j * HA < heads) dst[(h0 + j * HA) * L + p] = r;
+  }
+}
+
+// qkv_norm_rope_fp8's vt and v_scale (ops.h Qkv8) from the v part of qkv [B, S, 3, heads, 128]: one block of
+// 256 threads per (128-key tile, head, batch). The tile's packs are loaded into registers (keys past S as
+// zeros), their maximum magnitude gives the tile's scale, the codes go to shared memory [key][channel], and
+// each thread writes 32-byte runs of vt rows (a channel, 32 positions in fp8_key_order).
+template <class T>
+__global__ void __launch_bounds__(256) v_tiles_fp8_kernel(const Pack<T>* __restrict__ qkv, uint8_t* __restrict__ vt,
+                                                          float* __restrict__ v_scale, int S, int S32, int heads) {
+  constexpr int P = kPack<T>, CP = 128 / P, NP = 128 * CP / 256;  // packs per key row, per thread
+  constexpr int kRow = 128 + 16;                                    // shared row bytes (16-byte aligned)
+  __shared__ __align__(16) uint8_t codes[128 * kRow];
+  const int t = blockIdx.x, h = blockIdx.y, b = blockIdx.z, k0 = t * 128;
+  Pack<T> a[NP];
+  float amax = 0.f;
+#pragma unroll
+  for (int j = 0; j < NP; ++j) {
+    const int i = threadIdx.x + j * 256, key = k0 + i / CP;
+    a[j] = key < S ? qkv[((int64_t(b) * S + key) * 3 + 2) * heads * CP + h * CP + i % CP] : Pack<T>{};
+#pragma unroll
+    for (int e = 0; e < P; ++e) amax = fmaxf(amax, fabsf(to_f(a[j].v[e])));
+  }
+  const float s = fp8_row_scale(block_reduce(amax, MaxOp())), inv = __frcp_rn(s);
+  const int64_t bh = int64_t(b) * heads + h;
+  if (threadIdx.x == 0) v_scale[bh * gridDim.x + t] = s;
+#pragma unroll
+  for (int j = 0; j < NP; ++j) {
+    const int i = threadIdx.x + j * 256;
+    Codes<T> c;
+#pragma unroll
+    for (int e = 0; e < P; ++e) c.v[e] = fp8_code(to_f(a[j].v[e]), inv);
+    *reinterpret_cast<Codes<T>*>(codes + (i / CP) * kRow + (i % CP) * P) = c;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {  // 128 channels x 4 runs of 32 positions
+    const int item = threadIdx.x + j * 256, ch = item % 128, run = item / 128, pos0 = k0 + run * 32;
+    if (pos0 >= S32) continue;
+    uint32_t w[8];
+#pragma unroll
+    for (int q = 0; q < 8; ++q) {
+      w[q] = 0;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) w[q] |= uint32_t(codes[(run * 32 + ops::fp8_key_order(4 * q + e)) * kRow + ch]) << (8 * e);
+    }
+    uint4* dst = reinterpret_cast<uint4*>(vt + (bh * 128 + ch) * S32 + pos0);
+    dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
+    dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
   }
 }
 
@@ -229,11 +286,45 @@ ops::Qkv qkv_norm_rope(const Tensor& qkv, int64_t heads, const Tensor& norm_q, c
     constexpr int G = 4, HA = 32 * kPack<T> / 128;  // accesses per warp, heads per access
     const int64_t chunks = ((heads + HA - 1) / HA + G - 1) / G, units = B * S * 3 * chunks;
     ERNIE_CHECK((units + kWarps - 1) / kWarps <= INT32_MAX && heads <= INT32_MAX, "qkv_norm_rope: too many rows");
-    qkv_norm_rope_kernel<T, G><<<unsigned((units + kWarps - 1) / kWarps), dim3(32, kWarps), 0, st>>>(
+    qkv_norm_rope_kernel<T, G, Pack<T>><<<unsigned((units + kWarps - 1) / kWarps), dim3(32, kWarps), 0, st>>>(
         qkv.data<Pack<T>>(), vec(norm_q), vec(norm_k), cos.data<float>(), sin.data<float>(), r.q.data<Pack<T>>(),
-        r.k.data<Pack<T>>(), r.v.data<Pack<T>>(), units, int(heads), int(chunks), S, table_b, eps);
+        r.k.data<Pack<T>>(), r.v.data<Pack<T>>(), units, 3, int(heads), int(chunks), S, table_b, eps);
   });
   ERNIE_CUDA_LAUNCH("qkv_norm_rope");
+  return r;
+}
+
+ops::Qkv8 qkv_norm_rope_fp8(const Tensor& qkv, int64_t heads, const Tensor& norm_q, const Tensor& norm_k, float eps,
+                            const Tensor& cos, const Tensor& sin) {
+  detail::check_act(qkv, "qkv_norm_rope_fp8", "qkv");
+  const int64_t B = qkv.dim(0), S = qkv.dim(1), D = 128, S32 = (S + 31) / 32 * 32;
+  const int64_t tiles = (S + ops::kFp8AttentionTile - 1) / ops::kFp8AttentionTile;
+  ERNIE_CHECK(qkv.dim(2) == 3 * heads * D, "qkv_norm_rope_fp8: head_dim must be 128");
+  ERNIE_CHECK(cos.ndim() == 3 && cos.shape() == sin.shape() && (cos.dim(0) == B || cos.dim(0) == 1) &&
+                  cos.dim(1) == S && cos.dim(2) == D,
+              "qkv_norm_rope_fp8: cos/sin ", shape_str(cos.shape()), " must be [", std::to_string(B), " or 1, ",
+              std::to_string(S), ", ", std::to_string(D), "]");
+  ERNIE_CHECK(S <= INT32_MAX - 32 && tiles <= INT32_MAX && heads <= 65535 && B <= 65535,
+              "qkv_norm_rope_fp8: too many rows");
+  ops::Qkv8 r{Tensor::empty({B, S, heads, D}, DType::F8_E4M3, qkv.device()),
+              Tensor::empty({B, S, heads, D}, DType::F8_E4M3, qkv.device()),
+              Tensor::empty({B, heads, D, S32}, DType::F8_E4M3, qkv.device()),
+              Tensor::empty({B, heads, tiles}, DType::F32, qkv.device())};
+  if (B * S * heads == 0) return r;
+  cudaStream_t st = stream(detail::dev(qkv));
+  const int64_t table_b = cos.dim(0) == 1 ? 0 : S * D;
+  ERNIE_DISPATCH_ACT(qkv.dtype(), "qkv_norm_rope_fp8", {
+    constexpr int G = 4, HA = 32 * kPack<T> / 128;
+    const int64_t chunks = ((heads + HA - 1) / HA + G - 1) / G, units = B * S * 2 * chunks;
+    ERNIE_CHECK((units + kWarps - 1) / kWarps <= INT32_MAX, "qkv_norm_rope_fp8: too many rows");
+    qkv_norm_rope_kernel<T, G, Codes<T>><<<unsigned((units + kWarps - 1) / kWarps), dim3(32, kWarps), 0, st>>>(
+        qkv.data<Pack<T>>(), vec(norm_q), vec(norm_k), cos.data<float>(), sin.data<float>(), r.q.data<Codes<T>>(),
+        r.k.data<Codes<T>>(), nullptr, units, 2, int(heads), int(chunks), S, table_b, eps);
+    ERNIE_CUDA_LAUNCH("qkv_norm_rope_fp8");
+    v_tiles_fp8_kernel<T><<<dim3(unsigned(tiles), unsigned(heads), unsigned(B)), 256, 0, st>>>(
+        qkv.data<Pack<T>>(), r.vt.data<uint8_t>(), r.v_scale.data<float>(), int(S), int(S32), int(heads));
+  });
+  ERNIE_CUDA_LAUNCH("qkv_norm_rope_fp8 (v tiles)");
   return r;
 }
 

@@ -139,6 +139,28 @@ __device__ __forceinline__ void mma_rs_m64n128k16_tb(float (&d)[64], const uint3
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
 }
 
+// d[64x128] (+)= A[64x32] · B[32x128] in e4m3: A and B from shared memory, both K-major (8-bit operands have
+// no transposed form).
+__device__ __forceinline__ void mma_ss_m64n128k32_e4m3(float (&d)[64], uint64_t a, uint64_t b, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " ERNIE_WGMMA_D64_REGS ", %64, %65, p, 1, 1;\n}\n"
+      : ERNIE_WGMMA_D64(d)
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+
+// d[64x128] += A[64x32] · B[32x128] in e4m3: A from registers (four registers of four codes, the m16n8k32
+// A-fragment layout per warp: a[0] row g, columns 4t..4t+3; a[1] row g+8; a[2] / a[3] the same 16 columns on),
+// B from shared memory K-major.
+__device__ __forceinline__ void mma_rs_m64n128k32_e4m3(float (&d)[64], const uint32_t (&a)[4], uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " ERNIE_WGMMA_D64_REGS
+      ", {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+      : ERNIE_WGMMA_D64(d)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+}
+
 }  // namespace ernie::cuda::wgmma
 
 #undef ERNIE_WGMMA_D64
