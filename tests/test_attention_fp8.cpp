@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <set>
 
 #include "attention_fp8_util.h"
@@ -27,7 +28,7 @@ TEST(Fp8Attention, KeyOrderIsAPermutationOf32Keys) {
 TEST(Fp8Attention, InputsAreTheCodesOfQkvNormRope) {
   const int64_t B = 2, S = 300, H = 2;
   Fp8AttentionInputs in = fp8_attention_inputs(B, S, H, 11);
-  // Batch row 1's third tile of v all zero: its scale is 1.
+  // Batch row 1's third tile of v all zero: its scale is the smallest normal float.
   for (int64_t s = 256; s < S; ++s)
     std::fill_n(in.qkv.f32() + (S + s) * 3 * H * 128 + 2 * H * 128, H * 128, 0.f);
   const ops::Qkv ref = ops::qkv_norm_rope(in.qkv, H, in.norm_q, in.norm_k, 1e-6f, in.cos, in.sin);
@@ -44,9 +45,9 @@ TEST(Fp8Attention, InputsAreTheCodesOfQkvNormRope) {
         float amax = 0.f;
         for (int64_t s = t * 128; s < std::min(S, t * 128 + 128); ++s)
           for (int64_t c = 0; c < 128; ++c) amax = std::max(amax, std::fabs(ref.v.f32()[((b * S + s) * H + h) * 128 + c]));
-        EXPECT_EQ(got.v_scale.f32()[(b * H + h) * 3 + t], amax > 0.f ? amax / 448.f : 1.f);
+        EXPECT_EQ(got.v_scale.f32()[(b * H + h) * 3 + t], amax > 0.f ? amax / 448.f : FLT_MIN);
       }
-  EXPECT_EQ(got.v_scale.f32()[(1 * H + 1) * 3 + 2], 1.f);
+  EXPECT_EQ(got.v_scale.f32()[(1 * H + 1) * 3 + 2], FLT_MIN);
   // Every value within half an e4m3 step (relative 2^-4, or the subnormal step of the tile's scale).
   const ops::Qkv back = fp8_attention_values(got);
   for (int64_t i = 0; i < ref.v.numel(); ++i) {

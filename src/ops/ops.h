@@ -174,8 +174,8 @@ Tensor qkv_rope_attention(const Tensor& qkv, int64_t heads_q, int64_t heads_kv, 
 //  - q, k: F8_E4M3 codes [B, S, heads, 128] of the normed and roped values, unscaled (a per-head rms-normed
 //    row is bounded by sqrt(128)·max|norm weight|; beyond ±448 saturates);
 //  - vt: F8_E4M3 [B, heads, 128, S32] (S32 = S rounded up to 32, zero past S): v transposed per head, each
-//    128-key tile t of a head divided by its own v_scale [B, heads, ceil(S/128)] (F32, quantize()'s scale
-//    of the tile: max|tile| / 448, 1 for an all-zero tile); within every 32 keys, position p holds key
+//    128-key tile t of a head divided by its own v_scale [B, heads, ceil(S/128)] (F32: max|tile| / 448, the
+//    smallest normal float for an all-zero tile); within every 32 keys, position p holds key
 //    fp8_key_order(p) (the order in which the tensor cores' fp8 operand fragment holds P, see
 //    attention_wgmma.cu).
 struct Qkv8 {
@@ -188,10 +188,12 @@ constexpr int kFp8AttentionTile = 128;  // keys per v_scale
 bool attention_fp8_supported(const Tensor& qkv, int64_t head_dim);
 Qkv8 qkv_norm_rope_fp8(const Tensor& qkv, int64_t heads, const Tensor& norm_q, const Tensor& norm_k, float eps,
                        const Tensor& cos, const Tensor& sin);
-// softmax(q·kᵀ·scale + mask)·v of qkv_norm_rope_fp8's codes, the FlashAttention way over 128-key tiles: the
-// running maximum m and sum l in fp32, P = 2^(scale·log2(e)·s − m) rounded to e4m3 for the P·v product,
-// O accumulated in units of the current tile's v_scale. Not causal; mask.kv_len as attention's. Returns
-// [B, S, heads, 128] in `out` (F32 or BF16).
+// softmax(q·kᵀ·scale + mask)·v of qkv_norm_rope_fp8's codes, the FlashAttention way over 128-key tiles: a
+// reference m (moved to the tile's maximum of scale·log2(e)·s only when that passes it by more than 8) and
+// the sum l in fp32; tile t's P·v as (P·f_t)·vt_t with P = 2^(scale·log2(e)·s − m), f_t = max(v_scale_t /
+// max_t v_scale_t, 2^-20) (folded into the exponent) and P·f_t rounded to e4m3, so O is accumulated in units
+// of the largest tile scale. Not causal; mask.kv_len as attention's. Returns [B, S, heads, 128] in `out`
+// (F32 or BF16).
 Tensor attention_fp8(const Qkv8& x, float scale, const AttentionMask& mask, DType out);
 
 // ---- convolution and resampling ------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 // fp8 attention on the CPU (ops.h "fp8 attention"): the reference of the Hopper kernel, step for step — the
 // inputs quantized as qkv_norm_rope_fp8 stores them, then per 128-key tile the online softmax in the log2
-// domain, P rounded to e4m3 and O kept in units of the tile's v scale.
+// domain with its lazy reference, P scaled by the tile's f and rounded to e4m3, O in units of the largest
+// tile scale.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -14,6 +15,7 @@ namespace ernie::cpu {
 
 namespace {
 constexpr int64_t kD = 128, kTile = ops::kFp8AttentionTile;
+constexpr float kLazy = 8.f, kMinTileRatio = 0x1p-20f;  // as attention_wgmma.cu
 
 // e4m3 codes of x (nearest even, saturating), unscaled.
 Tensor codes(const Tensor& x) {
@@ -49,7 +51,7 @@ ops::Qkv8 fp8_attention_inputs(const ops::Qkv& x) {
         float amax = 0.f;
         for (int64_t key = k0; key < k1; ++key)
           for (int64_t c = 0; c < kD; ++c) amax = std::max(amax, std::fabs(at(key, c)));
-        const float s = amax > 0.f ? amax / kFp8E4m3Max : 1.f, inv = 1.f / s;
+        const float s = amax > 0.f ? amax / kFp8E4m3Max : std::numeric_limits<float>::min(), inv = 1.f / s;
         vs[(b * H + h) * tiles + t] = s;
         for (int64_t pos = k0; pos < std::min(S32, k0 + kTile); ++pos) {
           const int64_t key = pos / 32 * 32 + ops::fp8_key_order(int(pos % 32));
@@ -75,7 +77,10 @@ Tensor attention_fp8(const ops::Qkv8& x, float scale, const ops::AttentionMask& 
       for (int64_t i = 0; i < S; ++i) {
         const int64_t kv = mask.kv_len.empty() ? S : mask.kv_len[size_t(b)];
         const float* qi = q.data() + ((b * S + i) * H + h) * kD;
-        float acc[kD] = {}, s[kTile], m = -std::numeric_limits<float>::infinity(), l = 0.f, sv_prev = 1.f;
+        const float* sv = vs + (b * H + h) * tiles;
+        float sv_max = 0.f;
+        for (int64_t t = 0; t * kTile < kv; ++t) sv_max = std::max(sv_max, sv[t]);
+        float acc[kD] = {}, s[kTile], m = -std::numeric_limits<float>::infinity(), l = 0.f;
         for (int64_t t = 0; t * kTile < kv; ++t) {
           const int64_t k0 = t * kTile;
           float mx = -std::numeric_limits<float>::infinity();
@@ -87,25 +92,23 @@ Tensor attention_fp8(const ops::Qkv8& x, float scale, const ops::AttentionMask& 
             for (int64_t c = 0; c < kD; ++c) d += qi[c] * kj[c];
             mx = std::max(mx, s[j] = d);
           }
-          const float m_new = std::max(m, mx * sl2), m_use = std::isinf(m_new) ? 0.f : m_new;
-          const float corr = std::exp2(m - m_use);
+          const float m_new = mx * sl2 > m + kLazy ? mx * sl2 : m, corr = std::exp2(m - m_new);
+          const float f = std::max(sv[t] / sv_max, kMinTileRatio), c = m_new - std::log2(f);
           float sum = 0.f;
-          for (int64_t j = 0; j < kTile; ++j) sum += (s[j] = std::exp2(std::fma(s[j], sl2, -m_use)));
-          l = l * corr + sum;
+          for (int64_t j = 0; j < kTile; ++j) sum += (s[j] = std::exp2(std::fma(s[j], sl2, -c)));
+          l = l * corr + sum * (1.f / f);
           m = m_new;
-          const float sv = vs[(b * H + h) * tiles + t], rescale = corr * (sv_prev / sv);
-          for (int64_t c = 0; c < kD; ++c) acc[c] *= rescale;
-          sv_prev = sv;
+          for (int64_t c2 = 0; c2 < kD; ++c2) acc[c2] *= corr;
           for (int64_t pos = k0; pos < std::min(S32, k0 + kTile); ++pos) {
             const float p = fp8_e4m3_to_f32(f32_to_fp8_e4m3(s[pos / 32 * 32 + ops::fp8_key_order(int(pos % 32)) - k0]));
             if (p == 0.f) continue;
             const float* vc = vt.data() + (b * H + h) * kD * S32 + pos;
-            for (int64_t c = 0; c < kD; ++c) acc[c] += p * vc[c * S32];
+            for (int64_t c2 = 0; c2 < kD; ++c2) acc[c2] += p * vc[c2 * S32];
           }
         }
         float* oi = op + ((b * S + i) * H + h) * kD;
-        const float f = l > 0.f ? sv_prev / l : 0.f;
-        for (int64_t c = 0; c < kD; ++c) oi[c] = acc[c] * f;
+        const float scale_out = l > 0.f ? sv_max / l : 0.f;
+        for (int64_t c2 = 0; c2 < kD; ++c2) oi[c2] = acc[c2] * scale_out;
       }
   return out == DType::F32 ? o : cast(o, out);
 }

@@ -4,17 +4,21 @@
 // stages, "full" and "empty" mbarriers per stage; rows past the tensor are zero-filled), and two consumer
 // warpgroups of 64 rows each compute. Per tile j a consumer issues S_j = Q·K_jᵀ (one m64n128 wgmma chain
 // from shared memory) and the previous tile's O += P_j-1·V_j-1 (P in registers as the A operand, V read
-// MN-major), then runs the online softmax (log2 domain) on S_j while the tensor cores work. The two
-// warpgroups take turns issuing (named barriers: "ping-pong"), so one's softmax overlaps the other's MMAs.
-// Measured on the H200 (S 4296, 32 heads): 545 TFLOP/s at batch 1, 582 at batch 2; without the ping-pong
-// 450 / 479, with three stages instead of two no faster.
+// MN-major), then runs the online softmax (log2 domain) on S_j. The two warpgroups take turns issuing
+// (named barriers: "ping-pong"), so one's softmax overlaps the other's MMAs. The softmax's reference
+// maximum moves lazily (only when passed by more than 2^8), so O's rescale is mostly skipped, and the mask
+// is applied to the last tile only.
+// Measured on the H200 (S 4296, 32 heads): 573–586 TFLOP/s at batch 1, 617–623 at batch 2 (545 / 582
+// before the lazy maximum; without the ping-pong 450 / 479; three stages instead of two no faster).
 // Masks: per-batch kv_len.
 // The fp8 variant (kFp8, ops::attention_fp8) is the same pipeline on e4m3 codes: Q and K tiles are one
 // 128-byte-wide box each, QKᵀ runs m64n128k32 e4m3 wgmmas, P is rounded to e4m3 in registers, and V comes
 // transposed (vt: a head's 128 channels as rows of keys, K-major as 8-bit operands must be) with the keys of
 // every 32 in fp8_key_order, which is the order the m16n8k32 A fragment holds the accumulator's columns in,
-// so P needs no shuffles. Each 128-key tile of V has its own scale; O is kept in units of the current
-// tile's scale (the ratio folds into the softmax correction).
+// so P needs no shuffles. Each 128-key tile of V has its own scale sv_j; P_j is multiplied by sv_j / sv_max
+// inside the exponent, so O is kept in units of the largest tile scale. 584 TFLOP/s at batch 1, 620 at
+// batch 2: no faster than bf16, as the softmax (MUFU exp2, the ping-pong's barrier waits) and
+// not the tensor cores sets the pace (ncu: tensor pipe 34 % busy against bf16's 69 %).
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
@@ -35,6 +39,8 @@ constexpr int kD = 128, kBr = 128, kBc = 128;
 constexpr int kConsumers = 256, kThreads = kConsumers + 128;  // two consumer warpgroups, one producer
 constexpr int kBoxBytes = 128 * 128;                          // [128 rows][128 bytes]: one TMA box
 constexpr int kStages = 2;
+constexpr float kLazy = 8.f;  // the softmax reference moves when a row's maximum passes it by more (log2 units)
+constexpr float kMinTileRatio = 0x1p-20f;  // fp8: the smallest f_j = sv_j / sv_max (see the softmax)
 // A 128x128 tile: two 64-column boxes in bf16, one box in fp8; the k-steps of its MMAs (16 or 32 elements).
 template <bool kFp8>
 struct Tiles {
@@ -53,14 +59,23 @@ __device__ __forceinline__ uint32_t pack_e4m3(float a, float b, float c, float d
          uint32_t(__nv_cvt_float2_to_fp8x2(make_float2(c, d), __NV_SATFINITE, __NV_E4M3)) << 16;
 }
 
-// O += P·V over one 128-key tile (async; the caller fences and commits): bf16 V [keys][channels] read
-// MN-major in 16-key slabs, fp8 vt [channels][keys] K-major in 32-key steps.
+// A shared-memory descriptor moved `bytes` on (its address field counts 16-byte units; shared memory is small
+// enough that it never carries): the loops add offsets to descriptors made once.
+__device__ __forceinline__ uint64_t desc_at(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
+
+// O += P·V over one 128-key tile (async; the caller fences and commits), `dv` the descriptor of the V tile
+// (v_desc): bf16 V [keys][channels] read MN-major in 16-key slabs, fp8 vt [channels][keys] K-major in 32-key
+// steps.
 template <bool kFp8>
-__device__ __forceinline__ void pv(float (&o)[64], const uint32_t (&pa)[kBc / Tiles<kFp8>::kK][4], const unsigned char* v) {
+__device__ __forceinline__ uint64_t v_desc(const unsigned char* v) {
+  return kFp8 ? wgmma::desc_sw128(v, 16, 1024) : wgmma::desc_sw128(v, 128 * 128, 1024);
+}
+template <bool kFp8>
+__device__ __forceinline__ void pv(float (&o)[64], const uint32_t (&pa)[kBc / Tiles<kFp8>::kK][4], uint64_t dv) {
 #pragma unroll
   for (int kk = 0; kk < kBc / Tiles<kFp8>::kK; ++kk) {
-    if constexpr (kFp8) wgmma::mma_rs_m64n128k32_e4m3(o, pa[kk], wgmma::desc_sw128(v + kk * 32, 16, 1024));
-    else wgmma::mma_rs_m64n128k16_tb(o, pa[kk], wgmma::desc_sw128(v + kk * 16 * 128, 128 * 128, 1024));
+    if constexpr (kFp8) wgmma::mma_rs_m64n128k32_e4m3(o, pa[kk], desc_at(dv, kk * 32));
+    else wgmma::mma_rs_m64n128k16_tb(o, pa[kk], desc_at(dv, kk * 16 * 128));
   }
 }
 
@@ -127,7 +142,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int g = lane / 4, t = lane % 4;
   const int64_t qs = int64_t(p.Hq) * kD, o0 = int64_t(b) * p.Sq * qs + int64_t(h) * kD;
   const float* v_scale = kFp8 ? p.v_scale + (int64_t(b) * p.Hkv + kh) * ((p.Sk + kBc - 1) / kBc) : nullptr;
-  float sv_prev = 1.f;  // fp8: the scale O is kept in (the last tile's whose P·V was issued)
+  float sv_max = 1.f;  // fp8: the largest scale of the tiles in use; O is kept in its units
+  if constexpr (kFp8) {
+    sv_max = 0.f;
+    for (int i = 0; i < n_tiles; ++i) sv_max = fmaxf(sv_max, v_scale[i]);
+  }
   // Ping-pong: warpgroup w issues its MMAs after waiting on named barrier 1 + w, then lets the other one
   // go (arrives on 2 - w). Warpgroup 1 lets warpgroup 0 start, and skips its last hand-over so that every
   // arrival is matched.
@@ -141,86 +160,98 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int i = 0; i < 64; ++i) o[i] = 0.f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   const float sl2 = p.scale * 1.4426950408889634f;
+  const uint64_t dq = wgmma::desc_sw128(sQ + wg * 64 * 128, 16, 1024), dk = wgmma::desc_sw128(sK, 16, 1024);
+  const uint64_t dv = v_desc<kFp8>(sV);
   if (n_tiles > 0) wgmma::mbar_wait(&q_full, 0);
 
   for (int j = 0; j < n_tiles; ++j) {
     const int st = j % kStages, pst = (j + kStages - 1) % kStages;
+    float lf = 0.f, inv_f = 1.f;  // fp8: log2 f_j and 1 / f_j (see the softmax), ready before S_j is
+    if constexpr (kFp8) {
+      const float f = fmaxf(__fdiv_rn(v_scale[j], sv_max), kMinTileRatio);
+      lf = log2f(f), inv_f = __frcp_rn(f);
+    }
     wgmma::mbar_wait(&k_full[st], uint32_t(j / kStages) & 1);
     wgmma::named_sync(1 + wg, kConsumers);
 
-    // S_j = Q K_jᵀ over head_dim in 8 steps of 16 (4 per 64-column half of the swizzled tiles), then
-    // O += P_j-1 V_j-1 (keys in steps of 16; V's 16-key slabs are 2 KB apart in each half), both async.
-    const unsigned char* kt = sK + st * kTileBytes;
+    // S_j = Q K_jᵀ over head_dim (k-steps of 32 bytes along the 128-byte rows of each box), then
+    // O += P_j-1 V_j-1 (pv), both async.
     wgmma::fence_regs(o);
     wgmma::fence();
 #pragma unroll
     for (int kk = 0; kk < kD / Tl::kK; ++kk) {  // each k-step 32 bytes into the 128-byte rows
-      const int box = kk / 4, col = (kk % 4) * 32;
-      const uint64_t da = wgmma::desc_sw128(sQ + box * kBoxBytes + wg * 64 * 128 + col, 16, 1024);
-      const uint64_t db = wgmma::desc_sw128(kt + box * kBoxBytes + col, 16, 1024);
+      const int at = (kk / 4) * kBoxBytes + (kk % 4) * 32;
+      const uint64_t da = desc_at(dq, at), db = desc_at(dk, st * kTileBytes + at);
       if constexpr (kFp8) wgmma::mma_ss_m64n128k32_e4m3(s, da, db, kk > 0);
       else wgmma::mma_ss_m64n128k16(s, da, db, kk > 0);
     }
+    // The groups: bf16 commits after the branch, which compiles to an empty group (a dummy MMA) behind P·V,
+    // so the wait below lets the softmax start only once P_j-1·V_j-1 is done too; fp8 commits P·V inside
+    // the branch, so the softmax overlaps it. Each is the faster for its kernel on the H200 (bf16 the other
+    // way: 1.46 against 1.02 ms at batch 2; fp8: 1.08 against 1.04).
     wgmma::commit();
     if (j > 0) {
       wgmma::mbar_wait(&v_full[pst], uint32_t((j - 1) / kStages) & 1);
-      pv<kFp8>(o, pa, sV + pst * kTileBytes);
+      pv<kFp8>(o, pa, desc_at(dv, pst * kTileBytes));
+      if constexpr (kFp8) wgmma::commit();
     }
-    wgmma::commit();
+    if constexpr (!kFp8) wgmma::commit();
     if (!(wg == 1 && j == n_tiles - 1)) wgmma::named_arrive(2 - wg, kConsumers);
-    wgmma::wait<1>();  // S_j is ready (K_j is free again); P_j-1 V_j-1 may still run
+    if (kFp8 && j == 0) wgmma::wait<0>();
+    else wgmma::wait<1>();  // S_j is ready (K_j is free again)
     wgmma::fence_regs(s);
     wgmma::mbar_arrive(&k_empty[st]);
 
-    // Mask, then online softmax in the log2 domain (each row's 128 keys live in the 4 threads of a quad):
-    // m is the running maximum of scale·log2(e)·s, p = 2^(scale·log2(e)·s - m).
+    // Keys past kv_len out: only the last tile has any (a uniform branch, off the common path).
     const int key0 = j * kBc;
-    const bool masked = key0 + kBc > kv_len;
+    if (key0 + kBc > kv_len) {
+#pragma unroll
+      for (int n = 0; n < kBc / 8; ++n)
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          if (key0 + n * 8 + 2 * t + (i & 1) >= kv_len) s[4 * n + i] = -INFINITY;
+    }
+    // Online softmax in the log2 domain (each row's 128 keys live in the 4 threads of a quad): p =
+    // 2^(scale·log2(e)·s - m). m, the reference, moves only when the tile's maximum passes it by more than
+    // kLazy (so p <= 2^kLazy) — most tiles leave it, and O's rescale is skipped when no row of the warp
+    // moved. fp8: P·V_j is computed as (p·f_j)·V8_j with f_j = sv_j / sv_max, folded into the exponent,
+    // so O stays in units of sv_max.
     float corr[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float mx = -INFINITY;
 #pragma unroll
-      for (int n = 0; n < kBc / 8; ++n)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          float& v = s[4 * n + 2 * r + e];
-          if (masked && key0 + n * 8 + 2 * t + e >= kv_len) v = -INFINITY;
-          mx = fmaxf(mx, v);
-        }
+      for (int n = 0; n < kBc / 8; ++n) mx = fmaxf(mx, fmaxf(s[4 * n + 2 * r], s[4 * n + 2 * r + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m[r], mx * sl2);  // sl2 > 0
-      const float m_use = m_new == -INFINITY ? 0.f : m_new;
-      corr[r] = wgmma::ex2(m[r] - m_use);
+      const float m_new = mx * sl2 > m[r] + kLazy ? mx * sl2 : m[r];  // sl2 > 0; a finite mx passes -inf
+      corr[r] = wgmma::ex2(m[r] - m_new);
+      const float c = m_new - lf;
       float sum = 0.f;
 #pragma unroll
       for (int n = 0; n < kBc / 8; ++n)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           float& v = s[4 * n + 2 * r + e];
-          v = wgmma::ex2(fmaf(v, sl2, -m_use));
+          v = wgmma::ex2(fmaf(v, sl2, -c));
           sum += v;
         }
-      l[r] = l[r] * corr[r] + sum;
+      l[r] = l[r] * corr[r] + sum * inv_f;
       m[r] = m_new;
     }
 
-    if constexpr (kFp8) {  // O moves into tile j's units: P_j V_j is added in them next
-      const float sv = v_scale[j], rs = sv_prev / sv;
-      corr[0] *= rs, corr[1] *= rs;
-      sv_prev = sv;
-    }
     wgmma::wait<0>();  // O now holds P_j-1 V_j-1 (V_j-1 is free again): rescale it to the new maxima, hand P_j on
     wgmma::fence_regs(o);
     if (j > 0) wgmma::mbar_arrive(&v_empty[pst]);
+    if (__any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
 #pragma unroll
-    for (int n = 0; n < kD / 8; ++n)
+      for (int n = 0; n < kD / 8; ++n)
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        o[4 * n + 2 * r] *= corr[r];
-        o[4 * n + 2 * r + 1] *= corr[r];
-      }
+        for (int r = 0; r < 2; ++r) {
+          o[4 * n + 2 * r] *= corr[r];
+          o[4 * n + 2 * r + 1] *= corr[r];
+        }
+    }
 #pragma unroll
     for (int kk = 0; kk < kSteps; ++kk)
 #pragma unroll
@@ -238,7 +269,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma::mbar_wait(&v_full[lst], uint32_t((n_tiles - 1) / kStages) & 1);
     wgmma::fence_regs(o);
     wgmma::fence();
-    pv<kFp8>(o, pa, sV + lst * kTileBytes);
+    pv<kFp8>(o, pa, desc_at(dv, lst * kTileBytes));
     wgmma::commit();
     wgmma::wait<0>();
     wgmma::fence_regs(o);
@@ -249,7 +280,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     float sum = l[r];
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    const float inv = sum > 0.f ? sv_prev / sum : 0.f;
+    const float inv = sum > 0.f ? sv_max / sum : 0.f;
     const int row = q0 + wg * 64 + warp * 16 + g + 8 * r;
     if (row >= p.Sq) continue;
     const int64_t at = o0 + int64_t(row) * qs + 2 * t;

@@ -2,6 +2,7 @@
 // its result per row to fp8 for the next GEMM: rms_norm_modulate_fp8), and the fused QKV projection's split
 // + per-head RMSNorm + rotate-half RoPE in one pass. Each matches the composition of the unfused ops except
 // that nothing is rounded to the activation type in between.
+#include <cfloat>
 #include <type_traits>
 
 #include "ops/cuda/common.h"
@@ -151,7 +152,8 @@ __global__ void __launch_bounds__(256) v_tiles_fp8_kernel(const Pack<T>* __restr
 #pragma unroll
     for (int e = 0; e < P; ++e) amax = fmaxf(amax, fabsf(to_f(a[j].v[e])));
   }
-  const float s = fp8_row_scale(block_reduce(amax, MaxOp())), inv = __frcp_rn(s);
+  const float tile_amax = block_reduce(amax, MaxOp());
+  const float s = tile_amax > 0.f ? __fdiv_rn(tile_amax, kFp8E4m3Max) : FLT_MIN, inv = __frcp_rn(s);
   const int64_t bh = int64_t(b) * heads + h;
   if (threadIdx.x == 0) v_scale[bh * gridDim.x + t] = s;
 #pragma unroll
