@@ -203,6 +203,7 @@ INSTANTIATE_TEST_SUITE_P(
                 "prompt is not valid UTF-8"},
         BadCase{"bad_dtype", kGen + "-W 16 -H 16 --dtype f64 -o '{D}/x.png'", "unknown type 'f64'"},
         BadCase{"bad_quantize", kGen + "-W 16 -H 16 --quantize fp4 -o '{D}/x.png'", "--quantize: unknown format 'fp4'"},
+        BadCase{"bad_attention", kGen + "-W 16 -H 16 --attention fp16 -o '{D}/x.png'", "--attention: unknown precision 'fp16'"},
         BadCase{"bad_device", kGen + "-W 16 -H 16 --device tpu -o '{D}/x.png'", "tpu"},
         BadCase{"bad_vae_tile", kGen + "-W 16 -H 16 --vae-tiling --vae-tile 3 -o '{D}/x.png'",
                 "--vae-tile 3 must be a positive multiple of the VAE's 2"},
@@ -230,7 +231,8 @@ TEST(CliGenerate, VaeTilingGivesTheSameImage) {
 }
 
 // Round trip through an fp8 file (every block quantized: the tiny DiT has only the first and last): the
-// image stays close to the folder's, and the metadata says which weights ran.
+// image stays close to the folder's, and the metadata says which weights ran (and that `--attention fp8`,
+// which needs a Hopper GPU, did not run on the CPU).
 TEST(CliGenerate, Fp8ConvertedFileGivesANearbyImage) {
   TempDir d;
   auto c = run_cli("convert --model '" + test::tiny_model() + "' -o '" + d.str() + "/fp8.safetensors' --dtype fp8 "
@@ -239,7 +241,7 @@ TEST(CliGenerate, Fp8ConvertedFileGivesANearbyImage) {
   const std::string args = " -p 'a cat' -W 32 -H 32 --steps 2 --seed 4 --threads 1 ";
   auto r = run_cli("generate --model '" + test::tiny_model() + "'" + args + "-o '" + d.str() + "/a.png'");
   ASSERT_EQ(r.status, 0) << r.out;
-  r = run_cli("generate --model '" + d.str() + "/fp8.safetensors'" + args + "-o '" + d.str() + "/b.png'");
+  r = run_cli("generate --model '" + d.str() + "/fp8.safetensors'" + args + "--attention fp8 -o '" + d.str() + "/b.png'");
   ASSERT_EQ(r.status, 0) << r.out;
   PngImage a = read_png(d.str() + "/a.png"), b = read_png(d.str() + "/b.png");
   ASSERT_EQ(a.rgb.size(), b.rgb.size());
@@ -252,6 +254,8 @@ TEST(CliGenerate, Fp8ConvertedFileGivesANearbyImage) {
   EXPECT_FALSE(nlohmann::json::parse(a.text["ernie-image"]).contains("dit_weights"));
   EXPECT_EQ(nlohmann::json::parse(b.text["ernie-image"])["dit_weights"], "fp8");
   EXPECT_NE(b.text["parameters"].find("DiT weights: fp8"), std::string::npos) << b.text["parameters"];
+  EXPECT_FALSE(nlohmann::json::parse(b.text["ernie-image"]).contains("attention"));
+  EXPECT_EQ(b.text["parameters"].find("Attention"), std::string::npos) << b.text["parameters"];
 }
 
 // The unwritable-output case needs a read-only folder (root ignores permissions: skip then).

@@ -201,6 +201,11 @@ std::optional<DType> ErnieDit::quantized_dtype() const {
   return std::nullopt;
 }
 
+bool ErnieDit::runs_fp8_attention() const {
+  return attention_fp8_ && quantized_dtype() == DType::F8_E4M3 && device_.is_cuda() &&
+         ops::attention_fp8_supported(Tensor::empty({0}, act_, device_), cfg_.head_dim());
+}
+
 // ---- modules ------------------------------------------------------------------------------------------------
 
 Tensor ErnieDit::to_act(const Tensor& input) const {

@@ -64,6 +64,7 @@ class ErnieDit {
   // blocks kept bf16, attention stays bf16. Off by default.
   void set_attention_fp8(bool on) { attention_fp8_ = on; }
   bool attention_fp8() const { return attention_fp8_; }
+  bool runs_fp8_attention() const;  // set, an fp8 DiT and a device that runs it: some block uses it
 
   struct Block {
     Tensor adaLN_sa_ln, adaLN_mlp_ln;                    // RMSNorm weights [hidden]

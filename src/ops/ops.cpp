@@ -218,7 +218,8 @@ Qkv8 qkv_norm_rope_fp8(const Tensor& qkv, int64_t heads, const Tensor& norm_q, c
 #ifdef ERNIE_HAVE_CUDA
   if (qkv.device().is_cuda()) {
     ERNIE_CHECK(cuda::qkv_norm_rope_supported(qkv, heads, norm_q, norm_k, cos, sin),
-                "qkv_norm_rope_fp8: these inputs need the unfused path (16-byte aligned, F32 tables on the device)");
+                "qkv_norm_rope_fp8: needs F32/BF16 qkv 16-byte aligned, norm weights of 128 (or none) and F32 cos/sin "
+                "tables, all on qkv's device");
     return on_cuda("qkv_norm_rope_fp8", [&] { return cuda::qkv_norm_rope_fp8(qkv, heads, norm_q, norm_k, eps, cos, sin); });
   }
 #endif

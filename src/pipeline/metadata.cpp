@@ -33,6 +33,7 @@ std::string a1111_parameters(const ImageMeta& m) {
   if (r.use_pe) s += ", Prompt enhancer: true";
   if (m.vae_tiled) s += ", VAE tiling: true";
   if (!m.dit_weights.empty()) s += ", DiT weights: " + m.dit_weights;
+  if (m.attention_fp8) s += ", Attention: fp8";
   if (m.batch_size > 1) s += ", Batch size: " + std::to_string(m.batch_size) + ", Batch pos: " + std::to_string(m.batch_index);
   s += ", Version: " + engine_version();
   return s;
@@ -57,6 +58,7 @@ nlohmann::json meta_json(const ImageMeta& m) {
   if (m.seed) j["seed"] = *m.seed;
   if (m.vae_tiled) j["vae_tiled"] = true;
   if (!m.dit_weights.empty()) j["dit_weights"] = m.dit_weights;
+  if (m.attention_fp8) j["attention"] = "fp8";
   return j;
 }
 

@@ -21,6 +21,7 @@ struct ImageMeta {
   int batch_index = 0, batch_size = 1;
   bool vae_tiled = false;            // the VAE decoded in tiles (GenerateResult::vae_tiled)
   std::string dit_weights;           // "fp8" / "int8" when the DiT ran 8-bit weights (GenerateResult), else empty
+  bool attention_fp8 = false;        // the DiT ran fp8 attention (GenerateResult)
 };
 
 std::string engine_version();  // "ernie-image 0.1.0"

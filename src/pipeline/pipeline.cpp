@@ -222,6 +222,7 @@ class ErniePipeline final : public Pipeline {
         Tensor decoded = decode_latent(z, tiled);
         x.vae_tiled = x.vae_tiled || tiled;
         if (const std::optional<DType> q = dit_->quantized_dtype()) x.dit_weights = *q == DType::I8 ? "int8" : "fp8";
+        x.attention_fp8 = dit_->runs_fp8_attention();
         ERNIE_CHECK(decoded.dim(1) == 3 && decoded.dim(2) == r.height && decoded.dim(3) == r.width,
                     "vae decode returned ", shape_str(decoded.shape()));
         Image img{r.width, r.height, {}};

@@ -82,6 +82,7 @@ struct GenerateResult {
   double encode_s = 0, denoise_s = 0, decode_s = 0;
   bool vae_tiled = false;      // the decode ran tiled (PipelineOptions::vae_tiling)
   std::string dit_weights;     // "fp8" / "int8": the DiT's blocks ran 8-bit weights (quantized or stored); else empty
+  bool attention_fp8 = false;  // the fp8 blocks ran fp8 attention (PipelineOptions::attention_fp8 on Hopper)
 };
 
 // How many times each component was loaded onto the device (offloaded ones reload per request).

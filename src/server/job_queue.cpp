@@ -396,6 +396,7 @@ void JobQueue::run_batch(const std::shared_ptr<Batch>& b) {
         meta.batch_size = int(r.images.size());
         meta.vae_tiled = r.vae_tiled;
         meta.dit_weights = r.dit_weights;
+        meta.attention_fp8 = r.attention_fp8;
         std::vector<uint8_t> bytes = encode_png(im.width, im.height, im.rgb, png_metadata(meta));
         pngs[i].emplace_back(bytes.begin(), bytes.end());
       }

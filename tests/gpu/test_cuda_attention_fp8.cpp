@@ -4,6 +4,7 @@
 
 #include "attention_fp8_util.h"
 #include "gpu_util.h"
+#include "models/ernie_dit.h"
 #include "ops/cpu/cpu_ops.h"
 
 namespace ernie::test {
@@ -67,6 +68,31 @@ TEST(CudaAttentionFp8, MatchesCpuTwin) {
     const Tensor bf = ops::attention(up(f.q, DType::BF16), up(f.k, DType::BF16), up(f.v, DType::BF16), scale, m);
     EXPECT_TRUE(tensors_close(down(ops::attention_fp8(gx, scale, m, DType::BF16)), down(bf), 0.04, 0.999));
   }
+}
+
+// The DiT with head_dim 128 and three blocks (the default policy keeps the first and last bf16): with
+// set_attention_fp8 the fp8 middle block runs attention_fp8 (the output moves, a little); an int8 DiT and
+// the flag off do not.
+TEST(CudaAttentionFp8, DitRunsItInItsFp8Blocks) {
+  ERNIE_REQUIRE_GPU();
+  if (!hopper()) GTEST_SKIP() << "fp8 attention needs compute capability 9.0";
+  DitConfig dc;
+  dc.hidden_size = 256, dc.num_attention_heads = 2, dc.num_layers = 3, dc.ffn_hidden_size = 512;
+  dc.in_channels = dc.out_channels = 16, dc.text_in_dim = 64;
+  const Tensor x = rnd({2, 16, 12, 12}, 61), text = rnd({2, 20, 64}, 62);
+  const std::vector<float> t = {500.f, 500.f};
+  const std::vector<int64_t> lens = {20, 3};
+  ErnieDit dit = ErnieDit::random(dc, kGPU, DType::BF16, 7, false, DType::F8_E4M3);
+  const Tensor plain = down(dit.forward(x, t, text, lens));
+  EXPECT_FALSE(dit.runs_fp8_attention());
+  dit.set_attention_fp8(true);
+  EXPECT_TRUE(dit.runs_fp8_attention());
+  const Tensor fp8 = down(dit.forward(x, t, text, lens));
+  EXPECT_GT(closeness(fp8.to_vector(), plain.to_vector()).max_abs, 0.0);
+  EXPECT_TRUE(tensors_close(fp8, plain, 0.1, 0.995));
+  ErnieDit int8 = ErnieDit::random(dc, kGPU, DType::BF16, 7, false, DType::I8);
+  int8.set_attention_fp8(true);
+  EXPECT_FALSE(int8.runs_fp8_attention());
 }
 
 }  // namespace

@@ -130,7 +130,7 @@ int run(const Opts& o, const CLI::App& c) {
   const std::string model_name = model_display_name(folder.root);
   for (int b = 0; b < r.num_images; ++b) {
     ImageMeta meta{res.resolved, res.revised_prompt, model_name, seed ? std::optional<uint64_t>(*seed + b) : std::nullopt,
-                   b, r.num_images, res.vae_tiled, res.dit_weights};
+                   b, r.num_images, res.vae_tiled, res.dit_weights, res.attention_fp8};
     const Image& img = res.images[size_t(b)];
     write_png(outs[size_t(b)], img.width, img.height, img.rgb, png_metadata(meta));
   }
