@@ -118,11 +118,16 @@ TEST(CudaFullSize, DISABLED_DitFp8ErrorSources) {
     const Closeness c = closeness(down(dit.forward(in.x, in.t, in.text, in.lens)).to_vector(), ref.to_vector());
     std::printf("full-size DiT at 1024x1024, fp8 with %s vs bf16: cosine %.6f, rel L2 %.4f\n", what, c.cosine, c.rel_l2);
   }
-  ErnieDit dit = ErnieDit::random(dc, kGPU, DType::BF16, 51, false, DType::F8_E4M3);
-  dit.set_attention_fp8(true);
-  const Closeness c = closeness(down(dit.forward(in.x, in.t, in.text, in.lens)).to_vector(), ref.to_vector());
-  std::printf("full-size DiT at 1024x1024, fp8 with the default policy and fp8 attention vs bf16: cosine %.6f, "
-              "rel L2 %.4f\n", c.cosine, c.rel_l2);
+  // fp8 attention, by the default policy and with every block fp8 (convert --quantize-all-blocks)
+  for (bool all_blocks : {false, true}) {
+    QuantPolicy p;
+    p.keep_first_last_dit_blocks = !all_blocks;
+    ErnieDit dit = ErnieDit::random(dc, kGPU, DType::BF16, 51, false, DType::F8_E4M3, p);
+    dit.set_attention_fp8(true);
+    const Closeness c = closeness(down(dit.forward(in.x, in.t, in.text, in.lens)).to_vector(), ref.to_vector());
+    std::printf("full-size DiT at 1024x1024, fp8 with %s and fp8 attention vs bf16: cosine %.6f, rel L2 %.4f\n",
+                all_blocks ? "every block quantized" : "the default policy", c.cosine, c.rel_l2);
+  }
 }
 
 // The text encoder's projections 8-bit (weight-only, as --quantize and an 8-bit file run them) against
