@@ -93,19 +93,7 @@ __global__ void __launch_bounds__(kRowThreads) quantize_rows_kernel(
 #pragma unroll
   for (int j = 0; j < NP; ++j)
     if (threadIdx.x + j * blockDim.x < cp) a[j] = x[row * cp + threadIdx.x + j * blockDim.x];
-  float s;
-  if (fixed) {
-    s = *fixed;
-  } else {
-    float amax = 0.f;
-#pragma unroll
-    for (int j = 0; j < NP; ++j)
-      if (threadIdx.x + j * blockDim.x < cp)
-#pragma unroll
-        for (int e = 0; e < P; ++e) amax = fmaxf(amax, fabsf(to_f(a[j].v[e])));
-    amax = block_reduce(amax, MaxOp());
-    s = amax > 0.f ? __fdiv_rn(amax, qmax) : 1.f;
-  }
+  const float s = fixed ? *fixed : row_scale(block_amax(a, cp), qmax);
   const float inv = __frcp_rn(s);
   if (threadIdx.x == 0) scale[row] = s;
   Out* qr = reinterpret_cast<Out*>(q) + row * cp;

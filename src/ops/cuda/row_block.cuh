@@ -83,10 +83,25 @@ __device__ __forceinline__ float block_reduce(float v, Op op) {
   return v;
 }
 
-// quantize()'s fp8 scale of a row with maximum magnitude amax, and the code of one value.
-__device__ __forceinline__ float fp8_row_scale(float amax) { return amax > 0.f ? __fdiv_rn(amax, kFp8E4m3Max) : 1.f; }
+// quantize()'s scale of a row with maximum magnitude amax for codes up to qmax (1 for an all-zero row), the
+// fp8 one, and the code of one value.
+__device__ __forceinline__ float row_scale(float amax, float qmax) { return amax > 0.f ? __fdiv_rn(amax, qmax) : 1.f; }
+__device__ __forceinline__ float fp8_row_scale(float amax) { return row_scale(amax, kFp8E4m3Max); }
 __device__ __forceinline__ uint8_t fp8_code(float v, float inv_scale) {  // e4m3, nearest even, saturating
   return uint8_t(__nv_cvt_float_to_fp8(__fmul_rn(v, inv_scale), __NV_SATFINITE, __NV_E4M3));
+}
+
+// The largest magnitude in a row held in registers across the block: the thread's np packs `r` (pack
+// i = threadIdx.x + j·blockDim.x, present while i < cp). Every thread of the block calls it.
+template <class T, int NP>
+__device__ __forceinline__ float block_amax(const Pack<T> (&r)[NP], int cp) {
+  float amax = 0.f;
+#pragma unroll
+  for (int j = 0; j < NP; ++j)
+    if (threadIdx.x + j * blockDim.x < cp)
+#pragma unroll
+      for (int e = 0; e < kPack<T>; ++e) amax = fmaxf(amax, fabsf(to_f(r[j].v[e])));
+  return block_reduce(amax, MaxOp());
 }
 
 // The end of an fp8 producer: the thread's np packs `r` of row `row` (pack i = threadIdx.x + j·blockDim.x,
@@ -95,18 +110,7 @@ __device__ __forceinline__ uint8_t fp8_code(float v, float inv_scale) {  // e4m3
 template <class T, int NP>
 __device__ __forceinline__ void store_fp8_row(const Pack<T> (&r)[NP], int64_t row, int cp, Codes<T>* __restrict__ q,
                                               float* __restrict__ qs, const float* __restrict__ fixed) {
-  float s;
-  if (fixed) {
-    s = *fixed;
-  } else {
-    float amax = 0.f;
-#pragma unroll
-    for (int j = 0; j < NP; ++j)
-      if (threadIdx.x + j * blockDim.x < cp)
-#pragma unroll
-        for (int e = 0; e < kPack<T>; ++e) amax = fmaxf(amax, fabsf(to_f(r[j].v[e])));
-    s = fp8_row_scale(block_reduce(amax, MaxOp()));
-  }
+  const float s = fixed ? *fixed : fp8_row_scale(block_amax(r, cp));
   if (threadIdx.x == 0) qs[row] = s;
   const float inv = __frcp_rn(s);
 #pragma unroll
