@@ -144,15 +144,12 @@ __global__ void __launch_bounds__(256) v_tiles_fp8_kernel(const Pack<T>* __restr
   __shared__ __align__(16) uint8_t codes[128 * kRow];
   const int t = blockIdx.x, h = blockIdx.y, b = blockIdx.z, k0 = t * 128;
   Pack<T> a[NP];
-  float amax = 0.f;
 #pragma unroll
   for (int j = 0; j < NP; ++j) {
     const int i = threadIdx.x + j * 256, key = k0 + i / CP;
     a[j] = key < S ? qkv[((int64_t(b) * S + key) * 3 + 2) * heads * CP + h * CP + i % CP] : Pack<T>{};
-#pragma unroll
-    for (int e = 0; e < P; ++e) amax = fmaxf(amax, fabsf(to_f(a[j].v[e])));
   }
-  const float tile_amax = block_reduce(amax, MaxOp());
+  const float tile_amax = block_amax(a, 128 * CP);
   const float s = tile_amax > 0.f ? __fdiv_rn(tile_amax, kFp8E4m3Max) : FLT_MIN, inv = __frcp_rn(s);
   const int64_t bh = int64_t(b) * heads + h;
   if (threadIdx.x == 0) v_scale[bh * gridDim.x + t] = s;
