@@ -44,7 +44,8 @@ for stage in "$@"; do
         --gtest_filter='CudaFullSize.DISABLED_DitQuantized1024:CudaFullSize.DISABLED_TextEncoderQuantized:CudaFullSize.DISABLED_DitFp8ErrorSources' \
         > "$OUT/quant.log" 2>&1
       echo "quant exit $?"; grep -E "full-size|block|FAILED|PASSED" "$OUT/quant.log" ;;
-    bench)  # BENCH_SETS: ';'-separated argument sets (default: the bf16 Turbo and 50-step workloads)
+    bench)  # BENCH_SETS: ";"-separated argument sets (default: the bf16 Turbo and 50-step workloads), each may
+      # start with NAME=value words for its environment (e.g. XDG_CACHE_HOME=/tmp/c: a fresh tuning cache)
       # The GPU's power draw, SM clock and throttle reasons every 200 ms while each set runs (power.csv).
       IFS=';' read -ra sets <<< "${BENCH_SETS:---steps 8 --cfg 1 --repeat 2;--steps 50 --cfg 4 --repeat 1}"
       for args in "${sets[@]}"; do
@@ -52,7 +53,9 @@ for stage in "$@"; do
         echo "## $args" >> "$OUT/power.csv"
         nvidia-smi --query-gpu=timestamp,power.draw,power.limit,clocks.sm,temperature.gpu,clocks_event_reasons.active \
           --format=csv,noheader -lms 200 >> "$OUT/power.csv" 2>&1 & SMI=$!
-        $B bench --random $args --json >> "$OUT/bench.log" 2>&1
+        read -ra words <<< "$args"; envs=()  # leading NAME=value words set the environment of that run
+        while [ ${#words[@]} -gt 0 ] && [[ ${words[0]} =~ ^[A-Z_][A-Z0-9_]*= ]]; do envs+=("${words[0]}"); words=("${words[@]:1}"); done
+        env "${envs[@]}" $B bench --random "${words[@]}" --json >> "$OUT/bench.log" 2>&1
         kill $SMI 2> /dev/null; wait $SMI 2> /dev/null
       done
       grep -E "##|_s\"|peak|tflops|fraction|error|exit|gib" "$OUT/bench.log"
