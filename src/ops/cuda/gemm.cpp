@@ -11,14 +11,12 @@
 #include <cublasLt.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cstdlib>
 #include <cmath>
 #include <map>
 #include <mutex>
 #include <string>
 #include <tuple>
-#include <vector>
 
 #include "ops/cuda/common.h"
 #include "ops/cuda/cuda_ops.h"
@@ -106,97 +104,22 @@ cublasStatus_t run(cublasLtHandle_t lt, const Plan& p, const cublasLtMatmulAlgo_
                         o.workspace, kWorkspace, o.stream);
 }
 
-// Tuning knobs (experiments): ERNIE_TUNE_SUSTAIN_MS times each candidate after that many milliseconds of
-// back-to-back runs (the clock the power cap settles at, not the cold boost); ERNIE_TUNE_CANDIDATES asks the
-// heuristic for that many candidates (default 8).
-float env_float(const char* name, float dflt) {
-  const char* e = std::getenv(name);
-  return e && *e ? std::strtof(e, nullptr) : dflt;
-}
-
-// Mean seconds per run of `n` back-to-back runs; infinity when the algorithm fails on these operands.
-float time_runs(cublasLtHandle_t lt, const Plan& p, const cublasLtMatmulAlgo_t& algo, const Operands& o, int n) {
+// Mean seconds of 3 runs after a warm-up; infinity when the algorithm fails on these operands.
+float time_algo(cublasLtHandle_t lt, const Plan& p, const cublasLtMatmulAlgo_t& algo, const Operands& o) {
+  if (run(lt, p, algo, o) != CUBLAS_STATUS_SUCCESS) return INFINITY;
   cudaEvent_t t0, t1;
   ERNIE_CUDA_CHECK(cudaEventCreate(&t0));
   ERNIE_CUDA_CHECK(cudaEventCreate(&t1));
   ERNIE_CUDA_CHECK(cudaEventRecord(t0, o.stream));
   bool ok = true;
-  for (int i = 0; i < n && ok; ++i) ok = run(lt, p, algo, o) == CUBLAS_STATUS_SUCCESS;
+  for (int i = 0; i < 3 && ok; ++i) ok = run(lt, p, algo, o) == CUBLAS_STATUS_SUCCESS;
   ERNIE_CUDA_CHECK(cudaEventRecord(t1, o.stream));
   ERNIE_CUDA_CHECK(cudaEventSynchronize(t1));
   float ms = 0.f;
   ERNIE_CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
   cudaEventDestroy(t0);
   cudaEventDestroy(t1);
-  return ok ? ms / (1e3f * float(n)) : INFINITY;
-}
-
-// Mean seconds of 3 runs after a warm-up (or, sustained, of a run as long as the warm-up).
-float time_algo(cublasLtHandle_t lt, const Plan& p, const cublasLtMatmulAlgo_t& algo, const Operands& o) {
-  if (run(lt, p, algo, o) != CUBLAS_STATUS_SUCCESS) return INFINITY;
-  static const float sustain_ms = env_float("ERNIE_TUNE_SUSTAIN_MS", 0.f);
-  float t = time_runs(lt, p, algo, o, 3);
-  if (sustain_ms > 0.f && std::isfinite(t)) {
-    const int n = std::max(3, int(sustain_ms / (t * 1e3f)));
-    time_runs(lt, p, algo, o, n);
-    t = time_runs(lt, p, algo, o, n);
-  }
-  return t;
-}
-
-// An algorithm's configuration attribute (tile, stages, cluster shape ids; 0 when it has none).
-uint32_t config(const cublasLtMatmulAlgo_t& a, cublasLtMatmulAlgoConfigAttributes_t attr) {
-  uint32_t v = 0;
-  size_t written = 0;
-  const size_t size = attr == CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID ? sizeof(uint16_t) : sizeof(uint32_t);
-  return cublasLtMatmulAlgoConfigGetAttribute(&a, attr, &v, size, &written) == CUBLAS_STATUS_SUCCESS ? v : 0;
-}
-
-// The heuristic's candidates with their tile, stage and cluster shape varied over what each algorithm lists
-// and cuBLASLt accepts for this problem (ERNIE_TUNE_EXHAUSTIVE=1: the heuristic offers one fp8 algorithm
-// with outer-vector scales, 128x128 tiles).
-void add_variants(cublasLtHandle_t lt, const Plan& p, std::vector<cublasLtMatmulAlgo_t>& cands) {
-  auto caps = [](const cublasLtMatmulAlgo_t& a, cublasLtMatmulAlgoCapAttributes_t attr) {
-    size_t bytes = 0;
-    std::vector<uint32_t> v;
-    if (cublasLtMatmulAlgoCapGetAttribute(&a, attr, nullptr, 0, &bytes) != CUBLAS_STATUS_SUCCESS || bytes == 0) return v;
-    v.resize(bytes / sizeof(uint32_t));
-    if (cublasLtMatmulAlgoCapGetAttribute(&a, attr, v.data(), bytes, &bytes) != CUBLAS_STATUS_SUCCESS) v.clear();
-    return v;
-  };
-  const std::vector<cublasLtMatmulAlgo_t> base = cands;
-  const uint16_t clusters[] = {CUBLASLT_CLUSTER_SHAPE_AUTO, CUBLASLT_CLUSTER_SHAPE_1x1x1, CUBLASLT_CLUSTER_SHAPE_2x1x1,
-                               CUBLASLT_CLUSTER_SHAPE_1x2x1};
-  for (const cublasLtMatmulAlgo_t& b : base) {
-    // The large tiles only (an algorithm lists hundreds): 128x128 and up to 256x256.
-    const uint32_t large[] = {CUBLASLT_MATMUL_TILE_128x128, CUBLASLT_MATMUL_TILE_128x192, CUBLASLT_MATMUL_TILE_192x128,
-                              CUBLASLT_MATMUL_TILE_128x256, CUBLASLT_MATMUL_TILE_256x128, CUBLASLT_MATMUL_TILE_192x256,
-                              CUBLASLT_MATMUL_TILE_256x192, CUBLASLT_MATMUL_TILE_256x160, CUBLASLT_MATMUL_TILE_128x240,
-                              CUBLASLT_MATMUL_TILE_256x256};
-    std::vector<uint32_t> tiles, stages = caps(b, CUBLASLT_ALGO_CAP_STAGES_IDS);
-    for (uint32_t t : caps(b, CUBLASLT_ALGO_CAP_TILE_IDS))
-      if (std::find(std::begin(large), std::end(large), t) != std::end(large)) tiles.push_back(t);
-    if (stages.empty()) stages.push_back(config(b, CUBLASLT_ALGO_CONFIG_STAGES_ID));
-    std::fprintf(stderr, "tune: algo %u lists %zu large tiles, %zu stages\n", config(b, CUBLASLT_ALGO_CONFIG_ID),
-                 tiles.size(), stages.size());
-    for (uint32_t tile : tiles)
-      for (uint32_t stage : stages)
-        for (uint16_t cluster : clusters) {
-          if (cands.size() >= 96) return;
-          cublasLtMatmulAlgo_t a = b;
-          cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile);
-          cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stage, sizeof stage);
-          cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster, sizeof cluster);
-          cublasLtMatmulHeuristicResult_t check{};
-          if (cublasLtMatmulAlgoCheck(lt, p.op, p.a, p.b, p.c, p.c, &a, &check) != CUBLAS_STATUS_SUCCESS ||
-              check.workspaceSize > kWorkspace)
-            continue;
-          if (std::none_of(cands.begin(), cands.end(), [&](const cublasLtMatmulAlgo_t& c) {
-                return std::equal(std::begin(c.data), std::end(c.data), std::begin(a.data));
-              }))
-            cands.push_back(a);
-        }
-  }
+  return ok ? ms / 3e3f : INFINITY;
 }
 
 std::string key_string(const Key& k) {
@@ -279,9 +202,8 @@ const Plan& plan_for(const Key& key, cublasLtHandle_t lt, const Operands& ops) {
   ERNIE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab, sizeof ab));
   ERNIE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac, sizeof ac));
   ERNIE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac, sizeof ac));
-  constexpr int kMaxCandidates = 32;
-  static const int kCandidates = std::clamp(int(env_float("ERNIE_TUNE_CANDIDATES", 8.f)), 1, kMaxCandidates);
-  cublasLtMatmulHeuristicResult_t res[kMaxCandidates]{};
+  constexpr int kCandidates = 8;
+  cublasLtMatmulHeuristicResult_t res[kCandidates]{};
   int found = 0;
   auto heuristic = [&] {
     return cublasLtMatmulAlgoGetHeuristic(lt, p.op, p.a, p.b, p.c, p.c, pref, tuning::enabled() ? kCandidates : 1,
@@ -302,28 +224,16 @@ const Plan& plan_for(const Key& key, cublasLtHandle_t lt, const Operands& ops) {
     fail("linear: cuBLASLt found no algorithm for M=", std::to_string(M), " N=", std::to_string(N), " K=",
          std::to_string(K), " ", fp8 ? "FP8" : dt == kF32 ? "F32" : "BF16", " (alignments ", std::to_string(al_a), "/",
          std::to_string(al_b), "/", std::to_string(al_c), "/", std::to_string(al_bias), ")");
-  std::vector<cublasLtMatmulAlgo_t> cands;
-  for (int i = 0; i < found; ++i) cands.push_back(res[i].algo);
-  static const bool exhaustive = env_float("ERNIE_TUNE_EXHAUSTIVE", 0.f) > 0.f;
-  if (exhaustive && tuning::enabled()) add_variants(lt, p, cands);
   int best = 0;
   float best_s = INFINITY;
-  if (cands.size() > 1)
-    for (size_t i = 0; i < cands.size(); ++i) {
-      const float t = time_algo(lt, p, cands[i], ops);
-      if (t < best_s) best = int(i), best_s = t;
-      if (exhaustive)
-        std::fprintf(stderr, "tune: %s tile %u cluster %u: %.1f us\n", ks.c_str(),
-                     config(cands[i], CUBLASLT_ALGO_CONFIG_TILE_ID), config(cands[i], CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID),
-                     double(t) * 1e6);
-    }
-  p.algo = cands[size_t(best)];
+  if (found > 1)
+    for (int i = 0; i < found; ++i)
+      if (const float t = time_algo(lt, p, res[i].algo, ops); t < best_s) best = i, best_s = t;
+  p.algo = res[best].algo;
   if (tuning::enabled()) {
     nlohmann::json algo = nlohmann::json::array();
     for (uint64_t v : p.algo.data) algo.push_back(v);
-    cache.store(ks, {{"algo", algo}, {"candidates", cands.size()}, {"tile", config(p.algo, CUBLASLT_ALGO_CONFIG_TILE_ID)},
-                     {"stages", config(p.algo, CUBLASLT_ALGO_CONFIG_STAGES_ID)},
-                     {"cluster", config(p.algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID)}, {"us", std::isfinite(best_s) ? best_s * 1e6 : -1.0},
+    cache.store(ks, {{"algo", algo}, {"candidates", found}, {"us", std::isfinite(best_s) ? best_s * 1e6 : -1.0},
                      {"post_scale", p.post_scale}});
   }
   return plans.emplace(key, p).first->second;
