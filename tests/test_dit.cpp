@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "golden.h"
 #include "models/ernie_dit.h"
+#include "ops/ops.h"
 
 namespace ernie {
 namespace {
@@ -60,6 +61,29 @@ TEST(Dit, PaddedTextIsMasked) {
   }
   EXPECT_TRUE(tensors_close(tiny_dit().forward(in.x, in.t, noisy, in.text_lens), base, 1e-7));
   EXPECT_FALSE(tensors_close(tiny_dit().forward(in.x, in.t, changed, in.text_lens), base, 1e-5));
+}
+
+// Rows at one timestep with different text lengths run packed (no padding rows; attention block-diagonal);
+// a layer observer keeps them padded. Both give the same output, the padding never read.
+TEST(Dit, PackedRowsMatchPaddedRows) {
+  DitInputs in = golden_inputs();
+  ASSERT_NE(in.text_lens[0], in.text_lens[1]);
+  const std::vector<float> t(2, in.t[0]);
+  int layers = 0;
+  Tensor padded = tiny_dit().forward(in.x, t, in.text, in.text_lens, [&](int, const Tensor& h) {
+    EXPECT_EQ(h.dim(0), 2);  // the observer sees [B, S, hidden]
+    ++layers;
+  });
+  EXPECT_GT(layers, 0);
+  Tensor packed = tiny_dit().forward(in.x, t, in.text, in.text_lens);
+  EXPECT_TRUE(tensors_close(packed, padded, 1e-6));
+  // Each row as it is alone.
+  for (int64_t b = 0; b < 2; ++b) {
+    const int64_t len = in.text_lens[size_t(b)];
+    Tensor text = ops::slice(in.text.narrow(b, 1), 1, 0, len);
+    Tensor alone = tiny_dit().forward(in.x.narrow(b, 1), {t[0]}, text, {len});
+    EXPECT_TRUE(tensors_close(packed.narrow(b, 1), alone, 1e-6)) << "row " << b;
+  }
 }
 
 TEST(Dit, BadInputsGiveClearErrors) {

@@ -225,6 +225,37 @@ TEST(OpsCpu, AttentionVariants) {
         << "mask " << m;
 }
 
+// Packed segments: block-diagonal attention, as each segment alone.
+TEST(OpsCpu, AttentionPackedSegments) {
+  const int64_t D = 16;
+  const std::vector<int64_t> segments = {70, 1, 74};
+  Tensor q = rnd({1, 145, 4, D}, 26, -2, 2), k = rnd({1, 145, 2, D}, 27, -2, 2), v = rnd({1, 145, 2, D}, 28);
+  std::vector<double> expected;
+  int64_t at = 0;
+  for (int64_t L : segments) {
+    auto rows = [&](const Tensor& t) { return cpu::slice(t, 1, at, L); };
+    const std::vector<double> part = naive_attention(rows(q), rows(k), rows(v), 0.25f, {});
+    expected.insert(expected.end(), part.begin(), part.end());
+    at += L;
+  }
+  ops::AttentionMask m;
+  m.segments = segments;
+  EXPECT_TRUE(tensors_close(cpu::attention(q, k, v, 0.25f, m), ref(expected, q.shape()), kTol));
+  // Not one row, not covering it, empty, or with another mask: refused.
+  auto bad = [&](std::vector<int64_t> seg, bool causal, const char* needle) {
+    ops::AttentionMask b;
+    b.segments = std::move(seg), b.causal = causal;
+    test::expect_error([&] { cpu::attention(q, k, v, 0.25f, b); }, needle);
+  };
+  bad({70, 74}, false, "cover 144 of 145");
+  bad({145, 0}, false, "length 0");
+  bad({145}, true, "no other mask");
+  Tensor q2 = rnd({2, 10, 4, D}, 29), k2 = rnd({2, 10, 2, D}, 30);
+  ops::AttentionMask two;
+  two.segments = {10};
+  test::expect_error([&] { cpu::attention(q2, k2, k2, 0.25f, two); }, "one batch row");
+}
+
 std::vector<double> naive_conv(const Tensor& x, const Tensor& w, const Tensor& b, int stride, int pad) {
   auto X = vals(x), W = vals(w), Bv = vals(b);
   const int64_t B = x.dim(0), I = x.dim(1), H = x.dim(2), Wd = x.dim(3), O = w.dim(0), kh = w.dim(2), kw = w.dim(3);

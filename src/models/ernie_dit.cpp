@@ -13,6 +13,14 @@ namespace ernie {
 namespace {
 std::string str(int64_t v) { return std::to_string(v); }
 bool is_fp8(const ops::Weight& w) { return w.quantized() && w.w.dtype() == DType::F8_E4M3; }
+
+// Rows [start, start + n) of a [1, S, ...] tensor (packed rows, see forward), as a [1, n, ...] view.
+Tensor packed_rows(const Tensor& t, int64_t start, int64_t n) {
+  Shape rows(t.shape().begin() + 1, t.shape().end()), view = rows;
+  view[0] = n;
+  view.insert(view.begin(), 1);
+  return t.reshape(rows).narrow(start, n).reshape(view);
+}
 // The value of a weight's static activation scale (convert --calibrate); 0 without one.
 float static_scale(const ops::Weight& w) { return w.input_scale.defined() ? w.input_scale.to(kCPU).f32()[0] : 0.f; }
 // An 8-bit weight (and its static activation scale) on `device`.
@@ -253,20 +261,21 @@ ErnieDit::Modulation ErnieDit::adaLN_modulation(const Tensor& c) const {
 
 // ErnieImageEmbedND3: ids image (text_len, row, col), text (index, 0, 0); per axis angles pos·θ^(-2k/d),
 // concatenated over the 3 axes (head_dim/2 angles), each angle repeated twice [θ0,θ0,θ1,θ1,...].
-ErnieDit::Rotary ErnieDit::pos_embed(const std::vector<int64_t>& text_lens, int64_t Hp, int64_t Wp,
-                                     int64_t Tmax) const {
-  const int64_t B = int64_t(text_lens.size()), N = Hp * Wp, S = N + Tmax, D = cfg_.head_dim();
+ErnieDit::Rotary ErnieDit::pos_embed(const std::vector<int64_t>& text_lens, int64_t Hp, int64_t Wp, int64_t Tmax,
+                                     bool packed) const {
+  const int64_t B = int64_t(text_lens.size()), N = Hp * Wp, D = cfg_.head_dim();
   std::vector<float> omega;  // D/2 frequencies, axis by axis
   for (int dim : cfg_.rope_axes_dim)
     for (int k = 0; k < dim; k += 2)
       omega.push_back(1.0f / std::pow(cfg_.rope_theta, float(k) / float(dim)));
-  std::vector<float> cos(size_t(B * S * D)), sin(cos.size());
+  std::vector<float> cos, sin;
   for (int64_t b = 0; b < B; ++b)
-    for (int64_t s = 0; s < S; ++s) {
+    for (int64_t s = 0; s < N + (packed ? text_lens[size_t(b)] : Tmax); ++s) {
       const float ids[3] = {s < N ? float(text_lens[size_t(b)]) : float(s - N), s < N ? float(s / Wp) : 0.f,
                             s < N ? float(s % Wp) : 0.f};
-      float* c = &cos[size_t((b * S + s) * D)];
-      float* sn = &sin[size_t((b * S + s) * D)];
+      cos.resize(cos.size() + size_t(D)), sin.resize(sin.size() + size_t(D));
+      float* c = &cos[cos.size() - size_t(D)];
+      float* sn = &sin[sin.size() - size_t(D)];
       int64_t j = 0;
       for (int axis = 0; axis < 3; ++axis)
         for (int k = 0; k < cfg_.rope_axes_dim[size_t(axis)] / 2; ++k, ++j) {
@@ -275,16 +284,17 @@ ErnieDit::Rotary ErnieDit::pos_embed(const std::vector<int64_t>& text_lens, int6
           sn[2 * j] = sn[2 * j + 1] = std::sin(angle);
         }
     }
-  return {Tensor::from_vector(cos, {B, S, D}).to(device_), Tensor::from_vector(sin, {B, S, D}).to(device_)};
+  const Shape shape = packed ? Shape{1, int64_t(cos.size()) / D, D} : Shape{B, N + Tmax, D};
+  return {Tensor::from_vector(cos, shape).to(device_), Tensor::from_vector(sin, shape).to(device_)};
 }
 
 ErnieDit::Rotary ErnieDit::cached_pos_embed(const std::vector<int64_t>& text_lens, int64_t Hp, int64_t Wp,
-                                            int64_t Tmax) const {
+                                            int64_t Tmax, bool packed) const {
   std::vector<int64_t> key = text_lens;
-  key.insert(key.end(), {Hp, Wp, Tmax});
+  key.insert(key.end(), {Hp, Wp, Tmax, int64_t(packed)});
   std::lock_guard<std::mutex> lk(rotary_cache_->mu);
   if (rotary_cache_->key != key) {
-    rotary_cache_->tables = pos_embed(text_lens, Hp, Wp, Tmax);
+    rotary_cache_->tables = pos_embed(text_lens, Hp, Wp, Tmax, packed);
     rotary_cache_->key = std::move(key);
   }
   return rotary_cache_->tables;
@@ -314,17 +324,25 @@ Tensor ErnieDit::linear(const LinearInput& in, const ops::Weight& w) const {
 // RoPE, joint attention over image + valid text keys; to_out.0 is applied by layer() together with the
 // gated residual.
 Tensor ErnieDit::self_attention(const Block& blk, const LinearInput& x, const Rotary& rope,
-                                const std::vector<int64_t>& kv_len) const {
+                                const ops::AttentionMask& mask) const {
   const int64_t B = x.B, S = x.S, heads = cfg_.num_attention_heads, D = cfg_.head_dim();
-  ops::AttentionMask mask;
-  mask.kv_len = kv_len;
   const float scale = 1.0f / std::sqrt(float(D));
   Tensor query, key, value;
   if (blk.to_qkv.defined()) {  // one GEMM, then the split, the norms and RoPE in one pass
     const Tensor qkv = linear(x, blk.to_qkv);
     if (attention_fp8_ && blk.to_qkv.w.dtype() == DType::F8_E4M3 && ops::attention_fp8_supported(qkv, D)) {
-      const ops::Qkv8 a8 = ops::qkv_norm_rope_fp8(qkv, heads, blk.norm_q, blk.norm_k, cfg_.eps, rope.cos, rope.sin);
-      return ops::attention_fp8(a8, scale, mask, act_).reshape({B, S, heads * D});
+      auto attend = [&](const Tensor& rows, const Tensor& cos, const Tensor& sin, const ops::AttentionMask& m) {
+        const ops::Qkv8 a8 = ops::qkv_norm_rope_fp8(rows, heads, blk.norm_q, blk.norm_k, cfg_.eps, cos, sin);
+        return ops::attention_fp8(a8, scale, m, act_);
+      };
+      if (mask.segments.empty()) return attend(qkv, rope.cos, rope.sin, mask).reshape({B, S, heads * D});
+      std::vector<Tensor> parts;  // packed rows: fp8 attention takes them one at a time (views of their rows)
+      int64_t at = 0;
+      for (int64_t L : mask.segments) {
+        parts.push_back(attend(packed_rows(qkv, at, L), packed_rows(rope.cos, at, L), packed_rows(rope.sin, at, L), {}));
+        at += L;
+      }
+      return ops::concat(parts, 1).reshape({B, S, heads * D});
     }
     ops::Qkv a = ops::qkv_norm_rope(qkv, heads, blk.norm_q, blk.norm_k, cfg_.eps, rope.cos, rope.sin);
     query = a.q, key = a.k, value = a.v;
@@ -352,7 +370,7 @@ ErnieDit::LinearInput ErnieDit::mlp(const Block& blk, const LinearInput& x) cons
 // ErnieImageSharedAdaLNBlock: x + gate_msa · to_out(attention), then + gate_mlp · linear_fc2(mlp), each
 // projection and its gated residual in one op (linear_gated_residual: inside the fp8 GEMM on CUDA).
 Tensor ErnieDit::layer(int index, const Block& blk, const Tensor& x, const Rotary& rope, const Modulation& mod,
-                       const std::vector<int64_t>& kv_len) const {
+                       const ops::AttentionMask& mask) const {
   // The calibration observer sees each linear's float input under the weight's checkpoint name (with it set,
   // no producer writes fp8 codes in place of the float input).
   auto observe = [&](const Tensor& in, std::initializer_list<const char*> weights) {
@@ -363,7 +381,7 @@ Tensor ErnieDit::layer(int index, const Block& blk, const Tensor& x, const Rotar
                       ? norm_modulate(x, blk.adaLN_sa_ln, mod.shift_msa, mod.scale_msa, {&blk.to_qkv})
                       : norm_modulate(x, blk.adaLN_sa_ln, mod.shift_msa, mod.scale_msa, {&blk.to_q, &blk.to_k, &blk.to_v});
   observe(h.x, {"self_attention.to_q.weight", "self_attention.to_k.weight", "self_attention.to_v.weight"});
-  const Tensor attn = self_attention(blk, h, rope, kv_len);
+  const Tensor attn = self_attention(blk, h, rope, mask);
   observe(attn, {"self_attention.to_out.0.weight"});
   Tensor y = ops::linear_gated_residual(x, mod.gate_msa, attn, blk.to_out);
   h = norm_modulate(y, blk.adaLN_mlp_ln, mod.shift_mlp, mod.scale_mlp, {&blk.gate_proj, &blk.up_proj});
@@ -414,28 +432,58 @@ Tensor ErnieDit::forward(const Tensor& hidden_states, const std::vector<float>& 
     kv_len[size_t(b)] = N_img + len;  // keys: every image token, then the valid text prefix
   }
 
-  Tensor img = x_embedder(to_act(hidden_states));
-  Tensor x = img;
-  if (Tmax > 0) {
-    Tensor text = to_act(text_bth);
-    if (text_proj.defined()) text = ops::linear(text, text_proj);
-    x = ops::concat({img, text}, 1);
-  }
-  const Rotary rotary_pos_emb = cached_pos_embed(text_lens, Hp, Wp, Tmax);
   // Every row at the same timestep (the sampler's batches: cfg's two rows, several images): one time
   // embedding whose modulation vectors broadcast over the rows, which lets the GEMM epilogues take the gates.
   const bool shared_t = std::all_of(timestep.begin(), timestep.end(), [&](float t) { return t == timestep[0]; });
+  // Rows of different text lengths (cfg: the prompt and a one-token negative) are packed: each row's image
+  // tokens and valid text, the rows one after another in one sequence [1, ΣS_b, hidden], attention
+  // block-diagonal over them (mask.segments) and every other op per token, so no padding row is computed.
+  // This needs the shared modulation; with `observe` set the rows stay padded ([B, S, hidden] per layer).
+  const bool packed = B > 1 && shared_t && !observe &&
+                      std::any_of(text_lens.begin(), text_lens.end(), [&](int64_t len) { return len < Tmax; });
+
+  Tensor img = x_embedder(to_act(hidden_states));
+  Tensor text;
+  if (Tmax > 0) {
+    text = to_act(text_bth);
+    if (text_proj.defined()) text = ops::linear(text, text_proj);
+  }
+  Tensor x = img;
+  ops::AttentionMask mask;
+  if (packed) {
+    std::vector<Tensor> rows;
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t len = text_lens[size_t(b)];
+      rows.push_back(img.narrow(b, 1));
+      if (len > 0) rows.push_back(packed_rows(text.narrow(b, 1), 0, len));
+      mask.segments.push_back(N_img + len);
+    }
+    x = ops::concat(rows, 1);
+  } else {
+    if (Tmax > 0) x = ops::concat({img, text}, 1);
+    mask.kv_len = kv_len;
+  }
+  const Rotary rotary_pos_emb = cached_pos_embed(text_lens, Hp, Wp, Tmax, packed);
   const Tensor c = time_embedding(time_proj(shared_t ? std::vector<float>{timestep[0]} : timestep));
   const Modulation mod = adaLN_modulation(c);
   for (int l = 0; l < cfg_.num_layers; ++l) {
     if (streamer_) streamer_->acquire(l);
     const Block& blk = streamer_ ? streamed_[size_t(l)] : layers_[size_t(l)];
-    x = layer(l, blk, x, rotary_pos_emb, mod, kv_len);
+    x = layer(l, blk, x, rotary_pos_emb, mod, mask);
     if (streamer_) streamer_->release(l);
     if (observe) observe(l, x);
   }
 
-  x = final_norm(ops::slice(x, 1, 0, N_img), c);  // per-token from here: keep only image tokens
+  // Per token from here: keep only the image tokens.
+  if (packed) {
+    std::vector<Tensor> imgs;
+    int64_t at = 0;
+    for (int64_t L : mask.segments) imgs.push_back(packed_rows(x, at, N_img)), at += L;
+    x = ops::concat(imgs, 0);
+  } else {
+    x = ops::slice(x, 1, 0, N_img);
+  }
+  x = final_norm(x, c);
   Tensor patches = ops::linear(x, final_linear_w, final_linear_b);  // [B, N_img, out]
   return ops::permute(patches.reshape({B, Hp, Wp, cfg_.out_channels}), {0, 3, 1, 2});
 }

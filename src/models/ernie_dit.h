@@ -80,11 +80,12 @@ class ErnieDit {
   struct Modulation {
     Tensor shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp;
   };
-  // RoPE tables for the whole sequence, full width: [B, S, head_dim] F32 on the model's device.
+  // RoPE tables for the whole sequence, full width: [B, S, head_dim] F32 on the model's device ([1, ΣS_b,
+  // head_dim] for packed rows).
   struct Rotary {
     Tensor cos, sin;
   };
-  // The last tables built, by (text_lens, Hp, Wp, Tmax): every step of a generation asks for the same
+  // The last tables built, by (text_lens, Hp, Wp, Tmax, packed): every step of a generation asks for the same
   // ones, and building them on the host costs ~10 ms at 1024².
   struct RotaryCache {
     std::mutex mu;
@@ -104,8 +105,10 @@ class ErnieDit {
   Tensor time_proj(const std::vector<float>& timestep) const;                 // sinusoidal [B, hidden]
   Tensor time_embedding(const Tensor& sample) const;                          // c [B, hidden]
   Modulation adaLN_modulation(const Tensor& c) const;
-  Rotary pos_embed(const std::vector<int64_t>& text_lens, int64_t Hp, int64_t Wp, int64_t Tmax) const;
-  Rotary cached_pos_embed(const std::vector<int64_t>& text_lens, int64_t Hp, int64_t Wp, int64_t Tmax) const;
+  // packed: each row's image tokens and valid text only, the rows one after another (see forward).
+  Rotary pos_embed(const std::vector<int64_t>& text_lens, int64_t Hp, int64_t Wp, int64_t Tmax, bool packed) const;
+  Rotary cached_pos_embed(const std::vector<int64_t>& text_lens, int64_t Hp, int64_t Wp, int64_t Tmax,
+                          bool packed) const;
   // The input of a block's linears: the activation x [B, S, in], or, when the linears reading it are all
   // fp8, only its fp8 codes x8 [B·S, in] (made by the producing op in the same pass: per token, or with the
   // readers' one static scale), which every one of those GEMMs then shares.
@@ -119,10 +122,10 @@ class ErnieDit {
                             std::initializer_list<const ops::Weight*> readers) const;
   Tensor linear(const LinearInput& in, const ops::Weight& w) const;
   Tensor self_attention(const Block& blk, const LinearInput& x, const Rotary& rope,
-                        const std::vector<int64_t>& kv_len) const;
+                        const ops::AttentionMask& mask) const;
   LinearInput mlp(const Block& blk, const LinearInput& x) const;  // linear_fc2's input
   Tensor layer(int index, const Block& blk, const Tensor& x, const Rotary& rope, const Modulation& mod,
-               const std::vector<int64_t>& kv_len) const;
+               const ops::AttentionMask& mask) const;
   Tensor final_norm(const Tensor& x, const Tensor& c) const;
 
   DitConfig cfg_;

@@ -154,6 +154,9 @@ struct AttentionMask {
   bool causal = false;          // query i (at absolute position q_offset + i) sees keys <= its position
   int64_t q_offset = 0;         // position of the first query (KV-cached decoding)
   std::vector<int64_t> kv_len;  // per batch row: only keys [0, kv_len[b]) are valid; empty = all valid
+  // Sequences packed into one batch row (B = 1, Sq = Sk, not causal, no kv_len): consecutive runs of these
+  // lengths, summing to S, each attending within itself (block-diagonal; "varlen" attention). Empty: none.
+  std::vector<int64_t> segments;
   // Keys [0, stable_keys) of k and v were written before the op just ahead of this one (a KV cache's earlier
   // rows): a GPU kernel may start reading them while that op still runs. A hint; 0 promises nothing.
   int64_t stable_keys = 0;

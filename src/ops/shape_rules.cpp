@@ -179,6 +179,16 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attentio
   for (int64_t L : mask.kv_len)
     ERNIE_CHECK(L >= 0 && L <= Sk, "attention: kv_len ", str(L), " outside [0, ", str(Sk), "]");
   ERNIE_CHECK(mask.q_offset >= 0, "attention: negative q_offset ", str(mask.q_offset));
+  if (mask.segments.empty()) return;
+  ERNIE_CHECK(B == 1 && q.dim(1) == Sk && !mask.causal && mask.kv_len.empty() && mask.q_offset == 0,
+              "attention: packed segments need one batch row, as many queries as keys, and no other mask (q ",
+              shape_str(q.shape()), ", k ", shape_str(k.shape()), ")");
+  int64_t total = 0;
+  for (int64_t L : mask.segments) {
+    ERNIE_CHECK(L > 0, "attention: a packed segment of length ", str(L));
+    total += L;
+  }
+  ERNIE_CHECK(total == Sk, "attention: the packed segments cover ", str(total), " of ", str(Sk), " rows");
 }
 
 void attention_fp8(const Qkv8& x, const AttentionMask& mask) {
@@ -197,7 +207,8 @@ void attention_fp8(const Qkv8& x, const AttentionMask& mask) {
               " should be F8_E4M3 ", shape_str(vt), " / F32 ", shape_str(vs));
   for (const Tensor* t : {&x.k, &x.vt, &x.v_scale})
     ERNIE_CHECK(t->device() == x.q.device(), "attention_fp8: inputs on different devices");
-  ERNIE_CHECK(!mask.causal && mask.q_offset == 0, "attention_fp8: causal masks are not supported");
+  ERNIE_CHECK(!mask.causal && mask.q_offset == 0 && mask.segments.empty(),
+              "attention_fp8: causal masks and packed segments are not supported");
   ERNIE_CHECK(mask.kv_len.empty() || int64_t(mask.kv_len.size()) == B, "attention_fp8: kv_len has ",
               std::to_string(mask.kv_len.size()), " entries for batch ", str(B));
   for (int64_t L : mask.kv_len)

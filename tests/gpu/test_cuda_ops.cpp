@@ -246,6 +246,31 @@ TEST(CudaOps, AttentionLongSequence) {
   check_attention({2, 4296, 4296, 4, 4, 128, false, 0, {4296, 4100}}, DType::BF16, 8);
 }
 
+// Packed segments (block-diagonal, one call per segment on views of its rows) on every kernel path, and the
+// DiT's cfg pair (a 200-token prompt and a one-token negative at 1024²).
+TEST(CudaOps, AttentionPackedSegments) {
+  ERNIE_REQUIRE_GPU();
+  auto check = [](const std::vector<int64_t>& segments, int64_t H, int64_t Hkv, DType dt, uint32_t seed) {
+    int64_t S = 0;
+    for (int64_t L : segments) S += L;
+    SCOPED_TRACE("S " + std::to_string(S) + " " + dtype_name(dt));
+    Tensor q = as_dtype(rnd({1, S, H, 128}, seed, 2.f), dt), k = as_dtype(rnd({1, S, Hkv, 128}, seed + 1, 2.f), dt);
+    Tensor v = as_dtype(rnd({1, S, Hkv, 128}, seed + 2), dt);
+    ops::AttentionMask m;
+    m.segments = segments;
+    const float scale = 1.f / std::sqrt(128.f);
+    EXPECT_TRUE(tensors_close(down(ops::attention(up(q, dt), up(k, dt), up(v, dt), scale, m)),
+                              cpu::attention(q, k, v, scale, m), tol(dt, 1e-5, 1.5e-2), min_cos(dt)));
+  };
+  for (const char* path : {"", "gemm", "mma", "simple"}) {
+    SCOPED_TRACE(std::string("path ") + path);
+    setenv("ERNIE_ATTENTION", path, 1);
+    FOR_DTYPES check({300, 1, 517}, 8, 2, dt, 200);
+  }
+  unsetenv("ERNIE_ATTENTION");
+  check({4296, 4097}, 4, 4, DType::BF16, 210);
+}
+
 TEST(CudaOps, Conv2dCudnnAndIm2col) {
   ERNIE_REQUIRE_GPU();
   struct Case {

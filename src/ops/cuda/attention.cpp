@@ -1,5 +1,7 @@
-// attention: checks, then the split-key decode kernel (up to 4 query rows), the Hopper wgmma kernel (bf16,
-// head_dim 128, not causal, sm_90), the mma.sync flash kernel (bf16, head_dim 16/32/64/128) or the simple kernel (F32, or any other head_dim <= 256). Batches beyond kMaxBatch run in slices (kv_len travels by value).
+// attention: checks, then (per packed segment, if any) the split-key decode kernel (up to 4 query rows), the
+// Hopper wgmma kernel (bf16, head_dim 128, not causal, sm_90), the mma.sync flash kernel (bf16, head_dim
+// 16/32/64/128) or the simple kernel (F32, or any other head_dim <= 256). Batches beyond kMaxBatch run in
+// slices (kv_len travels by value).
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -17,20 +19,10 @@ bool forced(const char* path) {
   const char* e = std::getenv("ERNIE_ATTENTION");
   return e && std::strcmp(e, path) == 0;
 }
-}  // namespace
 
-Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale, const ops::AttentionMask& mask) {
-  detail::check_act(q, "attention", "q");
-  detail::check_act(k, "attention", "k");
-  detail::check_act(v, "attention", "v");
-  detail::check_same_device(q, k, "attention", "k");
-  detail::check_same_device(q, v, "attention", "v");
-  ops::rules::attention(q, k, v, mask);
-  ERNIE_CHECK(q.dtype() == k.dtype() && q.dtype() == v.dtype(), "attention: q, k, v dtypes differ");
+// One call's kernels, writing `out` (shaped like q; a view into a larger output for packed segments).
+void attend(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out, float scale, const ops::AttentionMask& mask) {
   const int64_t B = q.dim(0), Sq = q.dim(1), Hq = q.dim(2), D = q.dim(3), Sk = k.dim(1), Hkv = k.dim(2);
-  ERNIE_CHECK(Sq < INT32_MAX && Sk < INT32_MAX && Hq < 65536, "attention: sizes too large");
-  Tensor out = Tensor::empty(q.shape(), q.dtype(), q.device());
-  if (out.numel() == 0) return out;
   cudaStream_t st = stream(detail::dev(q));
   const bool bf16 = q.dtype() == DType::BF16;
   const bool flash = bf16 && attn::flash_supported(int(D)) && aligned16(q.raw()) && aligned16(k.raw()) &&
@@ -39,7 +31,7 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
   // kernel's 256 go through cuBLASLt.
   if (!flash && (D > 256 || forced("gemm") || (!forced("simple") && Sq * Sk >= (int64_t(1) << 20)))) {
     attn::gemm_path(q, k, v, out, scale, mask);
-    return out;
+    return;
   }
   const bool wgmma = flash && !forced("mma") && attn::wgmma_supported(int(D), mask.causal, scale, detail::dev(q));
   const bool decode = attn::decode_supported(int(Sq), int(Hq), int(Hkv), int(D)) && !forced("mma") && !forced("simple");
@@ -63,6 +55,35 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
     else if (wgmma) attn::flash_wgmma(p, st);
     else if (flash) attn::flash_bf16(p, st);
     else attn::simple(p, bf16, st);
+  }
+}
+
+// Rows [start, start + n) of a [1, S, heads, D] tensor, as a [1, n, heads, D] view.
+Tensor rows(const Tensor& t, int64_t start, int64_t n) {
+  return t.reshape({t.dim(1), t.dim(2), t.dim(3)}).narrow(start, n).reshape({1, n, t.dim(2), t.dim(3)});
+}
+}  // namespace
+
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale, const ops::AttentionMask& mask) {
+  detail::check_act(q, "attention", "q");
+  detail::check_act(k, "attention", "k");
+  detail::check_act(v, "attention", "v");
+  detail::check_same_device(q, k, "attention", "k");
+  detail::check_same_device(q, v, "attention", "v");
+  ops::rules::attention(q, k, v, mask);
+  ERNIE_CHECK(q.dtype() == k.dtype() && q.dtype() == v.dtype(), "attention: q, k, v dtypes differ");
+  ERNIE_CHECK(q.dim(1) < INT32_MAX && k.dim(1) < INT32_MAX && q.dim(2) < 65536, "attention: sizes too large");
+  Tensor out = Tensor::empty(q.shape(), q.dtype(), q.device());
+  if (out.numel() == 0) return out;
+  if (mask.segments.empty()) {
+    attend(q, k, v, out, scale, mask);
+    return out;
+  }
+  int64_t at = 0;  // packed segments: one call each, on views of its rows
+  for (int64_t L : mask.segments) {
+    Tensor o = rows(out, at, L);
+    attend(rows(q, at, L), rows(k, at, L), rows(v, at, L), o, scale, {});
+    at += L;
   }
   return out;
 }
