@@ -94,6 +94,17 @@ TEST(Fp8Attention, RejectsWhatItDoesNotRun) {
   bad.vt = Tensor::zeros({1, 1, 128, 40}, DType::F8_E4M3);  // S not rounded up to 32
   EXPECT_THROW(ops::attention_fp8(bad, 0.1f, {}, DType::F32), Error);
   EXPECT_THROW(ops::attention_fp8(x, 0.1f, {}, DType::I8), Error);
+  ops::AttentionMask packed;
+  packed.segments = {40};
+  EXPECT_THROW(ops::attention_fp8(x, 0.1f, packed, DType::F32), Error);  // packed: one Qkv8 per segment
+  // Packed segments: batch-1 inputs of one head count, at least one.
+  const Fp8AttentionInputs two = fp8_attention_inputs(2, 40, 1, 32), heads2 = fp8_attention_inputs(1, 40, 2, 33);
+  const ops::Qkv8 x2 = ops::qkv_norm_rope_fp8(two.qkv, 1, two.norm_q, two.norm_k, 1e-6f, two.cos, two.sin);
+  const ops::Qkv8 h2 = ops::qkv_norm_rope_fp8(heads2.qkv, 2, heads2.norm_q, heads2.norm_k, 1e-6f, heads2.cos, heads2.sin);
+  EXPECT_THROW(ops::attention_fp8(std::vector<ops::Qkv8>{x, x2}, 0.1f, DType::F32), Error);
+  EXPECT_THROW(ops::attention_fp8(std::vector<ops::Qkv8>{x, h2}, 0.1f, DType::F32), Error);
+  EXPECT_THROW(ops::attention_fp8(std::vector<ops::Qkv8>{}, 0.1f, DType::F32), Error);
+  EXPECT_EQ(ops::attention_fp8(std::vector<ops::Qkv8>{x, x}, 0.1f, DType::F32).shape(), (Shape{1, 80, 1, 128}));
   // head_dim 64
   EXPECT_THROW(ops::qkv_norm_rope_fp8(rnd({1, 40, 3 * 64}, 1), 1, Tensor(), Tensor(), 1e-6f, in.cos, in.sin), Error);
   EXPECT_FALSE(ops::attention_fp8_supported(in.qkv, 64));

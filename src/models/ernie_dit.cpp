@@ -331,18 +331,18 @@ Tensor ErnieDit::self_attention(const Block& blk, const LinearInput& x, const Ro
   if (blk.to_qkv.defined()) {  // one GEMM, then the split, the norms and RoPE in one pass
     const Tensor qkv = linear(x, blk.to_qkv);
     if (attention_fp8_ && blk.to_qkv.w.dtype() == DType::F8_E4M3 && ops::attention_fp8_supported(qkv, D)) {
-      auto attend = [&](const Tensor& rows, const Tensor& cos, const Tensor& sin, const ops::AttentionMask& m) {
-        const ops::Qkv8 a8 = ops::qkv_norm_rope_fp8(rows, heads, blk.norm_q, blk.norm_k, cfg_.eps, cos, sin);
-        return ops::attention_fp8(a8, scale, m, act_);
+      auto inputs = [&](const Tensor& rows, const Tensor& cos, const Tensor& sin) {
+        return ops::qkv_norm_rope_fp8(rows, heads, blk.norm_q, blk.norm_k, cfg_.eps, cos, sin);
       };
-      if (mask.segments.empty()) return attend(qkv, rope.cos, rope.sin, mask).reshape({B, S, heads * D});
-      std::vector<Tensor> parts;  // packed rows: fp8 attention takes them one at a time (views of their rows)
+      if (mask.segments.empty())
+        return ops::attention_fp8(inputs(qkv, rope.cos, rope.sin), scale, mask, act_).reshape({B, S, heads * D});
+      std::vector<ops::Qkv8> rows;  // packed rows: the fp8 inputs per row (views of its rows)
       int64_t at = 0;
       for (int64_t L : mask.segments) {
-        parts.push_back(attend(packed_rows(qkv, at, L), packed_rows(rope.cos, at, L), packed_rows(rope.sin, at, L), {}));
+        rows.push_back(inputs(packed_rows(qkv, at, L), packed_rows(rope.cos, at, L), packed_rows(rope.sin, at, L)));
         at += L;
       }
-      return ops::concat(parts, 1).reshape({B, S, heads * D});
+      return ops::attention_fp8(rows, scale, act_).reshape({B, S, heads * D});
     }
     ops::Qkv a = ops::qkv_norm_rope(qkv, heads, blk.norm_q, blk.norm_k, cfg_.eps, rope.cos, rope.sin);
     query = a.q, key = a.k, value = a.v;

@@ -230,6 +230,16 @@ Tensor attention_fp8(const Qkv8& x, float scale, const AttentionMask& mask, DTyp
   ERNIE_CHECK(out == DType::F32 || out == DType::BF16, "attention_fp8: out must be F32 or BF16");
   ERNIE_OP(attention_fp8, x.q.device(), x, scale, mask, out);
 }
+Tensor attention_fp8(const std::vector<Qkv8>& segments, float scale, DType out) {
+  ERNIE_CHECK(!segments.empty(), "attention_fp8: no packed segments");
+  for (const Qkv8& x : segments) {
+    rules::attention_fp8(x, {});
+    ERNIE_CHECK(x.q.dim(0) == 1 && x.q.dim(2) == segments[0].q.dim(2) && x.q.device() == segments[0].q.device(),
+                "attention_fp8: packed segments must be batch-1 inputs of the same heads on one device");
+  }
+  ERNIE_CHECK(out == DType::F32 || out == DType::BF16, "attention_fp8: out must be F32 or BF16");
+  ERNIE_OP(attention_fp8, segments[0].q.device(), segments, scale, out);
+}
 SumNorm add_rms_norm(const Tensor& x, const Tensor& y, const Tensor& weight, float eps) {
   ERNIE_CHECK(x.defined(), "add_rms_norm: x is undefined");
   ERNIE_OP(add_rms_norm, x.device(), x, y, weight, eps);

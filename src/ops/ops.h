@@ -198,6 +198,9 @@ Qkv8 qkv_norm_rope_fp8(const Tensor& qkv, int64_t heads, const Tensor& norm_q, c
 // of the largest tile scale. Not causal; mask.kv_len as attention's. Returns [B, S, heads, 128] in `out`
 // (F32 or BF16).
 Tensor attention_fp8(const Qkv8& x, float scale, const AttentionMask& mask, DType out);
+// Packed rows (AttentionMask::segments) in fp8: `segments` holds each segment's inputs (qkv_norm_rope_fp8 of
+// its rows, batch 1 each); their attention_fp8 results, one after another, in one [1, ΣS, heads, 128] tensor.
+Tensor attention_fp8(const std::vector<Qkv8>& segments, float scale, DType out);
 
 // ---- convolution and resampling ------------------------------------------------------------------------------
 // 2-D convolution with symmetric zero padding `pad`. NCHW: x [B, I, H, W], weight [O, I, kh, kw] ->

@@ -70,6 +70,24 @@ TEST(CudaAttentionFp8, MatchesCpuTwin) {
   }
 }
 
+// Packed rows: each segment's inputs apart, the CUDA results written one after another into one tensor, as
+// the CPU's.
+TEST(CudaAttentionFp8, PackedSegmentsMatchCpu) {
+  ERNIE_REQUIRE_GPU();
+  if (!hopper()) GTEST_SKIP() << "fp8 attention needs compute capability 9.0";
+  std::vector<ops::Qkv8> cpu_rows, gpu_rows;
+  for (const auto& [S, seed] : {std::pair{int64_t(300), 71u}, std::pair{int64_t(1), 72u}, std::pair{int64_t(129), 73u}}) {
+    const Fp8AttentionInputs in = fp8_attention_inputs(1, S, 2, seed);
+    const ops::Qkv8 x = ops::qkv_norm_rope_fp8(in.qkv, 2, in.norm_q, in.norm_k, 1e-6f, in.cos, in.sin);
+    cpu_rows.push_back(x);
+    gpu_rows.push_back({x.q.to(kGPU), x.k.to(kGPU), x.vt.to(kGPU), x.v_scale.to(kGPU)});
+  }
+  const float scale = 1.f / std::sqrt(128.f);
+  const Tensor want = ops::attention_fp8(cpu_rows, scale, DType::F32);
+  EXPECT_TRUE(tensors_close(down(ops::attention_fp8(gpu_rows, scale, DType::F32)), want, 0.01, 0.9999));
+  EXPECT_TRUE(tensors_close(down(ops::attention_fp8(gpu_rows, scale, DType::BF16)), want, 0.012, 0.9999));
+}
+
 // The DiT with head_dim 128 and three blocks (the default policy keeps the first and last bf16): with
 // set_attention_fp8 the fp8 middle block runs attention_fp8 (the output moves, a little); an int8 DiT and
 // the flag off do not.

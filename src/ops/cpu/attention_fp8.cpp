@@ -111,4 +111,10 @@ Tensor attention_fp8(const ops::Qkv8& x, float scale, const ops::AttentionMask& 
   return out == DType::F32 ? o : cast(o, out);
 }
 
+Tensor attention_fp8(const std::vector<ops::Qkv8>& segments, float scale, DType out) {
+  std::vector<Tensor> parts;
+  for (const ops::Qkv8& x : segments) parts.push_back(cpu::attention_fp8(x, scale, {}, out));
+  return concat(parts, 1);
+}
+
 }  // namespace ernie::cpu

@@ -45,6 +45,7 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
 // ops::attention_fp8.
 ops::Qkv8 fp8_attention_inputs(const ops::Qkv& x);
 Tensor attention_fp8(const ops::Qkv8& x, float scale, const ops::AttentionMask& mask, DType out);
+Tensor attention_fp8(const std::vector<ops::Qkv8>& segments, float scale, DType out);
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int stride, int pad,
               ops::Layout layout = ops::Layout::NCHW);
 Tensor pad2d(const Tensor& x, int left, int right, int top, int bottom);

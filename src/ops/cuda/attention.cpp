@@ -92,7 +92,9 @@ bool attention_fp8_supported(const Tensor& qkv) {
   return qkv.device().is_cuda() && attn::wgmma_supported(128, false, 1.f, detail::dev(qkv));
 }
 
-Tensor attention_fp8(const ops::Qkv8& x, float scale, const ops::AttentionMask& mask, DType out_dtype) {
+namespace {
+// The fp8 kernel on x, writing `out` (shaped like x.q; a view into a packed result).
+void attend_fp8(const ops::Qkv8& x, float scale, const ops::AttentionMask& mask, Tensor& out) {
   const int dev = detail::dev(x.q);
   ERNIE_CHECK(attn::wgmma_supported(128, false, scale, dev),
               "attention_fp8: needs a compute-capability 9.0 GPU (Hopper) and a positive scale");
@@ -100,8 +102,7 @@ Tensor attention_fp8(const ops::Qkv8& x, float scale, const ops::AttentionMask& 
     ERNIE_CHECK(aligned16(t->raw()), "attention_fp8: inputs must be 16-byte aligned");
   const int64_t B = x.q.dim(0), S = x.q.dim(1), H = x.q.dim(2);
   ERNIE_CHECK(S < INT32_MAX - 32 && H < 65536, "attention_fp8: sizes too large");
-  Tensor out = Tensor::empty(x.q.shape(), out_dtype, x.q.device());
-  if (out.numel() == 0) return out;
+  if (out.numel() == 0) return;
   const int64_t tiles = x.v_scale.dim(2);
   for (int64_t b0 = 0; b0 < B; b0 += attn::kMaxBatch) {
     const int nb = int(std::min<int64_t>(attn::kMaxBatch, B - b0));
@@ -110,14 +111,34 @@ Tensor attention_fp8(const ops::Qkv8& x, float scale, const ops::AttentionMask& 
     p.k = x.k.data<uint8_t>() + b0 * S * H * 128;
     p.v = x.vt.data<uint8_t>() + b0 * H * 128 * x.vt.dim(3);
     p.v_scale = x.v_scale.data<float>() + b0 * H * tiles;
-    p.o = static_cast<char*>(out.raw()) + size_t(b0 * S * H * 128) * dtype_size(out_dtype);
-    p.o_f32 = out_dtype == DType::F32;
+    p.o = static_cast<char*>(out.raw()) + size_t(b0 * S * H * 128) * dtype_size(out.dtype());
+    p.o_f32 = out.dtype() == DType::F32;
     p.B = nb;
     p.Sq = p.Sk = int(S), p.Hq = p.Hkv = int(H), p.D = 128;
     p.vt_len = int(x.vt.dim(3));
     p.scale = scale;
     for (int i = 0; i < nb; ++i) p.kv_len[i] = int(mask.kv_len.empty() ? S : mask.kv_len[size_t(b0 + i)]);
     attn::flash_wgmma_fp8(p, stream(dev));
+  }
+}
+}  // namespace
+
+Tensor attention_fp8(const ops::Qkv8& x, float scale, const ops::AttentionMask& mask, DType out_dtype) {
+  Tensor out = Tensor::empty(x.q.shape(), out_dtype, x.q.device());
+  attend_fp8(x, scale, mask, out);
+  return out;
+}
+
+Tensor attention_fp8(const std::vector<ops::Qkv8>& segments, float scale, DType out_dtype) {
+  int64_t S = 0;
+  for (const ops::Qkv8& x : segments) S += x.q.dim(1);
+  const Tensor& q0 = segments[0].q;
+  Tensor out = Tensor::empty({1, S, q0.dim(2), 128}, out_dtype, q0.device());
+  int64_t at = 0;
+  for (const ops::Qkv8& x : segments) {
+    Tensor o = rows(out, at, x.q.dim(1));
+    attend_fp8(x, scale, {}, o);
+    at += x.q.dim(1);
   }
   return out;
 }

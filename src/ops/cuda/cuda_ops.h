@@ -67,6 +67,7 @@ bool attention_fp8_supported(const Tensor& qkv);
 ops::Qkv8 qkv_norm_rope_fp8(const Tensor& qkv, int64_t heads, const Tensor& norm_q, const Tensor& norm_k, float eps,
                             const Tensor& cos, const Tensor& sin);
 Tensor attention_fp8(const ops::Qkv8& x, float scale, const ops::AttentionMask& mask, DType out);
+Tensor attention_fp8(const std::vector<ops::Qkv8>& segments, float scale, DType out);
 // ops::qkv_rope_attention in the one-kernel case (attention.cpp): bf16 or f32, one token, the decode kernel's
 // shapes, contiguous caches.
 bool qkv_rope_attention_supported(const Tensor& qkv, int64_t heads_q, int64_t heads_kv, const Tensor& k_cache,
