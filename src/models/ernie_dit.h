@@ -49,7 +49,8 @@ class ErnieDit {
   // float dtype; they are moved to the model's device and activation dtype. Returns [B, out_channels, H, W]
   // on the model's device in the activation dtype. Throws Error naming the argument on bad shapes.
   // `observe`, when set, sees the hidden states [B, S, hidden] after each block (diagnostics: the per-layer
-  // error of quantized weights).
+  // error of quantized weights); it keeps the rows padded, which without it run packed when their text
+  // lengths differ (see forward in ernie_dit.cpp: the same output).
   using LayerObserver = std::function<void(int layer, const Tensor& hidden)>;
   Tensor forward(const Tensor& hidden_states, const std::vector<float>& timestep, const Tensor& text_bth,
                  const std::vector<int64_t>& text_lens, const LayerObserver& observe = {}) const;
