@@ -49,6 +49,12 @@ TEST(Tensor, ViewsAndErrors) {
   EXPECT_EQ(t.narrow(1, 2).to_vector(), (std::vector<float>{2, 3, 4, 5}));
   EXPECT_THROW(t.reshape({4, 2}), Error);
   EXPECT_THROW(t.narrow(2, 2), Error);
+  Tensor seq = t.reshape({1, 3, 2});  // one sequence of 3 positions
+  EXPECT_EQ(seq.narrow_seq(1, 2).shape(), (Shape{1, 2, 2}));
+  EXPECT_EQ(seq.narrow_seq(1, 2).to_vector(), (std::vector<float>{2, 3, 4, 5}));
+  EXPECT_EQ(seq.narrow_seq(3, 0).numel(), 0);
+  EXPECT_THROW(seq.narrow_seq(2, 2), Error);
+  EXPECT_THROW(t.narrow_seq(0, 1), Error);  // [3, 2] is not one sequence
   EXPECT_THROW(Device::parse("gpu0"), Error);
   EXPECT_EQ(Device::parse("cuda:1").index, 1);
 }

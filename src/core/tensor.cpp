@@ -128,6 +128,14 @@ Tensor Tensor::narrow(int64_t start, int64_t length) const {
   return t;
 }
 
+Tensor Tensor::narrow_seq(int64_t start, int64_t length) const {
+  ERNIE_CHECK(ndim() >= 2 && shape_[0] == 1, "narrow_seq: ", shape_str(shape_), " is not one sequence [1, S, ...]");
+  Shape rows(shape_.begin() + 1, shape_.end());
+  Tensor t = reshape(rows).narrow(start, length);
+  t.shape_.insert(t.shape_.begin(), 1);
+  return t;
+}
+
 Tensor Tensor::to(Device d) const {
   if (d == device()) return *this;
   Tensor t = empty(shape_, dtype_, d);

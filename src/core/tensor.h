@@ -71,6 +71,7 @@ class Tensor {
 
   Tensor reshape(const Shape& shape) const;                 // same numel; one -1 allowed
   Tensor narrow(int64_t start, int64_t length) const;       // rows [start, start+length) of dim 0
+  Tensor narrow_seq(int64_t start, int64_t length) const;   // [1, S, ...]: positions [start, start+length) of dim 1
   Tensor to(Device device) const;                           // copy across devices (or self)
   Tensor to_f32() const;                                    // CPU: any float dtype -> F32 copy (or self)
   Tensor cast(DType dtype) const;                           // CPU: float conversions

@@ -14,13 +14,6 @@ namespace {
 std::string str(int64_t v) { return std::to_string(v); }
 bool is_fp8(const ops::Weight& w) { return w.quantized() && w.w.dtype() == DType::F8_E4M3; }
 
-// Rows [start, start + n) of a [1, S, ...] tensor (packed rows, see forward), as a [1, n, ...] view.
-Tensor packed_rows(const Tensor& t, int64_t start, int64_t n) {
-  Shape rows(t.shape().begin() + 1, t.shape().end()), view = rows;
-  view[0] = n;
-  view.insert(view.begin(), 1);
-  return t.reshape(rows).narrow(start, n).reshape(view);
-}
 // The value of a weight's static activation scale (convert --calibrate); 0 without one.
 float static_scale(const ops::Weight& w) { return w.input_scale.defined() ? w.input_scale.to(kCPU).f32()[0] : 0.f; }
 // An 8-bit weight (and its static activation scale) on `device`.
@@ -339,7 +332,7 @@ Tensor ErnieDit::self_attention(const Block& blk, const LinearInput& x, const Ro
       std::vector<ops::Qkv8> rows;  // packed rows: the fp8 inputs per row (views of its rows)
       int64_t at = 0;
       for (int64_t L : mask.segments) {
-        rows.push_back(inputs(packed_rows(qkv, at, L), packed_rows(rope.cos, at, L), packed_rows(rope.sin, at, L)));
+        rows.push_back(inputs(qkv.narrow_seq(at, L), rope.cos.narrow_seq(at, L), rope.sin.narrow_seq(at, L)));
         at += L;
       }
       return ops::attention_fp8(rows, scale, act_).reshape({B, S, heads * D});
@@ -455,7 +448,7 @@ Tensor ErnieDit::forward(const Tensor& hidden_states, const std::vector<float>& 
     for (int64_t b = 0; b < B; ++b) {
       const int64_t len = text_lens[size_t(b)];
       rows.push_back(img.narrow(b, 1));
-      if (len > 0) rows.push_back(packed_rows(text.narrow(b, 1), 0, len));
+      if (len > 0) rows.push_back(text.narrow(b, 1).narrow_seq(0, len));
       mask.segments.push_back(N_img + len);
     }
     x = ops::concat(rows, 1);
@@ -478,7 +471,7 @@ Tensor ErnieDit::forward(const Tensor& hidden_states, const std::vector<float>& 
   if (packed) {
     std::vector<Tensor> imgs;
     int64_t at = 0;
-    for (int64_t L : mask.segments) imgs.push_back(packed_rows(x, at, N_img)), at += L;
+    for (int64_t L : mask.segments) imgs.push_back(x.narrow_seq(at, N_img)), at += L;
     x = ops::concat(imgs, 0);
   } else {
     x = ops::slice(x, 1, 0, N_img);

@@ -287,15 +287,11 @@ Tensor qkv_rope_attention(const Tensor& qkv, int64_t heads_q, int64_t heads_kv, 
       return cuda::qkv_rope_attention(qkv, heads_q, heads_kv, cos_q, sin_q, cos_k, sin_k, k_cache, v_cache, pos, scale);
     });
 #endif
-  const int64_t cap = k_cache.dim(1), hkv = k_cache.dim(2), D = k_cache.dim(3);
-  auto rows = [&](const Tensor& c, int64_t start, int64_t n) {
-    return c.reshape({cap, hkv, D}).narrow(start, n).reshape({1, n, hkv, D});
-  };
-  const Qkv a = qkv_rope(qkv, heads_q, heads_kv, cos_q, sin_q, cos_k, sin_k, rows(k_cache, pos, 1),
-                         rows(v_cache, pos, 1));
+  const Qkv a = qkv_rope(qkv, heads_q, heads_kv, cos_q, sin_q, cos_k, sin_k, k_cache.narrow_seq(pos, 1),
+                         v_cache.narrow_seq(pos, 1));
   AttentionMask mask;
   mask.causal = true, mask.q_offset = pos, mask.stable_keys = pos;
-  return attention(a.q, rows(k_cache, 0, pos + 1), rows(v_cache, 0, pos + 1), scale, mask);
+  return attention(a.q, k_cache.narrow_seq(0, pos + 1), v_cache.narrow_seq(0, pos + 1), scale, mask);
 }
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int stride, int pad, Layout layout) {
   ERNIE_OP(conv2d, x.device(), x, w, bias, stride, pad, layout);

@@ -58,10 +58,6 @@ void attend(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out, floa
   }
 }
 
-// Rows [start, start + n) of a [1, S, heads, D] tensor, as a [1, n, heads, D] view.
-Tensor rows(const Tensor& t, int64_t start, int64_t n) {
-  return t.reshape({t.dim(1), t.dim(2), t.dim(3)}).narrow(start, n).reshape({1, n, t.dim(2), t.dim(3)});
-}
 }  // namespace
 
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale, const ops::AttentionMask& mask) {
@@ -81,8 +77,8 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
   }
   int64_t at = 0;  // packed segments: one call each, on views of its rows
   for (int64_t L : mask.segments) {
-    Tensor o = rows(out, at, L);
-    attend(rows(q, at, L), rows(k, at, L), rows(v, at, L), o, scale, {});
+    Tensor o = out.narrow_seq(at, L);
+    attend(q.narrow_seq(at, L), k.narrow_seq(at, L), v.narrow_seq(at, L), o, scale, {});
     at += L;
   }
   return out;
@@ -136,7 +132,7 @@ Tensor attention_fp8(const std::vector<ops::Qkv8>& segments, float scale, DType 
   Tensor out = Tensor::empty({1, S, q0.dim(2), 128}, out_dtype, q0.device());
   int64_t at = 0;
   for (const ops::Qkv8& x : segments) {
-    Tensor o = rows(out, at, x.q.dim(1));
+    Tensor o = out.narrow_seq(at, x.q.dim(1));
     attend_fp8(x, scale, {}, o);
     at += x.q.dim(1);
   }
