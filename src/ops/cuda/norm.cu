@@ -28,17 +28,12 @@ __global__ void rms_norm_kernel(const T* __restrict__ x, VecF w, T* __restrict__
   }
 }
 
-// The same with 16-byte packs (C % pack == 0, aligned rows).
+// y = x · inv (· w) over packs start, start + stride, ... of one row of cp packs.
 template <class T>
-__global__ void rms_norm_vec_kernel(const Pack<T>* __restrict__ x, VecF w, Pack<T>* __restrict__ y, int64_t rows,
-                                    int cp, float eps) {
+__device__ __forceinline__ void scale_row(const Pack<T>* xr, VecF w, Pack<T>* yr, int cp, float inv, int start,
+                                          int stride) {
   constexpr int P = kPack<T>;
-  const int64_t row = blockIdx.x * int64_t(kWarps) + threadIdx.y;
-  if (row >= rows) return;
-  const Pack<T>* xr = x + row * cp;
-  Pack<T>* yr = y + row * cp;
-  const float inv = row_inv_rms(xr, cp, eps);
-  for (int i = threadIdx.x; i < cp; i += 32) {
+  for (int i = start; i < cp; i += stride) {
     const Pack<T> a = xr[i];
     Pack<T> r;
 #pragma unroll
@@ -48,6 +43,18 @@ __global__ void rms_norm_vec_kernel(const Pack<T>* __restrict__ x, VecF w, Pack<
     }
     yr[i] = r;
   }
+}
+
+// The same with 16-byte packs (C % pack == 0, aligned rows).
+template <class T>
+__global__ void rms_norm_vec_kernel(const Pack<T>* __restrict__ x, VecF w, Pack<T>* __restrict__ y, int64_t rows,
+                                    int cp, float eps) {
+  const int64_t row = blockIdx.x * int64_t(kWarps) + threadIdx.y;
+  if (row >= rows) return;
+  const Pack<T>* xr = x + row * cp;
+  Pack<T>* yr = y + row * cp;
+  const float inv = row_inv_rms(xr, cp, eps);
+  scale_row(xr, w, yr, cp, inv, threadIdx.x, 32);
 }
 
 // Few rows (token-by-token decoding): a block per row, the sum of squares reduced over its warps, so one
@@ -73,16 +80,7 @@ __global__ void rms_norm_row_kernel(const Pack<T>* __restrict__ x, VecF w, Pack<
 #pragma unroll
   for (int k = 0; k < kWarps; ++k) total += part[k];
   const float inv = rsqrtf(total / float(cp * P) + eps);
-  for (int i = t; i < cp; i += 32 * kWarps) {
-    const Pack<T> a = xr[i];
-    Pack<T> r;
-#pragma unroll
-    for (int e = 0; e < P; ++e) {
-      const float v = to_f(a.v[e]) * inv;
-      r.v[e] = from_f<T>(w.defined() ? v * w[i * P + e] : v);
-    }
-    yr[i] = r;
-  }
+  scale_row(xr, w, yr, cp, inv, t, 32 * kWarps);
 }
 
 template <class T>
