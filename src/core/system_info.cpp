@@ -16,9 +16,11 @@
 namespace ernie {
 
 namespace {
+#ifdef ERNIE_HAVE_CUDA
 std::string dotted(int v, int major_div, int minor_div, int minor_mod) {
   return std::to_string(v / major_div) + "." + std::to_string(v / minor_div % minor_mod);
 }
+#endif
 
 // Libraries we do not link (NCCL, NVML) are asked through dlopen so the build needs no header for them.
 std::string nccl_version() {

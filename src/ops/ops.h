@@ -268,7 +268,7 @@ class StreamEvent {
   void synchronize() const;  // the host waits for it
  private:
   Device device_;
-  void* event_ = nullptr;
+  [[maybe_unused]] void* event_ = nullptr;  // a cudaEvent_t (unused in a CPU-only build)
 };
 
 }  // namespace ernie::ops
