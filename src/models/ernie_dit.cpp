@@ -13,7 +13,6 @@ namespace ernie {
 namespace {
 std::string str(int64_t v) { return std::to_string(v); }
 bool is_fp8(const ops::Weight& w) { return w.quantized() && w.w.dtype() == DType::F8_E4M3; }
-
 // The value of a weight's static activation scale (convert --calibrate); 0 without one.
 float static_scale(const ops::Weight& w) { return w.input_scale.defined() ? w.input_scale.to(kCPU).f32()[0] : 0.f; }
 // An 8-bit weight (and its static activation scale) on `device`.
