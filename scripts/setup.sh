@@ -1,13 +1,24 @@
 #!/usr/bin/env bash
-# Installs every Debian package the build, the tests and the tools need. Idempotent; quiet when done.
+# Installs the Debian packages ernie-image needs: to build and run it (no arguments), and with --tests also
+# what the test suite needs (GoogleTest, clang for the fuzzers, Chromium and playwright-core for the web
+# page's browser test). Idempotent; quiet when done.
 set -euo pipefail
 PKGS=(
   build-essential cmake ninja-build pkg-config git python3
   libpcre2-dev nlohmann-json3-dev libpng-dev libcpp-httplib-dev libcli11-dev
-  libopenblas-dev libomp-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libopenblas-dev libomp-dev
+)
+TEST_PKGS=(
+  libgtest-dev libgmock-dev libbenchmark-dev
   clang lld libclang-rt-dev
   chromium
 )
+tests=0
+case "${1:-}" in
+  "") ;;
+  --tests) tests=1; PKGS+=("${TEST_PKGS[@]}") ;;
+  *) echo "usage: scripts/setup.sh [--tests]" >&2; exit 2 ;;
+esac
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -19,6 +30,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+[ "$tests" -eq 1 ] || exit 0
 # The web page's browser test (tests/scripts/test_browser_server.sh): playwright-core from npm drives
 # Debian's chromium; node_modules stays out of git.
 browser_dir="$(cd "$(dirname "$0")/.." && pwd)/tests/browser"

@@ -3,12 +3,12 @@
 # device), the same tests under AddressSanitizer, and a short libFuzzer smoke run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+scripts/setup.sh --tests
 JOBS=${JOBS:-$(nproc)}
 # Idle OpenMP threads sleep instead of spinning: ctest runs tests side by side on few cores.
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DERNIE_TESTS=ON -DERNIE_BENCH=ON >/dev/null
 cmake --build build -j "$JOBS"
 ctest --test-dir build --output-on-failure -j "$JOBS"
 

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "golden.h"
-#include "pipeline/pipeline.h"
+#include "engine/engine.h"
 
 namespace ernie::test {
 

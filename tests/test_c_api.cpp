@@ -259,7 +259,7 @@ TEST(CApi, BadMemoryOptionsAreErrors) {
       {"unknown offload", [](ernie_memory_options& m) { m.offload = 7; }, 1, "ernie_memory_options.offload 7"},
       {"unknown tiling", [](ernie_memory_options& m) { m.vae_tiling = -1; }, 1, "ernie_memory_options.vae_tiling -1"},
       {"negative tile", [](ernie_memory_options& m) { m.vae_tile = -8; }, 1, "ernie_memory_options.vae_tile -8"},
-      {"tile off the VAE grid", [](ernie_memory_options& m) { m.vae_tile = 3; }, 1, "vae tile 3 must be a multiple"},
+      {"tile off the VAE grid", [](ernie_memory_options& m) { m.vae_tile = 3; }, 1, "vae-tile 3 must be a positive multiple"},
       {"struct_size", [](ernie_memory_options& m) { m.struct_size = 8; }, 1, "ernie_memory_options.struct_size 8"},
       {"unknown quantize", [](ernie_memory_options& m) { m.quantize = 9; }, 1, "ernie_memory_options.quantize 9"},
       {"attention_fp8 2", [](ernie_memory_options& m) { m.attention_fp8 = 2; }, 1, "ernie_memory_options.attention_fp8 2"},

@@ -6,8 +6,8 @@
 
 #include "cli.h"
 #include "golden.h"
-#include "io/doctor.h"
-#include "io/model_file.h"
+#include "engine/doctor.h"
+#include "engine/convert.h"
 #include "io/model_folder.h"
 
 using namespace ernie;

@@ -8,7 +8,7 @@
 #include "cli.h"
 #include "core/error.h"
 #include "golden.h"
-#include "io/model_file.h"
+#include "engine/convert.h"
 
 namespace fs = std::filesystem;
 using namespace ernie;

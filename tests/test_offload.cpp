@@ -9,10 +9,10 @@
 #include "cli.h"
 #include "core/error.h"
 #include "golden.h"
-#include "io/memory_plan.h"
-#include "io/model_file.h"
+#include "engine/memory_plan.h"
+#include "engine/convert.h"
 #include "io/png.h"
-#include "pipeline/pipeline.h"
+#include "engine/engine.h"
 
 using namespace ernie;
 using test::run_cli;
@@ -31,15 +31,16 @@ GenerateRequest pe_request() {
   return r;
 }
 
-std::unique_ptr<Pipeline> load(const std::string& model, bool keep, bool pe) {
-  PipelineOptions o;
-  o.model_dir = model;
-  o.keep_text_encoder = keep;
-  o.load_pe = pe;
-  return Pipeline::load(o);
+std::unique_ptr<Engine> load(const std::string& model, bool keep, bool pe) {
+  EngineOptions o;
+  o.model = model;
+  o.device = "cpu";
+  o.offload = keep ? "none" : "text-encoder";
+  o.pe = pe ? PeLoad::Required : PeLoad::Off;
+  return Engine::open(o);
 }
 
-std::string counts(const Pipeline& p) {
+std::string counts(const Engine& p) {
   LoadCounts c = p.load_counts();
   return "te " + std::to_string(c.text_encoder) + ", pe " + std::to_string(c.prompt_enhancer) + ", dit " +
          std::to_string(c.denoiser);
@@ -93,11 +94,12 @@ TEST(Offload, EncodeAndEnhanceAloneLoadOnce) {
 }
 
 TEST(Offload, BlocksOnTheCpuIsAClearError) {
-  PipelineOptions o;
-  o.model_dir = test::tiny_model();
-  o.offload_blocks = true;
+  EngineOptions o;
+  o.model = test::tiny_model();
+  o.device = "cpu";
+  o.offload = "blocks";
   try {
-    Pipeline::load(o);
+    Engine::open(o);
     FAIL() << "offload_blocks on the CPU loaded";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("needs a CUDA device"), std::string::npos) << e.what();

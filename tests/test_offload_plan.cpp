@@ -1,16 +1,18 @@
-// The one low-VRAM choice every front end uses (io/memory_plan.h choose_offload, pipeline/offload_plan.h):
-// flags checked the same way, a budget planned as plan_memory plans it, the mode written into
-// PipelineOptions, and the shapes planned for (a request; what a server plans for at load).
+// The one low-VRAM choice every front end uses (engine/memory_plan.h choose_offload, plan_model_memory):
+// flags checked the same way, a budget planned as plan_memory plans it, the mode Engine::open loads with,
+// and the shapes planned for (a request; what a server plans for at load).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <functional>
+#include <tuple>
 
 #include "core/error.h"
 #include "golden.h"
-#include "io/model_file.h"
+#include "engine/convert.h"
 #include "io/model_tokenizer.h"
-#include "pipeline/offload_plan.h"
+#include "engine/engine.h"
+#include "engine/memory_plan.h"
 
 using namespace ernie;
 
@@ -76,33 +78,28 @@ TEST(OffloadPlan, ChoiceFollowsFlagsAndBudget) {
             std::string::npos);
 }
 
-TEST(OffloadPlan, ChoiceIsWrittenIntoPipelineOptions) {
+// plan_model_memory: the mode given, else the front end's default; a budget sets the cap and, too small for
+// an untiled decode, the tiling. Engine::open loads with exactly this choice (EngineInfo::memory).
+TEST(OffloadPlan, ModelPlanFollowsFlagsAndBudget) {
   ModelFolder m = ModelFolder::open(test::tiny_model(), false);
+  const GenerationShape g = serving_shape(m, kCuda, DType::BF16, false, VaeTilingMode::Auto);
+  auto plan = [&](const MemoryFlags& f, Offload fallback, VaeTilingMode t = VaeTilingMode::Auto) {
+    return plan_model_memory(m, g, f, kCuda, fallback, std::nullopt, false, t);
+  };
   struct Case {
     MemoryFlags f;
-    Offload fallback;
-    bool keep, blocks;
-  } cases[] = {{{}, Offload::None, true, false},
-               {{}, Offload::TextEncoder, false, false},
-               {offload("none"), Offload::TextEncoder, true, false},
-               {offload("text-encoder"), Offload::None, false, false},
-               {offload("blocks"), Offload::None, false, true}};
+    Offload fallback, mode;
+  } cases[] = {{{}, Offload::None, Offload::None},
+               {{}, Offload::TextEncoder, Offload::TextEncoder},
+               {offload("none"), Offload::TextEncoder, Offload::None},
+               {offload("text-encoder"), Offload::None, Offload::TextEncoder},
+               {offload("blocks"), Offload::None, Offload::Blocks}};
   for (const Case& k : cases) {
-    PipelineOptions po;
-    po.device = kCuda;
-    po.dtype = DType::BF16;
-    po.keep_text_encoder = !k.keep;  // overwritten
-    const OffloadChoice c = plan_pipeline_memory(m, serving_shape(m, po), k.f, k.fallback, po);
-    EXPECT_EQ(po.keep_text_encoder, k.keep) << offload_name(c.mode);
-    EXPECT_EQ(po.offload_blocks, k.blocks) << offload_name(c.mode);
-    EXPECT_EQ(po.memory_limit, 0u);
-    EXPECT_EQ(po.vae_tiling, VaeTilingMode::Auto);
+    const OffloadChoice c = plan(k.f, k.fallback);
+    EXPECT_EQ(c.mode, k.mode) << offload_name(c.mode);
+    EXPECT_EQ(c.limit_bytes, 0u);
+    EXPECT_FALSE(c.vae_tiling);
   }
-  // A budget sets the cap; a budget too small for an untiled decode turns tiling on (unless it is off).
-  PipelineOptions po;
-  po.device = kCuda;
-  po.dtype = DType::BF16;
-  const GenerationShape g = serving_shape(m, po);
   const ModelShapes shapes = model_shapes(m, false);
   GenerationShape gt = g;
   gt.vae_tiling = true;
@@ -111,17 +108,11 @@ TEST(OffloadPlan, ChoiceIsWrittenIntoPipelineOptions) {
   const size_t tiled = estimate_memory(shapes, gt).peak(Offload::None);
   ASSERT_LT(tiled, untiled);
   const double gib = double(tiled + untiled) / 2 / double(size_t(1) << 30);
-  const OffloadChoice c = plan_pipeline_memory(m, g, budget(gib), Offload::TextEncoder, po);
+  const OffloadChoice c = plan(budget(gib), Offload::TextEncoder);
   EXPECT_EQ(c.mode, Offload::None);
-  EXPECT_TRUE(po.keep_text_encoder);
-  EXPECT_EQ(po.memory_limit, c.limit_bytes);
-  EXPECT_GT(po.memory_limit, 0u);
-  EXPECT_EQ(po.vae_tiling, VaeTilingMode::On);
+  EXPECT_GT(c.limit_bytes, 0u);
+  EXPECT_TRUE(c.vae_tiling);
   // VaeTilingMode::Off: planned without tiling, as choose_offload(..., allow_tiling = false) plans.
-  PipelineOptions off;
-  off.device = kCuda;
-  off.dtype = DType::BF16;
-  off.vae_tiling = VaeTilingMode::Off;
   auto describe = [](const std::function<OffloadChoice()>& f) {
     std::string out;
     const std::string err = error_of([&] {
@@ -130,10 +121,26 @@ TEST(OffloadPlan, ChoiceIsWrittenIntoPipelineOptions) {
     });
     return out.empty() ? err : out;
   };
-  const std::string planned = describe([&] { return plan_pipeline_memory(m, g, budget(gib), Offload::None, off); });
+  const std::string planned = describe([&] { return plan(budget(gib), Offload::None, VaeTilingMode::Off); });
   EXPECT_EQ(planned, describe([&] { return choose_offload(shapes, g, kCuda, budget(gib), Offload::None, false); }));
   EXPECT_NE(planned, "none tiled");
-  EXPECT_EQ(off.vae_tiling, VaeTilingMode::Off);
+}
+
+// Engine::open on the CPU: the mode is the one asked for, or the front end's default (nothing is estimated).
+TEST(OffloadPlan, EngineOpensWithTheChosenMode) {
+  for (auto [flag, def, want] : {std::tuple{std::optional<std::string>{}, Offload::None, Offload::None},
+                                 std::tuple{std::optional<std::string>{}, Offload::TextEncoder, Offload::TextEncoder},
+                                 std::tuple{std::optional<std::string>{"none"}, Offload::TextEncoder, Offload::None}}) {
+    EngineOptions o;
+    o.model = test::tiny_model();
+    o.device = "cpu";
+    o.offload = flag;
+    o.default_offload = def;
+    const auto e = Engine::open(o);
+    EXPECT_EQ(e->info().memory.mode, want);
+    EXPECT_EQ(e->info().memory.estimate_bytes, 0u);
+    EXPECT_EQ(e->load_counts().denoiser, want == Offload::None ? 1 : 0);  // resident: loaded at open
+  }
 }
 
 // A converted 8-bit file is planned with what it stores in 8 bits: the DiT's blocks and the text encoder.
@@ -182,16 +189,12 @@ TEST(OffloadPlan, Shapes) {
   EXPECT_EQ(g.text_tokens, 2048);  // the enhancer may write that many
   EXPECT_TRUE(g.vae_tiling);
   // What a server plans for: the model's default request (1024², guidance 4 for non-Turbo), the longest prompt.
-  PipelineOptions po;
-  po.device = kCuda;
-  po.dtype = DType::BF16;
-  g = serving_shape(m, po);
+  g = serving_shape(m, kCuda, DType::BF16, false, VaeTilingMode::Auto);
   EXPECT_EQ(g.width, 1024);
   EXPECT_EQ(g.height, 1024);
   EXPECT_EQ(g.rows, 2);
   EXPECT_EQ(g.act, DType::BF16);
   const size_t max_len = load_model_tokenizer(m, "tokenizer").model_max_length();
   EXPECT_EQ(size_t(g.text_tokens), max_len > 0 ? max_len : 2048u);
-  po.load_pe = true;
-  EXPECT_EQ(serving_shape(m, po).text_tokens, std::max<int>(2048, int(max_len)));
+  EXPECT_EQ(serving_shape(m, kCuda, DType::BF16, true, VaeTilingMode::Auto).text_tokens, std::max<int>(2048, int(max_len)));
 }

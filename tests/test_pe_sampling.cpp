@@ -8,7 +8,7 @@
 #include <random>
 
 #include "core/error.h"
-#include "pipeline/sampling.h"
+#include "models/token_sampling.h"
 
 namespace ernie {
 namespace {

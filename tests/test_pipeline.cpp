@@ -9,17 +9,19 @@
 #include "golden.h"
 #include "golden_cases.h"
 #include "ops/ops.h"
-#include "pipeline/pipeline.h"
+#include "engine/engine.h"
 
 using namespace ernie;
 
 namespace {
 
-Pipeline& tiny_pipeline() {
-  static std::unique_ptr<Pipeline> p = [] {
-    PipelineOptions o;
-    o.model_dir = test::tiny_model();
-    return Pipeline::load(o);
+Engine& tiny_pipeline() {
+  static std::unique_ptr<Engine> p = [] {
+    EngineOptions o;
+    o.device = "cpu";
+    o.default_offload = Offload::None;  // resident: one load for every test
+    o.model = test::tiny_model();
+    return Engine::open(o);
   }();
   return *p;
 }
@@ -123,10 +125,11 @@ TEST(Pipeline, ResolveRejectsBeforeCompute) {
 }
 
 TEST(Pipeline, MissingModelFails) {
-  PipelineOptions o;
-  o.model_dir = "/nonexistent/model";
+  EngineOptions o;
+  o.device = "cpu";
+  o.model = "/nonexistent/model";
   try {
-    Pipeline::load(o);
+    Engine::open(o);
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("/nonexistent/model"), std::string::npos) << e.what();
@@ -135,10 +138,11 @@ TEST(Pipeline, MissingModelFails) {
 
 // The prompt enhancer rewrites the prompt before encoding; its draw is seeded by the request's seed.
 TEST(Pipeline, PromptEnhancerRevisesPromptRepeatably) {
-  PipelineOptions o;
-  o.model_dir = test::tiny_model();
-  o.load_pe = true;
-  auto pipe = Pipeline::load(o);
+  EngineOptions o;
+  o.device = "cpu";
+  o.model = test::tiny_model();
+  o.pe = PeLoad::Required;
+  auto pipe = Engine::open(o);
   GenerateRequest r;
   r.prompt = "a cat";
   r.width = r.height = 16;

@@ -7,18 +7,20 @@
 #include "core/error.h"
 #include "golden.h"
 #include "golden_cases.h"
-#include "pipeline/pipeline.h"
+#include "engine/engine.h"
 
 using namespace ernie;
 
 namespace {
 
-Pipeline& tiny() {
-  static std::unique_ptr<Pipeline> p = [] {
-    PipelineOptions o;
-    o.model_dir = test::tiny_model();
+Engine& tiny() {
+  static std::unique_ptr<Engine> p = [] {
+    EngineOptions o;
+    o.device = "cpu";
+    o.default_offload = Offload::None;  // resident: one load for every test
+    o.model = test::tiny_model();
     o.threads = 1;
-    return Pipeline::load(o);
+    return Engine::open(o);
   }();
   return *p;
 }

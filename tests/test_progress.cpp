@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "pipeline/progress.h"
+#include "engine/progress.h"
 
 using namespace ernie;
 

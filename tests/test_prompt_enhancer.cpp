@@ -11,9 +11,10 @@
 #include <sys/wait.h>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "golden.h"
 #include "io/configs.h"
-#include "io/model_file.h"
+#include "engine/convert.h"
 #include "models/prompt_enhancer.h"
 #include "ops/ops.h"
 #include "text/chat_template.h"

@@ -8,11 +8,11 @@
 
 #include "core/error.h"
 #include "golden.h"
-#include "io/model_file.h"
+#include "engine/convert.h"
 #include "models/ernie_dit.h"
 #include "models/mistral.h"
 #include "ops/ops.h"
-#include "pipeline/calibration.h"
+#include "engine/calibration.h"
 
 namespace ernie {
 namespace {

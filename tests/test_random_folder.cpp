@@ -9,9 +9,10 @@
 
 #include "cli.h"
 #include "core/error.h"
+#include "core/json.h"
 #include "golden.h"
-#include "io/doctor.h"
-#include "io/model_file.h"
+#include "engine/doctor.h"
+#include "engine/convert.h"
 #include "models/random_folder.h"
 #include "models/random_weights.h"
 

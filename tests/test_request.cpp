@@ -5,8 +5,8 @@
 
 #include "core/error.h"
 #include "golden.h"
-#include "pipeline/request.h"
-#include "pipeline/noise.h"
+#include "engine/request.h"
+#include "engine/noise.h"
 
 using namespace ernie;
 

@@ -7,11 +7,12 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "golden.h"
 #include "io/configs.h"
 #include "io/model_folder.h"
 #include "ops/ops.h"
-#include "pipeline/scheduler.h"
+#include "engine/scheduler.h"
 
 using namespace ernie;
 

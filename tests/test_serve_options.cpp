@@ -60,7 +60,7 @@ TEST(ServeOptions, BlocksOnTheCpuIsGeneratesError) {
 TEST(ServeOptions, HelpDocumentsTheModes) {
   auto r = run_cli("serve --help");
   EXPECT_EQ(r.status, 0) << r.out;
-  for (const char* s : {"--offload", "--max-vram", "loaded for each request and freed", "no batching"})
+  for (const char* s : {"--offload", "--max-vram", "Default none", "only while used", "no batching"})
     EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
 }
 

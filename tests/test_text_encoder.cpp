@@ -9,9 +9,10 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "golden.h"
 #include "io/configs.h"
-#include "io/model_file.h"
+#include "engine/convert.h"
 #include "io/model_folder.h"
 #include "io/safetensors.h"
 #include "models/mistral.h"

@@ -6,7 +6,7 @@
 #include <fstream>
 
 #include "golden.h"
-#include "io/tuning_cache.h"
+#include "ops/tuning_cache.h"
 
 namespace ernie::test {
 namespace {

@@ -1,4 +1,4 @@
-// The C API over ernie::Pipeline: every entry point catches everything and returns a status.
+// The C API over ernie::Engine: every entry point catches everything and returns a status.
 #include "ernie_image.h"
 
 #include <cstddef>
@@ -9,13 +9,10 @@
 #include <string>
 
 #include "core/error.h"
-#include "io/model_folder.h"
-#include "pipeline/offload_plan.h"
-#include "pipeline/pipeline.h"
+#include "engine/engine.h"
 
 struct ernie_model {
-  std::unique_ptr<ernie::Pipeline> pipe;
-  ernie_offload offload = ERNIE_OFFLOAD_NONE;
+  std::unique_ptr<ernie::Engine> pipe;
 };
 
 namespace {
@@ -56,28 +53,19 @@ ernie_status guarded(char** err, F&& f) {
   }
 }
 
-ernie::DType parse_dtype(const char* s, ernie::Device d) {
-  if (!s || !*s) return d.is_cpu() ? ernie::DType::F32 : ernie::DType::BF16;
-  std::string v = s;
-  if (v == "f32" || v == "fp32" || v == "float32") return ernie::DType::F32;
-  if (v == "bf16" || v == "bfloat16") return ernie::DType::BF16;
-  ernie::fail("dtype: unknown type '", v, "' (use f32 or bf16)");
-}
-
-// ernie_memory_options -> the planner's flags and the pipeline's tiling options; throws naming the field.
-ernie::MemoryFlags memory_flags(const ernie_memory_options& m, const ernie_options& opt, ernie::PipelineOptions& po) {
-  ernie::MemoryFlags f;
+// ernie_memory_options -> the engine's memory, tiling and 8-bit options; throws naming the field.
+void memory_options(const ernie_memory_options& m, const ernie_options& opt, ernie::EngineOptions& po) {
   switch (m.offload) {
     case ERNIE_OFFLOAD_DEFAULT: break;
-    case ERNIE_OFFLOAD_NONE: f.offload = "none"; break;
-    case ERNIE_OFFLOAD_TEXT_ENCODER: f.offload = "text-encoder"; break;
-    case ERNIE_OFFLOAD_BLOCKS: f.offload = "blocks"; break;
+    case ERNIE_OFFLOAD_NONE: po.offload = "none"; break;
+    case ERNIE_OFFLOAD_TEXT_ENCODER: po.offload = "text-encoder"; break;
+    case ERNIE_OFFLOAD_BLOCKS: po.offload = "blocks"; break;
     default: ernie::fail("ernie_memory_options.offload ", std::to_string(m.offload), ": not an ernie_offload (0-3)");
   }
-  if (m.max_vram_gib != 0) f.max_vram_gib = m.max_vram_gib;
+  if (m.max_vram_gib != 0) po.max_vram_gib = m.max_vram_gib;
   // keep_text_encoder = 0 is ERNIE_OFFLOAD_TEXT_ENCODER: fine with a mode that frees the text encoder too.
-  ERNIE_CHECK(opt.keep_text_encoder != 0 || (m.offload != ERNIE_OFFLOAD_NONE && !f.max_vram_gib),
-              "ernie_options.keep_text_encoder = 0 contradicts ", f.max_vram_gib ? "max_vram_gib (it picks the mode)"
+  ERNIE_CHECK(opt.keep_text_encoder != 0 || (m.offload != ERNIE_OFFLOAD_NONE && !po.max_vram_gib),
+              "ernie_options.keep_text_encoder = 0 contradicts ", po.max_vram_gib ? "max_vram_gib (it picks the mode)"
               : "offload ERNIE_OFFLOAD_NONE", ": leave keep_text_encoder at 1");
   switch (m.vae_tiling) {
     case ERNIE_VAE_TILING_AUTO: po.vae_tiling = ernie::VaeTilingMode::Auto; break;
@@ -89,16 +77,15 @@ ernie::MemoryFlags memory_flags(const ernie_memory_options& m, const ernie_optio
   po.vae_tile = m.vae_tile;
   if (m.struct_size > offsetof(ernie_memory_options, quantize)) switch (m.quantize) {
       case ERNIE_QUANTIZE_NONE: break;
-      case ERNIE_QUANTIZE_FP8: po.quantize = ernie::DType::F8_E4M3; break;
-      case ERNIE_QUANTIZE_INT8: po.quantize = ernie::DType::I8; break;
+      case ERNIE_QUANTIZE_FP8: po.quantize = "fp8"; break;
+      case ERNIE_QUANTIZE_INT8: po.quantize = "int8"; break;
       default: ernie::fail("ernie_memory_options.quantize ", std::to_string(m.quantize), ": not an ernie_quantize (0-2)");
     }
   if (m.struct_size > offsetof(ernie_memory_options, attention_fp8)) {
     ERNIE_CHECK(m.attention_fp8 == 0 || m.attention_fp8 == 1, "ernie_memory_options.attention_fp8 ",
                 std::to_string(m.attention_fp8), ": 0 or 1");
-    po.attention_fp8 = m.attention_fp8 == 1;
+    po.attention = m.attention_fp8 == 1 ? "fp8" : "bf16";
   }
-  return f;
 }
 
 ernie_offload c_offload(ernie::Offload o) {
@@ -150,24 +137,19 @@ ernie_status ernie_load_ex(const ernie_options* opt, const ernie_memory_options*
                 std::to_string(kSecondVersion), " or ", std::to_string(kFirstVersion),
                 " (set it up with ernie_memory_options_init)");
     ERNIE_CHECK(opt->model_dir && *opt->model_dir, "ernie_load: model_dir is required");
-    ernie::PipelineOptions po;
-    po.model_dir = opt->model_dir;
-    po.device = ernie::Device::parse(opt->device && *opt->device ? opt->device : "cpu");
-    po.dtype = parse_dtype(opt->dtype, po.device);
+    ernie::EngineOptions po;
+    po.model = opt->model_dir;
+    po.device = opt->device && *opt->device ? opt->device : "cpu";  // the header's documented default
+    po.dtype = opt->dtype ? opt->dtype : "";
     ERNIE_CHECK(opt->threads >= 0, "ernie_load: threads must not be negative");
     po.threads = opt->threads;
-    po.load_pe = opt->load_pe != 0;
+    po.pe = opt->load_pe ? ernie::PeLoad::Required : ernie::PeLoad::Off;
+    po.default_offload = opt->keep_text_encoder ? ernie::Offload::None : ernie::Offload::TextEncoder;
     ernie_memory_options defaults;
     ernie_memory_options_init(&defaults);
-    const ernie::MemoryFlags flags = memory_flags(mem ? *mem : defaults, *opt, po);
-    ernie::check_memory_flags(flags, po.device);
-    const ernie::ModelFolder folder = ernie::ModelFolder::open(po.model_dir, po.load_pe);
-    const ernie::Offload fallback = opt->keep_text_encoder ? ernie::Offload::None : ernie::Offload::TextEncoder;
-    const ernie::OffloadChoice c =
-        ernie::plan_pipeline_memory(folder, ernie::serving_shape(folder, po), flags, fallback, po);
+    memory_options(mem ? *mem : defaults, *opt, po);
     auto m = std::make_unique<ernie_model>();
-    m->offload = c_offload(c.mode);
-    m->pipe = ernie::Pipeline::load(po);
+    m->pipe = ernie::Engine::open(po);
     *out = m.release();
   });
 }
@@ -253,7 +235,9 @@ ernie_status ernie_encode_prompt(ernie_model* model, const char* prompt, float**
   });
 }
 
-ernie_offload ernie_model_offload(const ernie_model* model) { return model ? model->offload : ERNIE_OFFLOAD_DEFAULT; }
+ernie_offload ernie_model_offload(const ernie_model* model) {
+  return model && model->pipe ? c_offload(model->pipe->info().memory.mode) : ERNIE_OFFLOAD_DEFAULT;
+}
 
 int ernie_scale_factor(const ernie_model* model) { return model && model->pipe ? model->pipe->scale_factor() : 0; }
 

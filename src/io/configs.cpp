@@ -10,24 +10,6 @@ using json = nlohmann::json;
 
 namespace ernie {
 
-json read_json_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  ERNIE_CHECK(in, path, ": cannot open");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  json j = json::parse(text, nullptr, false);
-  if (j.is_discarded()) {
-    try {
-      json unused = json::parse(text);
-      (void)unused;
-    } catch (const json::parse_error& e) {
-      fail(path, ": invalid JSON (", e.what(), ")");
-    }
-    fail(path, ": invalid JSON");
-  }
-  ERNIE_CHECK(j.is_object(), path, ": expected a JSON object at the top level");
-  return j;
-}
-
 namespace {
 
 // Reads field `key` into `out` if present; a present field of the wrong type is an error.

@@ -69,6 +69,4 @@ MistralConfig parse_mistral_config(const nlohmann::json& j, const std::string& p
 VaeConfig parse_vae_config(const nlohmann::json& j, const std::string& path);
 SchedulerConfig parse_scheduler_config(const nlohmann::json& j, const std::string& path);
 
-nlohmann::json read_json_file(const std::string& path);  // throws Error with the path on I/O or syntax errors
-
 }  // namespace ernie

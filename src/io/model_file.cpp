@@ -1,18 +1,7 @@
 #include "io/model_file.h"
 
-#include <omp.h>
-
-#include <atomic>
-#include <chrono>
-#include <cmath>
-#include <filesystem>
-#include <mutex>
-#include <nlohmann/json.hpp>
-
 #include "core/error.h"
 #include "ops/ops.h"
-
-namespace fs = std::filesystem;
 
 namespace ernie {
 
@@ -31,29 +20,6 @@ const char* weight_format_name(WeightFormat f) {
   }
 }
 
-bool QuantPolicy::quantized(const std::string& component, const std::string& name, int dit_layers) const {
-  if (component != "transformer" && !(quantize_text_encoder && (component == "text_encoder" || component == "pe")))
-    return false;
-  if (!name.ends_with(".weight")) return false;
-  for (const std::string& k : keep)
-    if (name.find(k) != std::string::npos) return false;
-  if (component == "transformer" && keep_first_last_dit_blocks &&
-      (name.rfind("layers.0.", 0) == 0 || name.rfind("layers." + std::to_string(dit_layers - 1) + ".", 0) == 0))
-    return false;
-  // Only the linear projections: attention and MLP.
-  return name.find("self_attention.to_") != std::string::npos || name.find("self_attn.") != std::string::npos ||
-         name.find("mlp.") != std::string::npos;
-}
-
-DType QuantPolicy::format(const std::string& component, DType dit) const {
-  return component != "transformer" && text_models_int8 ? DType::I8 : dit;
-}
-
-std::optional<DType> QuantPolicy::text_encoder_quantization(std::optional<DType> dit) const {
-  if (!dit || !quantize_text_encoder) return std::nullopt;
-  return format("text_encoder", *dit);
-}
-
 std::pair<Tensor, Tensor> quantize_rows(const Tensor& w, WeightFormat f) {
   ERNIE_CHECK(w.ndim() == 2, "quantize: weight ", shape_str(w.shape()), " is not 2-D");
   ERNIE_CHECK(f != WeightFormat::BF16, "quantize: bf16 is not a quantized format");
@@ -62,97 +28,5 @@ std::pair<Tensor, Tensor> quantize_rows(const Tensor& w, WeightFormat f) {
 }
 
 Tensor dequantize_rows(const Tensor& q, const Tensor& scale) { return ops::dequantize({q, scale}); }
-
-namespace {
-struct QuantizedPair {
-  std::once_flag once;
-  std::pair<Tensor, Tensor> q;
-  std::atomic<int> left{2};
-};
-}  // namespace
-
-ConvertStats convert_model(const ModelFolder& m, const std::string& out, const ConvertOptions& opt,
-                           const std::function<void(size_t, size_t)>& progress) {
-  auto t0 = std::chrono::steady_clock::now();
-  ERNIE_CHECK(opt.dit_input_amax.empty() || opt.format == WeightFormat::FP8,
-              "convert: static activation scales (calibration) apply to fp8 weights only, not ",
-              weight_format_name(opt.format));
-  for (const Problem& p : m.check())
-    ERNIE_CHECK(!p.fatal, m.root, ": cannot convert, ", p.component, ": ", p.message);
-  std::vector<const Component*> comps = {&m.transformer_c, &m.text_encoder_c, &m.vae_c};
-  if (opt.include_pe && m.pe_c) comps.push_back(&*m.pe_c);
-
-  std::map<std::string, std::string> meta;
-  meta["format"] = kModelFileFormat;
-  meta["variant"] = m.turbo ? "turbo" : "base";
-  meta["weights"] = weight_format_name(opt.format);
-  meta["source"] = fs::path(m.root).filename().string();
-  if (!opt.dit_input_amax.empty()) meta["activation_scales"] = "static";
-  for (const char* rel : {"model_index.json", "transformer/config.json", "text_encoder/config.json", "vae/config.json",
-                          "scheduler/scheduler_config.json", "tokenizer/tokenizer.json", "tokenizer/tokenizer_config.json"})
-    if (m.has_file(rel)) meta[std::string("file:") + rel] = m.read_file(rel);
-  if (opt.include_pe && m.pe_c)
-    for (const char* rel : {"pe/config.json", "pe/generation_config.json", "pe_tokenizer/tokenizer.json",
-                            "pe_tokenizer/tokenizer_config.json", "pe_tokenizer/chat_template.jinja", "pe/tokenizer.json",
-                            "pe/tokenizer_config.json", "pe/chat_template.jinja"})
-      if (m.has_file(rel)) meta[std::string("file:") + rel] = m.read_file(rel);
-
-  // Tensors in spec order, under "<component>/<original name>"; weights to bf16 or quantized. Each is
-  // converted only when written.
-  std::vector<PendingTensor> tensors;
-  ConvertStats st;
-  for (const Component* c : comps) {
-    std::string own_prefix = c->prefix.substr(c->root.size());  // "language_model.model." etc.
-    for (const TensorSpec& s : c->specs) {
-      bool at_root = s.name[0] == '@';
-      std::string local = at_root ? s.name.substr(1) : s.name;
-      std::string rel = at_root ? local : own_prefix + local;
-      const TensorInfo* ti = c->ckpt.find(c->root + rel);
-      if (!ti) continue;  // optional and absent (required ones were checked above)
-      std::string dst = c->name + "/" + rel;
-      bool q8 = opt.format != WeightFormat::BF16 && ti->shape.size() == 2 &&
-                opt.policy.quantized(c->name, local, m.dit.num_layers);
-      // Reads the source weight (de-quantized if the source is itself a quantized file).
-      auto source = [c, at_root, local, full = c->root + rel] {
-        return at_root ? c->ckpt.tensor(full) : c->tensor(local);
-      };
-      if (q8) {
-        const DType qt = opt.policy.format(c->name, opt.format == WeightFormat::FP8 ? DType::F8_E4M3 : DType::I8);
-        const WeightFormat qf = qt == DType::F8_E4M3 ? WeightFormat::FP8 : WeightFormat::INT8;
-        // The weight and its scales come from one quantization, by whichever writer thread asks first;
-        // the second to take its part frees the pair.
-        auto shared = std::make_shared<QuantizedPair>();
-        auto part = [shared, source, f = qf](bool scale) {
-          std::call_once(shared->once, [&] { shared->q = quantize_rows(source(), f); });
-          Tensor t = scale ? shared->q.second : shared->q.first;
-          if (--shared->left == 0) shared->q = {};
-          return t;
-        };
-        tensors.push_back({dst, qt, ti->shape, [part] { return part(false); }});
-        tensors.push_back({dst + "_scale", DType::F32, {ti->shape[0]}, [part] { return part(true); }});
-        if (!opt.dit_input_amax.empty() && qt == DType::F8_E4M3) {
-          auto it = opt.dit_input_amax.find(local);
-          ERNIE_CHECK(it != opt.dit_input_amax.end(), "convert: calibration recorded no input range for ", dst);
-          const float s = it->second > 0.f ? it->second / kFp8E4m3Max : 1.f;
-          tensors.push_back({dst + "_input_scale", DType::F32, {1}, [s] { return Tensor::from_vector({s}, {1}); }});
-        }
-        ++(qt == DType::F8_E4M3 ? st.fp8 : st.int8);
-      } else {
-        bool to_bf16 = dtype_is_float(ti->dtype) || c->is_quantized(local);
-        DType dt = to_bf16 ? DType::BF16 : ti->dtype;
-        tensors.push_back({dst, dt, ti->shape, [=] {
-                             Tensor t = source();
-                             return to_bf16 ? t.cast(DType::BF16) : t;
-                           }});
-      }
-    }
-  }
-  st.tensors = tensors.size();
-  for (const PendingTensor& t : tensors) st.bytes += size_t(shape_numel(t.shape)) * dtype_size(t.dtype);
-  const int threads = opt.threads > 0 ? opt.threads : omp_get_max_threads();
-  save_safetensors_streamed(out, tensors, meta, 64, progress, threads);
-  st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return st;
-}
 
 }  // namespace ernie

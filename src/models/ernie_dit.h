@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "io/model_file.h"
+#include "models/quant_policy.h"
 #include "io/model_folder.h"
 #include "models/block_streamer.h"
 #include "ops/ops.h"

@@ -12,7 +12,7 @@
 
 #include "io/model_folder.h"
 #include "models/mistral.h"
-#include "pipeline/sampling.h"
+#include "models/token_sampling.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
 

@@ -350,22 +350,6 @@ Tensor embedding(const Tensor& table, const Tensor& ids, DType act) {
 }
 Tensor cast(const Tensor& x, DType dtype) { ERNIE_OP(cast, x.device(), x, dtype); }
 
-void release_cached_memory(Device device) {
-#ifdef ERNIE_HAVE_CUDA
-  if (device.is_cuda()) cuda::empty_cache(device.index);
-#else
-  (void)device;
-#endif
-}
-
-void set_memory_limit(Device device, size_t bytes) {
-#ifdef ERNIE_HAVE_CUDA
-  if (device.is_cuda()) cuda::set_memory_limit(device.index, bytes);
-#else
-  (void)device, (void)bytes;
-#endif
-}
-
 #ifdef ERNIE_HAVE_CUDA
 namespace {
 int cuda_index(Device d, const char* op) {

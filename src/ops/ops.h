@@ -7,6 +7,7 @@
 // [B, S, heads, head_dim]; images are NCHW unless an op takes a Layout (below). "Per-row" vectors ([B, C])
 // broadcast over S.
 #pragma once
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -239,12 +240,29 @@ Tensor argmax_indices(const Tensor& x);
 // Cast a float tensor to `dtype` on its own device.
 Tensor cast(const Tensor& x, DType dtype);
 
-// ---- device memory and weight streaming ---------------------------------------------------------------------------
+// ---- devices: what is there, threads, memory (ops/device_queries.cpp) -------------------------------------------
+// The layers above ops/ ask these, never a backend: without the CUDA backend there are no CUDA devices.
+bool cuda_built();                    // this build has the CUDA backend
+int cuda_device_count();              // visible CUDA devices (0 without the backend, a driver or a device)
+std::string device_name(Device d);    // "NVIDIA H200", "cpu"
+void set_threads(int n);              // CPU threads for OpenMP and OpenBLAS; 0 = all cores
+void synchronize(Device d);           // the host waits for the device's work (CPU: no-op)
+struct MemoryStats {
+  size_t in_use_bytes = 0, peak_in_use_bytes = 0;      // held by live tensors (size-class rounded)
+  size_t reserved_bytes = 0, peak_reserved_bytes = 0;  // taken from the driver (live + cached)
+};
+MemoryStats memory_stats(Device d);   // the allocator's counts (CPU: zeros)
+void reset_peak_memory(Device d);     // peaks back to the current values (CPU: no-op)
+// What allocations on a CUDA device can still get: the driver's free memory plus cached free blocks, within
+// the memory limit. CPU: 0 (nothing is planned against host memory).
+size_t available_bytes(Device d);
 // Gives the allocator's cached free blocks on `device` back to the driver (after freeing a model). CPU: no-op.
 void release_cached_memory(Device device);
 // Keeps the memory the allocator takes from the driver on `device` under `bytes` (--max-vram): past it the
 // cache is given back first, then allocation throws OutOfMemory. 0 = no limit. CPU: no-op.
 void set_memory_limit(Device device, size_t bytes);
+
+// ---- weight streaming ------------------------------------------------------------------------------------------
 
 // Weight streaming (CUDA only; the CPU has nothing to stream, and these throw there). Every op runs on its
 // device's compute stream; uploads run on the device's copy stream; StreamEvents order the two.

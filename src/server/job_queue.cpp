@@ -11,7 +11,7 @@
 
 #include "core/error.h"
 #include "io/png.h"
-#include "pipeline/metadata.h"
+#include "engine/metadata.h"
 
 namespace ernie::server {
 namespace {
@@ -41,7 +41,7 @@ const char* state_name(JobState s) {
   return "?";
 }
 
-JobQueue::JobQueue(std::unique_ptr<Pipeline> pipeline, QueueOptions opt, Metrics& metrics)
+JobQueue::JobQueue(std::unique_ptr<Engine> pipeline, QueueOptions opt, Metrics& metrics)
     : pipeline_(std::move(pipeline)), opt_(std::move(opt)), metrics_(metrics) {
   ERNIE_CHECK(pipeline_ != nullptr, "server: no pipeline");
   ERNIE_CHECK(opt_.max_queue >= 1, "server: --max-queue must be at least 1, got ", std::to_string(opt_.max_queue));

@@ -1,4 +1,4 @@
-// The server's jobs: a FIFO of waiting requests, one worker thread that runs them on the Pipeline (in
+// The server's jobs: a FIFO of waiting requests, one worker thread that runs them on the Engine (in
 // batches when that is faster, see batching.h), live progress events, cancellation between steps, and
 // finished images held until fetched once. Memory is bounded: at most `max_queue` waiting jobs, at most
 // `max_results` unfetched results (older ones are released, as are those older than `result_ttl_s`),
@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "pipeline/pipeline.h"
+#include "engine/engine.h"
 #include "server/api_error.h"
 #include "server/batching.h"
 #include "server/metrics.h"
@@ -70,10 +70,10 @@ struct QueueOptions {
 
 class JobQueue {
  public:
-  JobQueue(std::unique_ptr<Pipeline> pipeline, QueueOptions opt, Metrics& metrics);
+  JobQueue(std::unique_ptr<Engine> pipeline, QueueOptions opt, Metrics& metrics);
   ~JobQueue();  // cancels what is left and joins the worker
 
-  const Pipeline& pipeline() const { return *pipeline_; }
+  const Engine& pipeline() const { return *pipeline_; }
   int max_batch_images() const { return opt_.batch.max_images; }  // images one pipeline call may take
 
   // Queues a resolved request; throws ApiException: 429 queue full, 503 shutting down.
@@ -124,7 +124,7 @@ class JobQueue {
   std::string new_id();
   nlohmann::json params_json(const Job& j) const;
 
-  std::unique_ptr<Pipeline> pipeline_;
+  std::unique_ptr<Engine> pipeline_;
   QueueOptions opt_;
   Metrics& metrics_;
 

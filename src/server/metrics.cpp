@@ -112,7 +112,7 @@ std::string Metrics::render(const QueueGauges& g) const {
   line(out, "ernie_shutting_down", g.shutting_down ? 1 : 0);
   head(out, "ernie_images_generated_total", "counter", "Images generated.");
   line(out, "ernie_images_generated_total", double(images_generated.load()));
-  head(out, "ernie_batches_total", "counter", "Pipeline calls that ran more than one request together.");
+  head(out, "ernie_batches_total", "counter", "Engine calls that ran more than one request together.");
   line(out, "ernie_batches_total", double(batches_run.load()));
   head(out, "ernie_batched_jobs_total", "counter", "Jobs that ran inside such a batch.");
   line(out, "ernie_batched_jobs_total", double(batched_jobs.load()));
@@ -132,8 +132,7 @@ std::string Metrics::render(const QueueGauges& g) const {
   line(out, "ernie_process_resident_memory_bytes", double(process_rss_bytes()));
   head(out, "ernie_heap_in_use_bytes", "gauge", "Heap bytes allocated and not freed (the allocator's count).");
   line(out, "ernie_heap_in_use_bytes", double(heap_in_use_bytes()));
-#ifdef ERNIE_HAVE_CUDA
-  SystemInfo si = query_system_info();
+  SystemInfo si = query_system_info();  // no GPUs without the CUDA backend
   if (!si.gpus.empty()) {
     head(out, "ernie_gpu_memory_used_bytes", "gauge", "Device memory in use (all processes), per GPU.");
     for (auto& gpu : si.gpus)
@@ -143,7 +142,6 @@ std::string Metrics::render(const QueueGauges& g) const {
     for (auto& gpu : si.gpus)
       out += "ernie_gpu_memory_total_bytes{gpu=\"" + std::to_string(gpu.index) + "\"} " + num(double(gpu.total_bytes)) + "\n";
   }
-#endif
   return out;
 }
 

@@ -2,11 +2,11 @@
 // fields (prompt, n, size "WxH", response_format b64_json, model/user/quality/style accepted and ignored)
 // plus ours (negative_prompt, steps, guidance_scale, seed, use_pe). Type and range errors throw
 // ApiException (400) naming the field; model-specific checks (size a multiple of the scale factor, ...)
-// are Pipeline::resolve's.
+// are Engine::resolve's.
 #pragma once
 #include <string>
 
-#include "pipeline/pipeline.h"
+#include "engine/engine.h"
 
 namespace ernie::server {
 

@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "core/error.h"
-#include "pipeline/metadata.h"
+#include "engine/metadata.h"
 #include "server/web_assets.h"
 
 namespace ernie::server {
@@ -26,7 +26,7 @@ uint64_t random_seed() {
   return rng() & 0xffffffffull;  // 32 bits: exact in JavaScript and in every UI
 }
 
-// Which request field a Pipeline::resolve message is about, for the error's `param`.
+// Which request field a Engine::resolve message is about, for the error's `param`.
 std::string param_of(const std::string& msg) {
   static const std::pair<const char*, const char*> prefixes[] = {
       {"width", "size"}, {"height", "size"}, {"size", "size"}, {"steps", "steps"},
@@ -38,10 +38,12 @@ std::string param_of(const std::string& msg) {
 
 double gib(size_t bytes) { return double(bytes) / double(size_t(1) << 30); }
 
-json memory_json(const MemoryMode& m) {
-  return {{"offload", m.offload}, {"vae_tiling", m.vae_tiling},
-          {"max_vram_gib", m.memory_limit ? json(gib(m.memory_limit)) : json(nullptr)},
-          {"estimated_peak_gib", m.estimated_peak ? json(gib(m.estimated_peak)) : json(nullptr)}};
+// How the engine was loaded (serve --offload / --max-vram / --vae-tiling): /health and /v1/info say it.
+json memory_json(const EngineInfo& e) {
+  const OffloadChoice& m = e.memory;
+  return {{"offload", offload_name(m.mode)}, {"vae_tiling", e.vae_tiling_forced ? "on" : "auto"},
+          {"max_vram_gib", m.limit_bytes ? json(gib(m.limit_bytes)) : json(nullptr)},
+          {"estimated_peak_gib", m.estimate_bytes ? json(gib(m.estimate_bytes)) : json(nullptr)}};
 }
 
 bool constant_time_equal(const std::string& a, const std::string& b) {
@@ -105,10 +107,13 @@ std::string base64_encode(const std::string& in) {
   return out;
 }
 
-Server::Server(std::unique_ptr<Pipeline> pipeline, ServerOptions opt) : opt_(std::move(opt)) {
+Server::Server(std::unique_ptr<Engine> pipeline, ServerOptions opt) : opt_(std::move(opt)) {
   ERNIE_CHECK(pipeline != nullptr, "server: no pipeline");
   model_name_ = model_display_name(pipeline->model_dir());
   opt_.queue.model_name = model_name_;
+  info_ = pipeline->info();
+  // Under an allocator cap (--max-vram) the plan covers one request at a time: no batching.
+  if (info_.memory.limit_bytes) opt_.queue.batching = false;
   queue_ = std::make_unique<JobQueue>(std::move(pipeline), opt_.queue, metrics_);
   http_ = std::make_unique<httplib::Server>();
   const int threads = std::max(4, opt_.http_threads);
@@ -169,7 +174,7 @@ GenerateRequest Server::parse_and_resolve(const std::string& body) const {
 }
 
 json Server::model_info() const {
-  const Pipeline& p = queue_->pipeline();
+  const Engine& p = queue_->pipeline();
   GenerateRequest probe;
   probe.prompt = "x";
   GenerateRequest d = p.resolve(probe);
@@ -188,7 +193,7 @@ json Server::model_info() const {
             {"max_queue", opt_.queue.max_queue},
             {"max_body_bytes", opt_.max_body_bytes}}},
           {"max_batch_images", queue_->max_batch_images()},
-          {"memory", memory_json(opt_.memory)},
+          {"memory", memory_json(info_)},
           {"api_key_required", !opt_.api_key.empty()}};
 }
 
@@ -325,7 +330,7 @@ void Server::routes() {
     QueueGauges g = queue_->gauges();
     send_json(res, g.shutting_down ? 503 : 200,
               {{"status", g.shutting_down ? "shutting_down" : "ok"}, {"model", model_name_}, {"queued", g.queued},
-               {"running", g.running}, {"offload", opt_.memory.offload}});
+               {"running", g.running}, {"offload", offload_name(info_.memory.mode)}});
   }));
   s.Get("/metrics", guard([this](auto&, auto& res) {
     res.status = 200;

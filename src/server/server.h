@@ -1,4 +1,4 @@
-// `ernie-image serve`: the HTTP API and web page over one loaded Pipeline.
+// `ernie-image serve`: the HTTP API and web page over one loaded Engine.
 //   POST   /v1/images/generations   OpenAI Images compatible; waits and returns b64_json PNGs
 //   POST   /v1/jobs                 queues the same body, returns {id} at once (202)
 //   GET    /v1/jobs/{id}            status, phase, step/total
@@ -16,7 +16,7 @@
 #include <memory>
 #include <string>
 
-#include "pipeline/pipeline.h"
+#include "engine/engine.h"
 #include "server/job_queue.h"
 #include "server/request_parse.h"
 
@@ -28,14 +28,6 @@ struct Response;
 
 namespace ernie::server {
 
-// How the pipeline was loaded (serve --offload / --max-vram / --vae-tiling): /health and /v1/info say it.
-struct MemoryMode {
-  std::string offload = "none";     // none (all resident), text-encoder (loaded per request), blocks (streamed)
-  std::string vae_tiling = "auto";  // auto, on
-  size_t memory_limit = 0;          // allocator cap in bytes (--max-vram); 0: none
-  size_t estimated_peak = 0;        // bytes for the planned request (offload_plan.h serving_shape); 0: not estimated
-};
-
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;                     // 0: any free port (tests)
@@ -45,12 +37,11 @@ struct ServerOptions {
   QueueOptions queue;
   ParseLimits limits;
   bool log_requests = true;            // one line per request on stderr
-  MemoryMode memory;
 };
 
 class Server {
  public:
-  Server(std::unique_ptr<Pipeline> pipeline, ServerOptions opt);
+  Server(std::unique_ptr<Engine> pipeline, ServerOptions opt);
   ~Server();
 
   // Binds the socket; returns the port (the chosen one when port is 0). Throws Error when it cannot.
@@ -81,6 +72,7 @@ class Server {
   std::atomic<int> streams_open_{0};
   int port_ = 0;
   std::string model_name_;
+  EngineInfo info_;  // how the engine was loaded (its memory plan), for /health and /v1/info
 };
 
 // Base64 (RFC 4648, with padding).

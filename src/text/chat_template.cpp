@@ -13,7 +13,7 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "io/configs.h"
+#include "core/json.h"
 #include "text/jinja_ast.h"
 #include "text/py_str.h"
 

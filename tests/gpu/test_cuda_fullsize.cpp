@@ -8,7 +8,7 @@
 
 #include "gpu_util.h"
 #include "models/ernie_dit.h"
-#include "io/model_file.h"
+#include "models/quant_policy.h"
 #include "models/mistral.h"
 
 namespace ernie::test {

@@ -4,7 +4,7 @@
 #include "gpu_util.h"
 #include "io/model_folder.h"
 #include "models/ernie_dit.h"
-#include "pipeline/pipeline.h"
+#include "engine/engine.h"
 
 namespace ernie::test {
 namespace {
@@ -103,14 +103,13 @@ TEST(CudaOffload, PipelineModesLoadOnceAndAgree) {
   std::vector<std::vector<float>> images;
   for (int mode = 0; mode < 3; ++mode) {  // resident, text encoder offloaded, blocks streamed too
     SCOPED_TRACE("mode " + std::to_string(mode));
-    PipelineOptions o;
-    o.model_dir = tiny_model();
-    o.device = kGPU;
-    o.dtype = DType::BF16;
-    o.load_pe = true;
-    o.keep_text_encoder = mode == 0;
-    o.offload_blocks = mode == 2;
-    auto pipe = Pipeline::load(o);
+    EngineOptions o;
+    o.model = tiny_model();
+    o.device = kGPU.str();
+    o.dtype = "bf16";
+    o.pe = PeLoad::Required;
+    o.offload = mode == 0 ? "none" : mode == 1 ? "text-encoder" : "blocks";
+    auto pipe = Engine::open(o);
     GenerateResult r = pipe->generate(request(true));
     const LoadCounts n = pipe->load_counts();
     EXPECT_EQ(n.text_encoder, 1);
@@ -122,23 +121,23 @@ TEST(CudaOffload, PipelineModesLoadOnceAndAgree) {
   EXPECT_EQ(images[2], images[0]);
 }
 
-// PipelineOptions::memory_limit (--max-vram): a whole generation stays under the cap.
+// EngineOptions::max_vram_gib (--max-vram): the planned mode, and a whole generation stays under the cap.
 TEST(CudaOffload, PipelineStaysUnderItsMemoryLimit) {
   ERNIE_REQUIRE_GPU();
   cuda::empty_cache(0);
   cuda::reset_peak_memory(0);
   const size_t limit = cuda::memory_stats(0).reserved_bytes + (size_t(256) << 20);
-  PipelineOptions o;
-  o.model_dir = tiny_model();
-  o.device = kGPU;
-  o.dtype = DType::BF16;
-  o.keep_text_encoder = false;
-  o.offload_blocks = true;
-  o.memory_limit = limit;
+  EngineOptions o;
+  o.model = tiny_model();
+  o.device = kGPU.str();
+  o.dtype = "bf16";
+  o.max_vram_gib = double(limit) / double(size_t(1) << 30);
   GenerateRequest r = request(false);
   r.width = r.height = 64;
+  o.plan_for = r;
   {
-    auto pipe = Pipeline::load(o);
+    auto pipe = Engine::open(o);
+    EXPECT_EQ(pipe->info().memory.limit_bytes, size_t(*o.max_vram_gib * double(size_t(1) << 30)));
     EXPECT_EQ(pipe->generate(r).images.size(), 1u);
   }
   EXPECT_LE(cuda::memory_stats(0).peak_reserved_bytes, limit);

@@ -7,7 +7,7 @@
 
 #include "golden_cases.h"
 #include "gpu_util.h"
-#include "pipeline/pipeline.h"
+#include "engine/engine.h"
 
 using namespace ernie;
 
@@ -16,12 +16,12 @@ class CudaGoldenCase : public ::testing::TestWithParam<std::tuple<int, DType>> {
 TEST_P(CudaGoldenCase, MatchesReference) {
   ERNIE_REQUIRE_GPU();
   auto [n, dt] = GetParam();
-  PipelineOptions o;
-  o.model_dir = test::tiny_model();
-  o.device = test::kGPU;
-  o.dtype = dt;
+  EngineOptions o;
+  o.model = test::tiny_model();
+  o.device = test::kGPU.str();
+  o.dtype = dtype_name(dt);
   o.round_timesteps = false;
-  auto pipe = Pipeline::load(o);
+  auto pipe = Engine::open(o);
   GenerateResult res = pipe->generate(test::golden_case(n));
   const std::string p = "case." + std::to_string(n) + ".";
   const double rel = dt == DType::F32 ? 1e-3 : 3e-2, cos = dt == DType::F32 ? -1 : 0.999;

@@ -6,7 +6,7 @@
 set -euo pipefail
 bin="$1"; data="$2"
 here="$(cd "$(dirname "$0")/.." && pwd)"
-[ -x /usr/bin/chromium ] || { echo "FAIL: /usr/bin/chromium is missing; run scripts/setup.sh"; exit 1; }
+[ -x /usr/bin/chromium ] || { echo "FAIL: /usr/bin/chromium is missing; run scripts/setup.sh --tests"; exit 1; }
 if [ ! -f "$here/browser/node_modules/playwright-core/package.json" ]; then
   (cd "$here/browser" && npm ci --no-audit --no-fund --loglevel=error)
 fi

@@ -1,6 +1,5 @@
 // ernie-image bench (--model DIR | --random) [-W 1024 -H 1024] [--steps N] [--cfg S] [--prompt-tokens N]
-//                   [--repeat R] [--dtype bf16] [--quantize fp8|int8] [--attention bf16|fp8] [--json] [--vae-tiling [--vae-tile PIXELS]]
-//                   [--offload none|text-encoder|blocks | --max-vram GiB] [--load-only]
+//                   [--repeat R] [--json] [--load-only] [engine flags]
 // Times the stages of one generation on the GPU: loading, text encoding, the denoising loop (DiT
 // forward per step, CFG rows batched, Euler update) and the VAE decode. --random builds the released
 // sizes with random weights (speed does not depend on their values). Each stage is timed after a
@@ -8,7 +7,8 @@
 // With --model, load_gib is what the loads read from the model's tensors and load_gbps that per second of
 // load_s (the "GB/s from page cache" when the file was read once before); load_device_gib is what
 // they placed on the GPU. --load-only stops after loading.
-// --vae-tiling also times the tiled decode of the same latents (pipeline/vae_tiling.h, tiling chosen as
+// It times the components one by one (not Engine::generate), each stage with the device synchronised around
+// it, and takes the engine flags as every front end does. --vae-tiling also times the tiled decode of the same latents (pipeline/vae_tiling.h, tiling chosen as
 // `generate --vae-tiling` does) and compares it with the untiled one: decode_tiled_s, tiled_psnr_db (range
 // [-1, 1]), tiled_max_abs, vae_tile_on_device, and on CUDA the device memory each decode takes above what
 // was in use before it (decode_extra_gib, decode_tiled_extra_gib); when the activations stayed on the
@@ -25,42 +25,36 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
-#include "generate_util.h"
 #include "core/error.h"
-#include "io/memory_plan.h"
-#include "io/model_file.h"
+#include "engine/memory_plan.h"
+#include "engine/options.h"
+#include "engine/vae_tiling.h"
+#include "engine_flags.h"
 #include "io/model_folder.h"
 #include "models/ernie_dit.h"
 #include "models/flux2_vae.h"
 #include "models/mistral.h"
+#include "models/quant_policy.h"
 #include "ops/ops.h"
-#include "pipeline/vae_tiling.h"
-#ifdef ERNIE_HAVE_CUDA
-#include "ops/cuda/cuda_ops.h"
-#endif
 
 namespace ernie::cli {
 namespace {
 
 struct Opts {
-  std::string model, device = "cuda", dtype = "bf16", offload = "text-encoder", quantize, attention;
-  double max_vram = 0;
-  bool random = false, json = false, vae_tiling = false, load_only = false;
-  int width = 1024, height = 1024, steps = 8, prompt_tokens = 200, repeat = 3, vae_tile = 0;
+  EngineOptions engine;
+  bool random = false, json = false, load_only = false;
+  int width = 1024, height = 1024, steps = 8, prompt_tokens = 200, repeat = 3;
   float cfg = 1.f;
   uint64_t seed = 1;
+  // resolved from the engine flags
+  Device device = kCPU;
+  DType act = DType::F32;
 };
 
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-void sync(Device d) {
-#ifdef ERNIE_HAVE_CUDA
-  if (d.is_cuda()) cuda::synchronize(d.index);
-#else
-  (void)d;
-#endif
-}
+void sync(Device d) { ops::synchronize(d); }
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -90,13 +84,7 @@ size_t read_bytes(const Component& c, const std::vector<std::string>& unused = {
 }
 
 // Device memory in use (0 on the CPU): its growth over a load is the weights that load placed there.
-size_t device_in_use(Device d) {
-#ifdef ERNIE_HAVE_CUDA
-  if (d.is_cuda()) return cuda::memory_stats(d.index).in_use_bytes;
-#endif
-  (void)d;
-  return 0;
-}
+size_t device_in_use(Device d) { return ops::memory_stats(d).in_use_bytes; }
 
 // FlowMatchEuler sigmas with shift 4 (DESIGN.md), N+1 values ending in 0.
 std::vector<float> sigmas(int n) {
@@ -117,35 +105,32 @@ std::pair<double, double> dit_flops(const DitConfig& c, int64_t S, int rows) {
   return {gemm, attn};
 }
 
-#ifdef ERNIE_HAVE_CUDA
-// Peak device memory in use while fn runs, above what was in use before it, in GiB.
+// Peak device memory in use while fn runs, above what was in use before it, in GiB (0 on the CPU).
 double extra_gib(Device dev, const std::function<void()>& fn) {
   if (!dev.is_cuda()) {
     fn();
     return 0;
   }
   sync(dev);
-  const size_t before = cuda::memory_stats(dev.index).in_use_bytes;
-  cuda::reset_peak_memory(dev.index);
+  const size_t before = ops::memory_stats(dev).in_use_bytes;
+  ops::reset_peak_memory(dev);
   fn();
   sync(dev);
-  return double(cuda::memory_stats(dev.index).peak_in_use_bytes - before) / double(1ull << 30);
+  return double(ops::memory_stats(dev).peak_in_use_bytes - before) / double(1ull << 30);
 }
-#endif
 
 // The tiled decode of z against the untiled one: time (median of --repeat after a warm-up), PSNR and max
 // abs difference on [-1, 1], and the device memory each decode takes.
 void bench_tiled_decode(const Opts& o, const Flux2Vae& vae, const Tensor& z, nlohmann::json& j) {
   const int s = vae.config().spatial_scale();
-  ERNIE_CHECK(o.vae_tile >= 0 && o.vae_tile % s == 0, "bench: --vae-tile ", std::to_string(o.vae_tile),
+  const int tile_px = o.engine.vae_tile;
+  ERNIE_CHECK(tile_px >= 0 && tile_px % s == 0, "bench: --vae-tile ", std::to_string(tile_px),
               " must be a multiple of ", std::to_string(s));
   const Device dev = z.device();
   VaeTiling t;
-#ifdef ERNIE_HAVE_CUDA
   if (dev.is_cuda())
-    t = *auto_vae_tiling(vae.config(), z.dim(2), z.dim(3), vae.act_dtype(), cuda::available_bytes(dev.index), true);
-#endif
-  if (o.vae_tile > 0) t.tile = o.vae_tile / s;
+    t = *auto_vae_tiling(vae.config(), z.dim(2), z.dim(3), vae.act_dtype(), ops::available_bytes(dev), true);
+  if (tile_px > 0) t.tile = tile_px / s;
   std::vector<float> ref;
   auto untiled = [&] { ref = vae.decode(z).to_vector(); };
   auto timed = [&](const VaeTiling& tt, Tensor& img) {
@@ -158,7 +143,6 @@ void bench_tiled_decode(const Opts& o, const Flux2Vae& vae, const Tensor& z, nlo
     }
     return median(runs);
   };
-#ifdef ERNIE_HAVE_CUDA
   j["decode_extra_gib"] = extra_gib(dev, untiled);
   // also the warm-up: the tile shapes' plans
   j["decode_tiled_extra_gib"] = extra_gib(dev, [&] { vae_decode_tiled(vae, z, t); });
@@ -169,10 +153,6 @@ void bench_tiled_decode(const Opts& o, const Flux2Vae& vae, const Tensor& z, nlo
     Tensor unused;
     j["decode_tiled_host_s"] = timed(host, unused);
   }
-#else
-  untiled();
-  vae_decode_tiled(vae, z, t);
-#endif
   Tensor img;
   j["decode_tiled_s"] = timed(t, img);
   const std::vector<float> v = img.to_vector();
@@ -194,8 +174,8 @@ int report(const Opts& o, const nlohmann::json& j) {
   if (o.json) {
     std::printf("%s\n", j.dump(2).c_str());
   } else {
-    std::printf("%s %s %dx%d, %d steps, cfg %.2g, %d prompt tokens\n", j.value("gpu", o.device).c_str(),
-                o.dtype.c_str(), o.width, o.height, o.steps, double(o.cfg), o.prompt_tokens);
+    std::printf("%s %s %dx%d, %d steps, cfg %.2g, %d prompt tokens\n", j.value("gpu", o.device.str()).c_str(),
+                j["dtype"].get<std::string>().c_str(), o.width, o.height, o.steps, double(o.cfg), o.prompt_tokens);
     std::printf("  %-18s %s\n", "offload", j["offload"].get<std::string>().c_str());
     for (const char* k : {"load_s", "load_gib", "load_gbps", "encode_s", "step_s", "denoise_s", "decode_s", "total_s",
                           "peak_gib", "te_device_gib", "upload_gbps", "dit_tflops_per_s", "decode_tiled_s", "tiled_psnr_db", "tiled_max_abs", "decode_extra_gib",
@@ -205,46 +185,45 @@ int report(const Opts& o, const nlohmann::json& j) {
   return 0;
 }
 
-int run(const Opts& o) {
-  ERNIE_CHECK(o.random != !o.model.empty(), "bench: give exactly one of --model DIR or --random");
+int run(Opts& o) {
+  ERNIE_CHECK(o.random != !o.engine.model.empty(), "bench: give exactly one of --model DIR or --random");
   ERNIE_CHECK(o.width > 0 && o.height > 0 && o.width % 16 == 0 && o.height % 16 == 0, "bench: -W/-H ", std::to_string(o.width), "x",
               std::to_string(o.height), " must be positive multiples of 16");
   ERNIE_CHECK(o.steps >= 1 && o.repeat >= 1 && o.prompt_tokens >= 1 && o.cfg >= 0, "bench: steps, repeat and "
               "prompt-tokens must be >= 1 and cfg >= 0");
-  const Device dev = Device::parse(o.device);
-  const DType act = o.dtype == "bf16" ? DType::BF16 : o.dtype == "f32" ? DType::F32 : (fail("bench: --dtype must be bf16 or f32, not ", o.dtype), DType::F32);
+  const Device dev = o.device = parse_device_option(o.engine.device);
+  ERNIE_CHECK(dev.is_cpu() || ops::cuda_device_count() > dev.index, "bench: no CUDA device ", dev.str());
+  const DType act = o.act = parse_dtype_option(o.engine.dtype, dev);
   ERNIE_CHECK(!dev.is_cpu() || act == DType::F32, "bench: the CPU computes in f32 (--dtype f32)");
+  ERNIE_CHECK(o.engine.threads >= 0, "--threads ", std::to_string(o.engine.threads), " must not be negative");
+  if (dev.is_cpu()) ops::set_threads(o.engine.threads);
+  const MemoryFlags mem{o.engine.offload, o.engine.max_vram_gib};
+  check_memory_flags(mem, dev);
 
   nlohmann::json j;
   j["device"] = dev.str();
-#ifdef ERNIE_HAVE_CUDA
-  if (dev.is_cuda()) {
-    ERNIE_CHECK(cuda::device_count() > dev.index, "bench: no CUDA device ", dev.str());
-    j["gpu"] = cuda::device_name(dev.index);
-  }
-#endif
-  j["dtype"] = o.dtype;
-  const std::optional<DType> quantize = parse_quantize_option(o.quantize);
+  if (dev.is_cuda()) j["gpu"] = ops::device_name(dev);
+  j["dtype"] = act == DType::BF16 ? "bf16" : "f32";
+  const std::optional<DType> quantize = parse_quantize_option(o.engine.quantize);
   const std::optional<DType> te_quantize = QuantPolicy{}.text_encoder_quantization(quantize);
-  j["quantize"] = quantize ? o.quantize : "none";
-  const bool attention_fp8 = parse_attention_option(o.attention);
+  j["quantize"] = quantize ? o.engine.quantize : "none";
+  const bool attention_fp8 = parse_attention_option(o.engine.attention);
   j["attention"] = attention_fp8 ? "fp8" : "bf16";
   j["width"] = o.width;
   j["height"] = o.height;
   j["steps"] = o.steps;
   j["cfg"] = o.cfg;
   j["prompt_tokens"] = o.prompt_tokens;
-  j["weights"] = o.random ? "random" : o.model;
+  j["weights"] = o.random ? "random" : o.engine.model;
 
   // ---- low-VRAM mode: as given, or the least offloading whose estimate fits --max-vram ----
   const int rows = o.cfg > 1.f ? 2 : 1;
   const int64_t T = o.prompt_tokens, h = o.height / 16, w = o.width / 16;
   std::optional<ModelFolder> folder;
-  if (!o.random) folder = ModelFolder::open(o.model, false);
-  Offload mode = parse_offload(o.offload);
-  ERNIE_CHECK(o.max_vram <= 0 || o.offload == "text-encoder", "bench: give --offload or --max-vram, not both");
+  if (!o.random) folder = ModelFolder::open(o.engine.model, false);
+  Offload mode = mem.offload ? parse_offload(*mem.offload) : o.engine.default_offload;
   {
-    const ModelShapes shapes = o.random ? ModelShapes{} : ModelShapes{folder->dit, folder->text_encoder, folder->vae, {}};
+    const ModelShapes shapes = o.random ? ModelShapes{} : model_shapes(*folder, false);
     GenerationShape g;
     g.width = o.width;
     g.height = o.height;
@@ -253,14 +232,12 @@ int run(const Opts& o) {
     g.act = act;
     set_8bit_weights(g, folder ? &*folder : nullptr, quantize);
     const MemoryEstimate e = estimate_memory(shapes, g);
-    if (o.max_vram > 0) {
-      ERNIE_CHECK(dev.is_cuda(), "bench: --max-vram applies to a CUDA device");
-      const size_t limit = size_t(o.max_vram * double(size_t(1) << 30));
+    if (mem.max_vram_gib) {
+      const size_t limit = size_t(*mem.max_vram_gib * double(size_t(1) << 30));
       mode = plan_offload(e, limit);
       ops::set_memory_limit(dev, limit);
-      j["max_vram_gib"] = o.max_vram;
+      j["max_vram_gib"] = *mem.max_vram_gib;
     }
-    ERNIE_CHECK(mode != Offload::Blocks || dev.is_cuda(), "bench: --offload blocks needs a CUDA device");
     j["estimated_peak_gib"] = double(e.peak(mode)) / double(size_t(1) << 30);
   }
   j["offload"] = offload_name(mode);
@@ -413,14 +390,12 @@ int run(const Opts& o) {
   }
   j["decode_s"] = median(dec);
   j["total_s"] = j["encode_s"].get<double>() + denoise_s + j["decode_s"].get<double>();
-#ifdef ERNIE_HAVE_CUDA
   if (dev.is_cuda()) {  // before the tiled decode, which resets the peak to measure its own
-    const cuda::MemoryStats m = cuda::memory_stats(dev.index);
+    const ops::MemoryStats m = ops::memory_stats(dev);
     j["peak_gib"] = double(m.peak_reserved_bytes) / double(1ull << 30);
     j["peak_in_use_gib"] = double(m.peak_in_use_bytes) / double(1ull << 30);
   }
-#endif
-  if (o.vae_tiling) bench_tiled_decode(o, vae, vae.denormalize_and_unpatchify(latents), j);
+  if (o.engine.vae_tiling == VaeTilingMode::On) bench_tiled_decode(o, vae, vae.denormalize_and_unpatchify(latents), j);
 
   const auto [gemm, attn] = dit_flops(cfg, h * w + T, rows);
   j["dit_gemm_tflop"] = gemm / 1e12;
@@ -432,8 +407,9 @@ int run(const Opts& o) {
 
 Register reg(60, [](CLI::App& app) {
   auto o = std::make_shared<Opts>();
-  auto* c = app.add_subcommand("bench", "Time a generation's stages (load, encode, denoise steps, decode) and GPU memory");
-  c->add_option("--model,-m", o->model, "model folder to load");
+  auto* c = app.add_subcommand("bench", "Time a generation's stages (load, encode, denoise steps, decode) and GPU memory; --vae-tiling also times "
+                               "the tiled decode against the untiled one");
+  add_model_flag(*c, o->engine, false);
   c->add_flag("--random", o->random, "released sizes with random weights (no files needed)");
   c->add_option("-W,--width", o->width, "image width (default 1024)");
   c->add_option("-H,--height", o->height, "image height (default 1024)");
@@ -441,20 +417,10 @@ Register reg(60, [](CLI::App& app) {
   c->add_option("--cfg", o->cfg, "guidance scale; > 1 batches the negative prompt (default 1)");
   c->add_option("--prompt-tokens", o->prompt_tokens, "prompt length in tokens (default 200)");
   c->add_option("--repeat", o->repeat, "timed runs after the warm-up; the median is reported (default 3)");
-  c->add_option("--dtype", o->dtype, "activations: bf16 (default) or f32");
-  c->add_option("--quantize", o->quantize,
-                "quantize the DiT's linear weights (fp8 or int8) and the text encoder's projections (int8) at load "
-                "(default none)");
-  c->add_option("--attention", o->attention, "bf16 (default) or fp8 attention in the fp8 DiT blocks");
-  c->add_option("--device", o->device, "cuda (default), cuda:N or cpu");
   c->add_option("--seed", o->seed, "seed of the random weights and inputs");
   c->add_flag("--json", o->json, "print the result as JSON");
   c->add_flag("--load-only", o->load_only, "only load the model: load_s, load_gib (bytes read from the model), load_gbps");
-  c->add_flag("--vae-tiling", o->vae_tiling, "also time the tiled VAE decode and compare it with the untiled one");
-  c->add_option("--vae-tile", o->vae_tile, "tile side in pixels for --vae-tiling (default 512)");
-  c->add_option("--offload", o->offload, "none (text encoder kept resident), text-encoder (default: freed before the "
-                "DiT loads), blocks (that, and the DiT blocks streamed from pinned host memory)");
-  c->add_option("--max-vram", o->max_vram, "GiB: pick the least offloading whose estimate fits, and cap the allocator there");
+  add_engine_flags(*c, o->engine);
   return std::function<int()>([o] { return run(*o); });
 });
 

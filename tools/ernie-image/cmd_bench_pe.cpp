@@ -14,10 +14,11 @@
 
 #include "commands.h"
 #include "core/error.h"
+#include "core/json.h"
 #include "io/configs.h"
 #include "io/model_folder.h"
 #include "models/prompt_enhancer.h"
-#include "ops/cpu/cpu_ops.h"
+#include "ops/ops.h"
 
 namespace ernie::cli {
 namespace {
@@ -70,7 +71,7 @@ int run(const Opts& o) {
   ERNIE_CHECK(o.layers >= 0 && o.threads >= 0, "--layers and --threads must not be negative");
   const Device device = Device::parse(o.device);
   const DType act = device.is_cpu() ? DType::F32 : DType::BF16;
-  if (device.is_cpu()) cpu::set_threads(o.threads);
+  if (device.is_cpu()) ops::set_threads(o.threads);
   const MistralConfig cfg = bench_config(o);
 
   size_t params = 0;

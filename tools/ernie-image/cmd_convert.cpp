@@ -6,9 +6,10 @@
 
 #include "commands.h"
 #include "core/error.h"
-#include "io/model_file.h"
+#include "engine/convert.h"
 #include "generate_util.h"
-#include "pipeline/calibration.h"
+#include "engine/calibration.h"
+#include "engine/options.h"
 
 namespace ernie::cli {
 namespace {

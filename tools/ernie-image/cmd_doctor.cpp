@@ -2,7 +2,7 @@
 #include <cstdio>
 
 #include "commands.h"
-#include "io/doctor.h"
+#include "engine/doctor.h"
 
 namespace ernie::cli {
 namespace {

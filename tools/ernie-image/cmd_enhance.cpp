@@ -13,7 +13,7 @@
 #include "core/error.h"
 #include "io/model_folder.h"
 #include "models/prompt_enhancer.h"
-#include "ops/cpu/cpu_ops.h"
+#include "ops/ops.h"
 
 namespace ernie::cli {
 namespace {
@@ -42,7 +42,7 @@ int run(const Opts& o, const CLI::App& c) {
   ERNIE_CHECK(o.temperature >= 0, "--temperature must not be negative");
   const Device device = Device::parse(o.device);
   const DType act = device.is_cpu() ? DType::F32 : DType::BF16;
-  if (device.is_cpu()) cpu::set_threads(o.threads);
+  if (device.is_cpu()) ops::set_threads(o.threads);
   const bool seed_given = c.count("--seed") > 0;
 
   ModelFolder m = ModelFolder::open(o.model, /*with_pe=*/true);

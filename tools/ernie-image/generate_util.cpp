@@ -14,26 +14,6 @@
 namespace ernie::cli {
 namespace fs = std::filesystem;
 
-DType parse_dtype_option(const std::string& s, Device device) {
-  if (s.empty()) return device.is_cpu() ? DType::F32 : DType::BF16;
-  if (s == "f32" || s == "fp32" || s == "float32") return DType::F32;
-  if (s == "bf16" || s == "bfloat16") return DType::BF16;
-  fail("--dtype: unknown type '", s, "' (use f32 or bf16)");
-}
-
-bool parse_attention_option(const std::string& s) {
-  if (s.empty() || s == "bf16") return false;
-  if (s == "fp8") return true;
-  fail("--attention: unknown precision '", s, "' (use bf16 or fp8)");
-}
-
-std::optional<DType> parse_quantize_option(const std::string& s) {
-  if (s.empty() || s == "none") return std::nullopt;
-  if (s == "fp8") return DType::F8_E4M3;
-  if (s == "int8") return DType::I8;
-  fail("--quantize: unknown format '", s, "' (use fp8, int8 or none)");
-}
-
 namespace {
 // Formats one pattern for index i; `has_index` tells whether the pattern had a %d.
 std::string format_index(const std::string& pat, int i, bool* has_index) {

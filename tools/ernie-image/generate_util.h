@@ -1,4 +1,4 @@
-// Helpers shared by `generate` and `encode`: option parsing, output paths, latents files.
+// Helpers shared by `generate` and `encode`: output paths, latents files.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -6,17 +6,8 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "io/model_folder.h"
-#include "pipeline/pipeline.h"
 
 namespace ernie::cli {
-
-// "" picks the device's default (f32 on the CPU, bf16 on CUDA); else "f32"/"fp32" or "bf16".
-DType parse_dtype_option(const std::string& s, Device device);
-// --quantize: "fp8" -> F8_E4M3, "int8" -> I8, "" or "none" -> nothing.
-std::optional<DType> parse_quantize_option(const std::string& s);
-// --attention bf16|fp8 (empty: bf16): whether the DiT's fp8 blocks run fp8 attention.
-bool parse_attention_option(const std::string& s);
 
 // `pattern` with %d (or %0Nd, and %% for a literal %) replaced by 0..n-1. Without a %d and n > 1, "_%d" is
 // inserted before the extension. Throws on malformed patterns and on duplicate names.

@@ -19,7 +19,7 @@
 #include "ops/cuda/common.h"
 #include "ops/cuda/conv_kernels.h"
 #include "ops/cuda/cuda_ops.h"
-#include "io/tuning_cache.h"
+#include "ops/tuning_cache.h"
 #include "ops/shape_rules.h"
 
 namespace ernie::cuda {

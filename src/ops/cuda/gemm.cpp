@@ -23,7 +23,7 @@
 #include "ops/cuda/gemm.h"
 #include "ops/cuda/quantize.h"
 #include "ops/shape_rules.h"
-#include "io/tuning_cache.h"
+#include "ops/tuning_cache.h"
 
 namespace ernie::cuda {
 

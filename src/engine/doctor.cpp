@@ -1,13 +1,13 @@
-#include "io/doctor.h"
+#include "engine/doctor.h"
 
 #include <cstdio>
 #include <sstream>
 
 #include "core/error.h"
 #include "core/system_info.h"
-#include "io/memory_plan.h"
+#include "engine/memory_plan.h"
 #include "io/model_folder.h"
-#include "io/tuning_cache.h"
+#include "ops/tuning_cache.h"
 
 using json = nlohmann::json;
 

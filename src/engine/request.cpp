@@ -1,5 +1,6 @@
-#include "pipeline/request.h"
+#include "engine/request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -37,8 +38,13 @@ Shape latent_shape(const GenerateRequest& r, const ModelLimits& l) {
 
 GenerateRequest resolve_request(const GenerateRequest& req, const ModelLimits& l) {
   GenerateRequest r = req;
-  if (r.width == 0) r.width = kDefaultSize;
-  if (r.height == 0) r.height = kDefaultSize;
+  // Unset sizes follow the initial noise, so its file alone reproduces a run; else the model's default.
+  const bool sized_latents = r.init_latents && r.init_latents->ndim() == 4;
+  auto side = [&](int axis) {  // capped past any valid side, for check_side's message
+    return int(std::min<int64_t>(r.init_latents->dim(axis) * l.scale_factor, int64_t(l.max_side) + 1));
+  };
+  if (r.width == 0) r.width = sized_latents ? side(3) : kDefaultSize;
+  if (r.height == 0) r.height = sized_latents ? side(2) : kDefaultSize;
   if (r.steps == 0) r.steps = default_steps(l.turbo);
   if (r.cfg == kCfgDefault) r.cfg = default_cfg(l.turbo);
 

@@ -8,7 +8,7 @@
 
 #include "core/tensor.h"
 #include "models/ernie_dit.h"
-#include "pipeline/scheduler.h"
+#include "engine/scheduler.h"
 
 namespace ernie {
 

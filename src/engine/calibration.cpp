@@ -1,11 +1,11 @@
-#include "pipeline/calibration.h"
+#include "engine/calibration.h"
 
 #include <algorithm>
 #include <cmath>
 #include <fstream>
 
 #include "ops/ops.h"
-#include "pipeline/pipeline.h"
+#include "engine/engine.h"
 
 namespace ernie {
 
@@ -29,10 +29,11 @@ std::map<std::string, float> calibrate_dit_inputs(const std::string& model, cons
   ERNIE_CHECK(!prompts.empty(), "calibration: no prompts");
   std::map<std::string, float> amax;
   size_t prompt = 0;
-  PipelineOptions po;
-  po.model_dir = model;
-  po.device = opt.device;
-  po.dtype = opt.dtype;
+  EngineOptions po;
+  po.model = model;
+  po.device = opt.device.str();
+  po.dtype = dtype_name(opt.dtype);
+  po.default_offload = Offload::None;  // every prompt on the same resident components
   po.observe_dit_inputs = [&](const std::string& weight, const Tensor& x) {
     const float m = ops::max_abs(x);
     ERNIE_CHECK(std::isfinite(m), "calibration: the input of ", weight, " is not finite (prompt ",
@@ -40,7 +41,7 @@ std::map<std::string, float> calibrate_dit_inputs(const std::string& model, cons
     float& best = amax[weight];
     best = std::max(best, m);
   };
-  std::unique_ptr<Pipeline> p = Pipeline::load(po);
+  std::unique_ptr<Engine> p = Engine::open(po);
   for (prompt = 0; prompt < prompts.size(); ++prompt) {
     GenerateRequest req;
     req.prompt = prompts[prompt];

@@ -1,4 +1,4 @@
-#include "pipeline/tiled_group_norm.h"
+#include "engine/tiled_group_norm.h"
 
 #include <cmath>
 #include <string>

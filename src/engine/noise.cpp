@@ -1,4 +1,4 @@
-#include "pipeline/noise.h"
+#include "engine/noise.h"
 
 #include <cmath>
 #include <random>

@@ -1,4 +1,4 @@
-#include "pipeline/sampling.h"
+#include "models/token_sampling.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "io/tuning_cache.h"
+#include "ops/tuning_cache.h"
 
 #include <cstdio>
 #include <cstdlib>

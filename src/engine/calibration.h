@@ -15,7 +15,7 @@ namespace ernie {
 
 struct CalibrationOptions {
   Device device = kCPU;
-  DType dtype = DType::F32;  // activations, as PipelineOptions::dtype
+  DType dtype = DType::F32;  // activations, as EngineOptions::dtype
   int width = 0, height = 0, steps = 0;  // 0: the model's defaults
   float cfg = -1;                        // -1: the model's default
   uint64_t seed = 0;

@@ -1,4 +1,4 @@
-#include "pipeline/progress.h"
+#include "engine/progress.h"
 
 #include <cmath>
 #include <nlohmann/json.hpp>

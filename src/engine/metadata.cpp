@@ -1,9 +1,10 @@
-#include "pipeline/metadata.h"
+#include "engine/metadata.h"
 
 #include <cstdio>
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "io/configs.h"
 
 namespace ernie {

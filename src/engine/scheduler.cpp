@@ -1,4 +1,4 @@
-#include "pipeline/scheduler.h"
+#include "engine/scheduler.h"
 
 #include <cmath>
 #include <string>

@@ -1,4 +1,4 @@
-#include "pipeline/sampler.h"
+#include "engine/sampler.h"
 
 #include <cmath>
 #include <cstring>

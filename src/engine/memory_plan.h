@@ -1,5 +1,5 @@
-// Device memory of a generation under each low-VRAM mode, from the model's configs, and the least
-// offloading that fits a budget (--max-vram, doctor). Estimates count what the engine allocates (weights
+// The one place memory is planned: device memory of a generation under each low-VRAM mode, from the
+// model's configs, and the least offloading that fits a budget (--max-vram, doctor, Engine::open). Estimates count what the engine allocates (weights
 // as placed, the largest activations of each phase, with the allocator's size-class rounding); the CUDA
 // context and library workspaces come on top (kRuntimeOverheadBytes, for comparisons with free memory).
 #pragma once
@@ -9,15 +9,11 @@
 
 #include "core/dtype.h"
 #include "core/tensor.h"
+#include "engine/options.h"
+#include "engine/request.h"
 #include "io/configs.h"
 
 namespace ernie {
-
-// none: everything resident. text-encoder: the prompt enhancer and the text encoder are on the device only
-// while used, the denoiser loads after them. blocks: that, and the DiT blocks stream from pinned host memory.
-enum class Offload { None, TextEncoder, Blocks };
-const char* offload_name(Offload o);    // "none", "text-encoder", "blocks"
-Offload parse_offload(const std::string& s);  // throws naming --offload and the choices
 
 inline constexpr size_t kRuntimeOverheadBytes = size_t(3) << 29;  // CUDA context + cuBLASLt/cuDNN, ~1.5 GiB
 
@@ -103,5 +99,25 @@ struct OffloadChoice {
 };
 OffloadChoice choose_offload(const ModelShapes& m, const GenerationShape& g, Device device, const MemoryFlags& f,
                              Offload fallback, bool allow_tiling);
+
+// ---- the shapes a front end plans for, and the plan Engine::open loads with ----
+// The model's components as the planner sees them; the prompt enhancer only `with_pe`.
+ModelShapes model_shapes(const ModelFolder& m, bool with_pe);
+
+// A resolved request: its size, denoiser rows (images, twice with guidance > 1), and its longest prompt
+// in tokens (2048 with the prompt enhancer, which may write that many).
+GenerationShape request_shape(const GenerateRequest& resolved, DType act, int prompt_tokens, VaeTilingMode tiling);
+
+// What a long-running process (serve, the C API) plans for when it loads: one image at the model's
+// default size and guidance, with the longest prompt the tokenizer keeps (its model_max_length, 2048 for
+// the release and with the prompt enhancer). Larger requests run under the same allocator cap and may
+// fail with out-of-memory. Reads the tokenizer only on CUDA (the CPU plans nothing).
+GenerationShape serving_shape(const ModelFolder& m, Device device, DType act, bool with_pe, VaeTilingMode tiling);
+
+// choose_offload for `g` on model `m`: the DiT's and the text encoder's weights 8-bit under `quantize`, or as
+// the file stores them (stored_8bit); the prompt enhancer counted `with_pe`; tiling allowed unless `tiling`
+// is Off.
+OffloadChoice plan_model_memory(const ModelFolder& m, const GenerationShape& g, const MemoryFlags& f, Device device,
+                                Offload fallback, std::optional<DType> quantize, bool with_pe, VaeTilingMode tiling);
 
 }  // namespace ernie

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "pipeline/pipeline.h"
+#include "engine/engine.h"
 
 namespace ernie {
 

@@ -1,6 +1,7 @@
-// ErnieImagePipeline on the op set: tokenizer -> text encoder (hidden_states[-2]) -> Euler/CFG loop over the
-// DiT -> BatchNorm de-normalisation, unpatchify, VAE decode -> postprocess to [0, 1] and uint8.
-#include "pipeline/pipeline.h"
+// Engine::open (validate -> open the model once -> plan memory -> load) and ErnieImagePipeline on the op set:
+// tokenizer -> text encoder (hidden_states[-2]) -> Euler/CFG loop over the DiT -> BatchNorm de-normalisation,
+// unpatchify, VAE decode -> postprocess to [0, 1] and uint8.
+#include "engine/engine.h"
 
 #include <chrono>
 #include <cmath>
@@ -8,22 +9,18 @@
 #include <mutex>
 
 #include "core/error.h"
-#include "io/model_file.h"
+#include "models/quant_policy.h"
+#include "io/model_folder.h"
 #include "io/model_tokenizer.h"
 #include "models/ernie_dit.h"
 #include "models/flux2_vae.h"
 #include "models/mistral.h"
 #include "models/prompt_enhancer.h"
-#include "ops/cpu/cpu_ops.h"
 #include "ops/ops.h"
-#ifdef ERNIE_HAVE_CUDA
-#include "ops/cuda/cuda_ops.h"
-#endif
-#include "pipeline/request.h"
-#include "pipeline/noise.h"
-#include "pipeline/sampler.h"
-#include "pipeline/scheduler.h"
-#include "pipeline/vae_tiling.h"
+#include "engine/noise.h"
+#include "engine/sampler.h"
+#include "engine/scheduler.h"
+#include "engine/vae_tiling.h"
 #include "text/tokenizer.h"
 
 namespace ernie {
@@ -47,25 +44,62 @@ void postprocess(const Tensor& decoded, float* image_f32, std::vector<uint8_t>& 
     }
 }
 
-// Images per denoiser batch when requests are batched (Pipeline::generate_batch).
+// The options as the loaded engine uses them: parsed, and with the memory plan applied.
+struct Settings {
+  std::string model_dir;
+  Device device = kCPU;
+  DType dtype = DType::F32;
+  int threads = 0;
+  std::optional<DType> quantize;
+  bool attention_fp8 = false;
+  bool keep_text_encoder = true;  // offload none: every component loaded at open and resident
+  bool offload_blocks = false;    // offload blocks: the DiT's blocks streamed from pinned host memory
+  size_t memory_limit = 0;        // the allocator's cap (--max-vram); 0 = none
+  bool load_pe = false;
+  bool load_denoiser = true;
+  bool round_timesteps = true;
+  VaeTilingMode vae_tiling = VaeTilingMode::Auto;
+  int vae_tile = 0;
+  std::function<void(const std::string&, const Tensor&)> observe_dit_inputs;
+};
+
+// Every flag, before the model is opened.
+Settings parse_settings(const EngineOptions& o, MemoryFlags& mem) {
+  Settings s;
+  ERNIE_CHECK(!o.model.empty(), "--model: no model given (a model folder or a converted file)");
+  s.model_dir = o.model;
+  s.device = parse_device_option(o.device);
+  ERNIE_CHECK(s.device.is_cpu() || ops::cuda_built(), "--device ", s.device.str(), ": this build has no CUDA backend");
+  ERNIE_CHECK(s.device.is_cpu() || s.device.index < ops::cuda_device_count(), "--device ", s.device.str(), ": ",
+              std::to_string(ops::cuda_device_count()), " CUDA device(s) visible");
+  s.dtype = parse_dtype_option(o.dtype, s.device);
+  ERNIE_CHECK(!s.device.is_cpu() || s.dtype == DType::F32, "--dtype ", dtype_name(s.dtype),
+              ": the CPU backend computes in f32");
+  ERNIE_CHECK(o.threads >= 0, "--threads ", std::to_string(o.threads), " must not be negative");
+  s.threads = o.threads;
+  s.quantize = parse_quantize_option(o.quantize);
+  s.attention_fp8 = parse_attention_option(o.attention);
+  ERNIE_CHECK(o.vae_tile >= 0, "--vae-tile ", std::to_string(o.vae_tile), " must not be negative");
+  s.vae_tile = o.vae_tile;
+  s.vae_tiling = o.vae_tiling;
+  s.load_denoiser = o.load_denoiser;
+  s.round_timesteps = o.round_timesteps;
+  s.observe_dit_inputs = o.observe_dit_inputs;
+  mem = MemoryFlags{o.offload, o.max_vram_gib};
+  check_memory_flags(mem, s.device);
+  return s;
+}
+
+// Images per denoiser batch when requests are batched (Engine::generate_batch).
 constexpr int kMaxBatchImages = 16;
 
-class ErniePipeline final : public Pipeline {
+class ErnieEngine final : public Engine {
  public:
   // Resident (keep_text_encoder): every component is loaded now. Offloaded: only the tokenizer; the
   // prompt enhancer and text encoder load when a request needs them, the denoiser after the first encoding.
-  ErniePipeline(const PipelineOptions& opt, const ProgressFn& progress) : opt_(opt) {
-#ifndef ERNIE_HAVE_CUDA
-    ERNIE_CHECK(opt.device.is_cpu(), "device ", opt.device.str(), ": this build has no CUDA backend");
-#endif
-    ERNIE_CHECK(!opt.device.is_cpu() || opt.dtype == DType::F32, "dtype ", dtype_name(opt.dtype),
-                ": the CPU backend computes in f32");
-    ERNIE_CHECK(opt.dtype == DType::F32 || opt.dtype == DType::BF16, "dtype ", dtype_name(opt.dtype),
-                ": activations must be f32 or bf16");
-    ERNIE_CHECK(!opt.offload_blocks || opt.device.is_cuda(), "offload blocks: streaming DiT blocks needs a CUDA "
-                "device; on the CPU the weights already stay in host memory (use --offload text-encoder or none)");
-    if (opt.device.is_cpu()) cpu::set_threads(opt.threads);
-    ERNIE_CHECK(opt.vae_tile >= 0, "vae tile ", std::to_string(opt.vae_tile), " must not be negative");
+  ErnieEngine(const Settings& opt, ModelFolder m, Tokenizer tok, const EngineInfo& info, const ProgressFn& progress)
+      : opt_(opt), m_(std::move(m)), limits_(model_limits(m_)), tokenizer_(std::move(tok)), info_(info) {
+    if (opt.device.is_cpu()) ops::set_threads(opt.threads);
     if (opt.memory_limit) ops::set_memory_limit(opt.device, opt.memory_limit);
     const bool resident = opt.keep_text_encoder;
     const int total = resident ? (opt.load_pe ? 5 : 4) : 1;
@@ -74,24 +108,6 @@ class ErniePipeline final : public Pipeline {
       if (progress) progress({"load", step, total, seconds_since(t0)});
     };
     report(0);
-    m_ = ModelFolder::open(opt.model_dir, opt.load_pe);
-    m_.require_ok("text_encoder");
-    if (opt.load_denoiser) {
-      m_.require_ok("transformer");
-      m_.require_ok("vae");
-    }
-    if (opt.load_pe) {
-      ERNIE_CHECK(m_.pe_c.has_value(), opt.model_dir, ": no prompt enhancer (pe/ folder) in this model");
-      ERNIE_CHECK(!m_.pe_tokenizer_rel.empty(), opt.model_dir,
-                  ": the prompt enhancer has no tokenizer (pe_tokenizer/tokenizer.json or pe/tokenizer.json)");
-      m_.require_ok("pe");
-    }
-    limits_ = model_limits(m_);
-    const int vs = m_.vae.spatial_scale();
-    ERNIE_CHECK(opt.vae_tile % vs == 0, "vae tile ", std::to_string(opt.vae_tile), " must be a multiple of the VAE's ",
-                std::to_string(vs), " pixels per latent pixel");
-    FlowMatchEulerScheduler check_scheduler(m_.scheduler);  // unsupported scheduler options fail at load
-    tokenizer_ = load_model_tokenizer(m_, "tokenizer");
     report(1);
     if (!resident) return;
     load_text_encoder({});
@@ -106,6 +122,10 @@ class ErniePipeline final : public Pipeline {
       report(5);
     }
   }
+
+  const EngineInfo& info() const override { return info_; }
+  const ModelLimits& limits() const override { return limits_; }
+  bool has_prompt_enhancer() const override { return m_.pe_c.has_value(); }
 
   GenerateRequest resolve(const GenerateRequest& req) const override {
     GenerateRequest r = resolve_request(req, limits_);
@@ -275,10 +295,11 @@ class ErniePipeline final : public Pipeline {
   }
 
  private:
-  PipelineOptions opt_;
+  Settings opt_;
   ModelFolder m_;
   ModelLimits limits_;
   std::optional<Tokenizer> tokenizer_;
+  EngineInfo info_;
   std::optional<TextEncoder> text_encoder_;
   std::optional<ErnieDit> dit_;
   std::optional<Flux2Vae> vae_;
@@ -287,16 +308,14 @@ class ErniePipeline final : public Pipeline {
   LoadCounts loads_;
   mutable std::mutex mu_;
 
-  // The tiling a decode of an h×w latent gets (PipelineOptions::vae_tiling); nullopt: untiled.
-  std::optional<VaeTiling> vae_tiling_for([[maybe_unused]] int64_t h, [[maybe_unused]] int64_t w) const {
+  // The tiling a decode of an h×w latent gets (EngineOptions::vae_tiling); nullopt: untiled.
+  std::optional<VaeTiling> vae_tiling_for(int64_t h, int64_t w) const {
     const int vs = m_.vae.spatial_scale();
     if (opt_.vae_tiling == VaeTilingMode::Off) return std::nullopt;
     const bool force = opt_.vae_tiling == VaeTilingMode::On;
     std::optional<VaeTiling> t;
-#ifdef ERNIE_HAVE_CUDA
     if (opt_.device.is_cuda())
-      t = auto_vae_tiling(m_.vae, h, w, opt_.dtype, cuda::available_bytes(opt_.device.index), force);
-#endif
+      t = auto_vae_tiling(m_.vae, h, w, opt_.dtype, ops::available_bytes(opt_.device), force);
     if (force && !t) t = VaeTiling{};  // the CPU: activations live on the host either way
     if (t && opt_.vae_tile > 0) t->tile = opt_.vae_tile / vs;
     return t;
@@ -388,8 +407,53 @@ class ErniePipeline final : public Pipeline {
 
 }  // namespace
 
-std::unique_ptr<Pipeline> Pipeline::load(const PipelineOptions& opt, const ProgressFn& progress) {
-  return std::make_unique<ErniePipeline>(opt, progress);
+std::unique_ptr<Engine> Engine::open(const EngineOptions& o, const ProgressFn& progress) {
+  // 1. validate: every flag, then the model's files (configs, checkpoint headers, tensor shapes).
+  MemoryFlags mem;
+  Settings s = parse_settings(o, mem);
+  ModelFolder m = ModelFolder::open(o.model, o.pe != PeLoad::Off);
+  m.require_ok("text_encoder");
+  if (s.load_denoiser) {
+    m.require_ok("transformer");
+    m.require_ok("vae");
+  }
+  ERNIE_CHECK(o.pe != PeLoad::Required || m.pe_c.has_value(), o.model,
+              ": --pe needs a prompt enhancer (pe/ folder), this model has none");
+  s.load_pe = o.pe != PeLoad::Off && m.pe_c.has_value();
+  if (s.load_pe) {
+    ERNIE_CHECK(!m.pe_tokenizer_rel.empty(), o.model,
+                ": the prompt enhancer has no tokenizer (pe_tokenizer/tokenizer.json or pe/tokenizer.json)");
+    m.require_ok("pe");
+  }
+  const ModelLimits limits = model_limits(m);
+  const int vs = m.vae.spatial_scale();
+  ERNIE_CHECK(s.vae_tile % vs == 0, "--vae-tile ", std::to_string(s.vae_tile), " must be a positive multiple of the "
+              "VAE's ", std::to_string(vs), " pixels per latent pixel");
+  FlowMatchEulerScheduler check_scheduler(m.scheduler);  // unsupported scheduler options fail here
+  Tokenizer tok = load_model_tokenizer(m, "tokenizer");
+
+  // 2. plan: the request the front end will run, or what a server plans for; the least offloading that fits
+  // --max-vram, else the mode asked for or the front end's default.
+  GenerationShape g;
+  if (o.plan_for) {
+    const GenerateRequest r = resolve_request(*o.plan_for, limits);
+    int prompt_tokens = 0;
+    if (s.device.is_cuda() && mem.max_vram_gib)
+      prompt_tokens = int(std::max(tok.encode(r.prompt).size(), tok.encode(r.negative_prompt).size()));
+    g = request_shape(r, s.dtype, prompt_tokens, s.vae_tiling);
+  } else {
+    g = serving_shape(m, s.device, s.dtype, s.load_pe, s.vae_tiling);
+  }
+  const OffloadChoice c = plan_model_memory(m, g, mem, s.device, o.default_offload, s.quantize, s.load_pe,
+                                            s.vae_tiling);
+  s.keep_text_encoder = c.mode == Offload::None;
+  s.offload_blocks = c.mode == Offload::Blocks;
+  s.memory_limit = c.limit_bytes;
+  if (c.vae_tiling) s.vae_tiling = VaeTilingMode::On;
+  const EngineInfo info{s.device, s.dtype, c, s.vae_tiling == VaeTilingMode::On, s.load_pe};
+
+  // 3. load what the plan keeps resident.
+  return std::make_unique<ErnieEngine>(s, std::move(m), std::move(tok), info, progress);
 }
 
 }  // namespace ernie

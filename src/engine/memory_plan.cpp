@@ -1,28 +1,14 @@
-#include "io/memory_plan.h"
+#include "engine/memory_plan.h"
 
 #include <algorithm>
 #include <cstdio>
 
 #include "core/error.h"
-#include "io/model_file.h"
+#include "models/quant_policy.h"
 #include "io/model_folder.h"
+#include "io/model_tokenizer.h"
 
 namespace ernie {
-
-const char* offload_name(Offload o) {
-  switch (o) {
-    case Offload::None: return "none";
-    case Offload::TextEncoder: return "text-encoder";
-    case Offload::Blocks: return "blocks";
-  }
-  return "?";
-}
-
-Offload parse_offload(const std::string& s) {
-  for (Offload o : {Offload::None, Offload::TextEncoder, Offload::Blocks})
-    if (s == offload_name(o)) return o;
-  fail("--offload: unknown mode '", s, "' (use none, text-encoder or blocks)");
-}
 
 std::string gib_str(size_t bytes) {
   char b[32];
@@ -203,6 +189,45 @@ OffloadChoice choose_offload(const ModelShapes& m, const GenerationShape& g, Dev
   }
   c.estimate_bytes = estimate_memory(m, g).peak(c.mode);
   return c;
+}
+
+namespace {
+constexpr int kPromptEnhancerTokens = 2048;  // the most the prompt enhancer writes
+}  // namespace
+
+ModelShapes model_shapes(const ModelFolder& m, bool with_pe) {
+  return ModelShapes{m.dit, m.text_encoder, m.vae, with_pe ? m.pe : std::nullopt};
+}
+
+GenerationShape request_shape(const GenerateRequest& r, DType act, int prompt_tokens, VaeTilingMode tiling) {
+  GenerationShape g;
+  g.width = r.width;
+  g.height = r.height;
+  g.rows = r.num_images * (r.cfg > 1.0f ? 2 : 1);
+  g.text_tokens = r.use_pe ? kPromptEnhancerTokens : std::max(prompt_tokens, 1);
+  g.act = act;
+  g.vae_tiling = tiling == VaeTilingMode::On;
+  return g;
+}
+
+GenerationShape serving_shape(const ModelFolder& m, Device device, DType act, bool with_pe, VaeTilingMode tiling) {
+  GenerateRequest probe;
+  probe.prompt = "x";
+  const GenerateRequest d = resolve_request(probe, model_limits(m));
+  // The longest prompt: what the tokenizer keeps, or what the prompt enhancer writes if that is more.
+  int tokens = kPromptEnhancerTokens;
+  if (device.is_cuda()) {
+    const size_t max_len = std::min<size_t>(load_model_tokenizer(m, "tokenizer").model_max_length(), 1 << 20);
+    if (max_len > 0) tokens = with_pe ? std::max(tokens, int(max_len)) : int(max_len);
+  }
+  return request_shape(d, act, tokens, tiling);
+}
+
+OffloadChoice plan_model_memory(const ModelFolder& m, const GenerationShape& g, const MemoryFlags& f, Device device,
+                                Offload fallback, std::optional<DType> quantize, bool with_pe, VaeTilingMode tiling) {
+  GenerationShape gq = g;
+  set_8bit_weights(gq, &m, quantize);
+  return choose_offload(model_shapes(m, with_pe), gq, device, f, fallback, tiling != VaeTilingMode::Off);
 }
 
 }  // namespace ernie

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <string>
 
-#include "pipeline/pipeline.h"
+#include "engine/engine.h"
 
 namespace ernie {
 

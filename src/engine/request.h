@@ -2,12 +2,25 @@
 // C API) can reject bad input before any weights are loaded or any compute runs.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 
+#include "core/tensor.h"
 #include "io/model_folder.h"
-#include "pipeline/pipeline.h"
 
 namespace ernie {
+
+struct GenerateRequest {
+  std::string prompt;
+  std::string negative_prompt;  // default "" as the reference
+  int width = 0, height = 0;    // 0 = model default (1024)
+  int steps = 0;                // 0 = model default (50, Turbo 8)
+  float cfg = -1;               // -1 = model default (4.0, Turbo 1.0); other negatives are rejected
+  uint64_t seed = 0;
+  int num_images = 1;           // images per prompt (batch)
+  bool use_pe = false;          // rewrite the prompt with the prompt enhancer first
+  std::optional<Tensor> init_latents;  // [B, 4L, H/s, W/s] patchified initial noise (reproduce a run)
+};
 
 struct ModelLimits {
   int scale_factor = 16;        // pixels per DiT token (VaeConfig::scale_factor)
@@ -25,7 +38,7 @@ float default_cfg(bool turbo);   // 4.0, Turbo 1.0
 constexpr int kDefaultSize = 1024;
 constexpr float kCfgDefault = -1.0f;  // GenerateRequest::cfg meaning "the model's default"
 
-// Fills the defaults of `req` and validates it; throws Error with a message a user can act on.
+// Fills the defaults of `req` (an unset width or height follows init_latents when given) and validates it; throws Error with a message a user can act on.
 // Checks init_latents' shape ([num_images, latent_channels, H/s, W/s]), dtype and values.
 GenerateRequest resolve_request(const GenerateRequest& req, const ModelLimits& lim);
 

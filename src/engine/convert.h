@@ -1,0 +1,38 @@
+// `convert`: a model folder (or a converted file) into the single-file format of io/model_file.h, with
+// bf16 or 8-bit linear weights as models/quant_policy.h picks them.
+#pragma once
+#include <functional>
+#include <map>
+#include <string>
+
+#include "io/model_file.h"
+#include "io/model_folder.h"
+#include "models/quant_policy.h"
+
+namespace ernie {
+
+struct ConvertOptions {
+  WeightFormat format = WeightFormat::BF16;
+  QuantPolicy policy;
+  bool include_pe = true;
+  // Tensors converted and written at once, each by its own thread (0: OpenMP's thread count). Memory is
+  // bounded by that many converted tensors.
+  int threads = 0;
+  // Static activation scales (fp8 only; pipeline/calibration.h): DiT weight name -> the largest |input| seen.
+  // When set, every fp8 DiT weight gets "<name>_input_scale" = that / 448 (1 for 0), and one missing from
+  // the map is an error.
+  std::map<std::string, float> dit_input_amax;
+};
+
+struct ConvertStats {
+  size_t tensors = 0, fp8 = 0, int8 = 0, bytes = 0;  // fp8 / int8: weights quantized to each
+  double seconds = 0;
+};
+
+// Converts a model folder (or an already converted file) into one file at `out` (written atomically).
+// `progress(done_bytes, total_bytes)` is called as tensors are written (from the writer threads, under a
+// lock). The file's bytes do not depend on `opt.threads`.
+ConvertStats convert_model(const ModelFolder& m, const std::string& out, const ConvertOptions& opt,
+                           const std::function<void(size_t, size_t)>& progress = {});
+
+}  // namespace ernie

@@ -1,0 +1,99 @@
+// The engine, the one front door: Engine::open(EngineOptions) validates the options, opens the model once,
+// plans device memory and loads; generate() then runs prompt -> (optional prompt enhancer) -> text encoder ->
+// denoising loop with classifier-free guidance -> VAE decode -> RGB images. The CLI, the server and the C API
+// are thin layers over it: parse their options, open, generate, write.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/tensor.h"
+#include "engine/memory_plan.h"
+#include "engine/options.h"
+#include "engine/request.h"
+
+namespace ernie {
+
+struct Progress {
+  std::string phase;  // "load", "encode", "enhance", "denoise", "decode"
+  int step = 0, total = 0;
+  double elapsed_s = 0;
+};
+using ProgressFn = std::function<void(const Progress&)>;
+
+struct Image {
+  int width = 0, height = 0;
+  std::vector<uint8_t> rgb;  // height * width * 3
+};
+
+struct GenerateResult {
+  std::vector<Image> images;
+  Tensor latents;            // final DiT latents (before de-normalisation), [B, 4L, H/s, W/s] F32 on the host
+  Tensor image_f32;          // the float image in [0, 1], [B, H, W, 3], as the reference returns it
+  std::string revised_prompt;  // the prompt actually encoded (after the prompt enhancer)
+  GenerateRequest resolved;    // the request with defaults filled in
+  double encode_s = 0, denoise_s = 0, decode_s = 0;
+  bool vae_tiled = false;      // the decode ran tiled (EngineOptions::vae_tiling)
+  std::string dit_weights;     // "fp8" / "int8": the DiT's blocks ran 8-bit weights (quantized or stored); else empty
+  bool attention_fp8 = false;  // the fp8 blocks ran fp8 attention (EngineOptions::attention on Hopper)
+};
+
+// How many times each component was loaded onto the device (offloaded ones reload per request).
+struct LoadCounts {
+  int text_encoder = 0, prompt_enhancer = 0, denoiser = 0;
+};
+
+// How the engine was loaded: the device and activation type it runs, and the memory plan (engine/memory_plan.h)
+// it chose from the options, for the front ends to report (serve's /v1/info, ernie_model_offload).
+struct EngineInfo {
+  Device device = kCPU;
+  DType dtype = DType::F32;
+  OffloadChoice memory;  // mode, tiling the plan counts on, allocator cap, estimated peak
+  bool vae_tiling_forced = false;  // every decode tiles (--vae-tiling, or the plan needs it)
+  bool pe_loaded = false;          // the prompt enhancer was loaded (requests may set use_pe)
+};
+
+class Engine {
+ public:
+  // Validates `opt` (every flag, the model's files, a plan_for request), opens the model once, plans device
+  // memory, and loads what the plan keeps resident; throws Error before loading any weights when something
+  // is wrong. `progress` sees the "load" phase.
+  static std::unique_ptr<Engine> open(const EngineOptions& opt, const ProgressFn& progress = {});
+  virtual ~Engine() = default;
+  virtual const EngineInfo& info() const = 0;
+  virtual const ModelLimits& limits() const = 0;
+  // Fills defaults and validates (sizes multiple of the scale factor, steps >= 1, cfg >= 0, ...);
+  // throws Error before any compute.
+  virtual GenerateRequest resolve(const GenerateRequest& req) const = 0;
+  // `cancel` is polled between steps; when set, throws Cancelled.
+  virtual GenerateResult generate(const GenerateRequest& req, const ProgressFn& progress = {},
+                                  const std::atomic<bool>* cancel = nullptr) = 0;
+  // Text encoder output for a prompt ([T, hidden] F32 on the host).
+  virtual Tensor encode_prompt(const std::string& prompt) = 0;
+  virtual std::string enhance_prompt(const std::string& prompt, int width, int height) = 0;
+  virtual int scale_factor() const = 0;            // pixels per DiT token (16 released, 4 tiny)
+  virtual std::vector<std::pair<int, int>> supported_sizes() const = 0;  // recommended (W, H)
+  virtual bool turbo() const = 0;
+  virtual const std::string& model_dir() const = 0;
+  virtual bool has_prompt_enhancer() const = 0;  // the model has a pe/ folder (loaded or not)
+  virtual LoadCounts load_counts() const { return {}; }
+
+  // Several resolved requests of one shape (same width, height, steps, cfg, use_pe) in one pass through
+  // the denoiser; results in request order, each as generate() would return it; progress counts the
+  // batch's steps. An engine that batches says how many images it takes at most; the default (1) means
+  // it does not, and callers (the server) then never pass more than one request.
+  virtual int max_batch_images() const { return 1; }
+  virtual std::vector<GenerateResult> generate_batch(const std::vector<GenerateRequest>& reqs,
+                                                     const ProgressFn& progress = {},
+                                                     const std::atomic<bool>* cancel = nullptr) {
+    if (reqs.size() != 1) throw Error("this engine does not batch requests; pass one at a time");
+    return {generate(reqs[0], progress, cancel)};
+  }
+};
+
+}  // namespace ernie

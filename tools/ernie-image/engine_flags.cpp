@@ -1,0 +1,40 @@
+#include "engine_flags.h"
+
+namespace ernie::cli {
+
+void add_model_flag(CLI::App& cmd, EngineOptions& o, bool required) {
+  CLI::Option* m = cmd.add_option("--model,-m", o.model, "model folder (diffusers layout) or a converted file");
+  if (required) m->required();
+}
+
+void add_engine_flags(CLI::App& cmd, EngineOptions& o, const std::string& default_offload_why) {
+  cmd.add_option("--device", o.device,
+                 "auto (default: the first CUDA GPU when this build has CUDA and one is visible, else cpu), cpu, "
+                 "cuda or cuda:N");
+  cmd.add_option("--dtype", o.dtype, "activations: f32 or bf16 (default: f32 on the CPU, which computes in f32 only; "
+                                     "bf16 on CUDA)");
+  cmd.add_option("--quantize", o.quantize,
+                 "none (default), fp8 or int8: the DiT's linear weights quantized at load (fp8: W8A8 on fp8 tensor "
+                 "cores; int8: weight-only; first/last blocks stay bf16) and the text encoder's projections to int8 "
+                 "(weight-only); a converted 8-bit file is used as stored");
+  cmd.add_option("--attention", o.attention, "bf16 (default) or fp8: the fp8 DiT blocks run attention on the fp8 "
+                                             "tensor cores too (Hopper; q, k, P and v in e4m3)");
+  cmd.add_option("--threads", o.threads, "CPU threads (default 0: all cores)");
+  const std::string def = offload_name(o.default_offload);
+  cmd.add_option_function<std::string>(
+      "--offload", [&o](const std::string& v) { o.offload = v; },
+      "low-VRAM mode: none (every component resident), text-encoder (the prompt enhancer and text encoder are on "
+      "the device only while used, the DiT loads after them), blocks (that, and the DiT blocks stream from pinned "
+      "host memory each step; CUDA only). Default " + def + (default_offload_why.empty() ? "" : ": " + default_offload_why));
+  cmd.add_option_function<double>(
+      "--max-vram", [&o](double v) { o.max_vram_gib = v; },
+      "GiB of device memory to stay under: picks the least offloading (and VAE tiling) whose estimated peak fits, "
+      "and caps the allocator there (CUDA only; not with --offload)");
+  cmd.add_flag_function(
+      "--vae-tiling", [&o](int64_t) { o.vae_tiling = VaeTilingMode::On; },
+      "decode images in tiles (less memory; on CUDA it is automatic when the whole decode would not fit)");
+  cmd.add_option("--vae-tile", o.vae_tile, "tile side in pixels when tiling, a multiple of the VAE's 8 (default: 512 "
+                                           "or less to fit)");
+}
+
+}  // namespace ernie::cli
