@@ -206,6 +206,11 @@ void JobQueue::wait_finished(const JobPtr& j) {
   change_cv_.wait(l, [&] { return is_terminal(j->state); });
 }
 
+bool JobQueue::wait_finished(const JobPtr& j, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> l(mu_);
+  return change_cv_.wait_for(l, timeout, [&] { return is_terminal(j->state); });
+}
+
 std::vector<JobEvent> JobQueue::events_after(const JobPtr& j, int64_t after, std::chrono::milliseconds timeout,
                                              bool* finished) {
   std::unique_lock<std::mutex> l(mu_);

@@ -89,8 +89,9 @@ class JobQueue {
   // Releases a finished job's images and record (DELETE on a finished job).
   void remove(const JobPtr& j);
 
-  // Blocks until the job is finished.
+  // Blocks until the job is finished; with a timeout, returns whether it is.
   void wait_finished(const JobPtr& j);
+  bool wait_finished(const JobPtr& j, std::chrono::milliseconds timeout);
   // Events with id > after; waits up to `timeout` for one to arrive. `finished` tells whether the
   // job's last event is among those already available.
   std::vector<JobEvent> events_after(const JobPtr& j, int64_t after, std::chrono::milliseconds timeout,

@@ -1,5 +1,7 @@
 #include "server/server.h"
 
+#include "server/guarded_http.h"
+
 #include <httplib.h>
 
 #include <cstdio>
@@ -115,9 +117,10 @@ Server::Server(std::unique_ptr<Engine> pipeline, ServerOptions opt) : opt_(std::
   // Under an allocator cap (--max-vram) the plan covers one request at a time: no batching.
   if (info_.memory.limit_bytes) opt_.queue.batching = false;
   queue_ = std::make_unique<JobQueue>(std::move(pipeline), opt_.queue, metrics_);
-  http_ = std::make_unique<httplib::Server>();
-  const int threads = std::max(4, opt_.http_threads);
-  http_->new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
+  GuardOptions g = opt_.guard;
+  g.head.max_body_bytes = opt_.max_body_bytes;
+  g.on_reject = [this](int status) { metrics_.count_request(status); };
+  http_ = std::make_unique<GuardedHttp>(g, std::max(4, opt_.http_threads), 15.0);
   http_->set_payload_max_length(opt_.max_body_bytes);
   http_->set_keep_alive_timeout(2);
   http_->set_read_timeout(15, 0);
@@ -153,14 +156,22 @@ void Server::shutdown(double grace_s) {
   // Let open event streams send their last event before the listener goes away.
   for (int i = 0; i < 300 && streams_open_.load() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   http_->stop();
+  http_->stop_guard();
 }
 
 bool Server::authorized(const httplib::Request& req) const {
   if (opt_.api_key.empty()) return true;
+  // "Bearer" SP token (RFC 6750); the scheme is case-insensitive (RFC 9110 §11.1). The connection guard has
+  // already refused control characters in header values.
+  if (req.get_header_value_count("Authorization") != 1) return false;
   const std::string h = req.get_header_value("Authorization");
-  const std::string prefix = "Bearer ";
-  if (h.size() <= prefix.size() || h.compare(0, prefix.size(), prefix) != 0) return false;
-  return constant_time_equal(h.substr(prefix.size()), opt_.api_key);
+  const size_t sp = h.find(' ');
+  if (sp != 6) return false;
+  std::string scheme = h.substr(0, sp);
+  for (char& c : scheme) c = char(std::tolower(static_cast<unsigned char>(c)));
+  size_t start = sp;
+  while (start < h.size() && h[start] == ' ') ++start;
+  return scheme == "bearer" && start < h.size() && constant_time_equal(h.substr(start), opt_.api_key);
 }
 
 GenerateRequest Server::parse_and_resolve(const std::string& body) const {
@@ -202,7 +213,15 @@ void Server::handle_generations(const httplib::Request& req, httplib::Response& 
   if (queue_->stopping()) return send_error(res, shutting_down());
   JobPtr job = queue_->submit(parse_and_resolve(body));
   res.set_header("X-Job-Id", job->id);
-  queue_->wait_finished(job);
+  // The client waits on this connection: when it goes away, nobody is left to take the images.
+  while (!queue_->wait_finished(job, std::chrono::milliseconds(200)))
+    if (client_gone()) {
+      queue_->cancel(job, ApiError{499, "the client closed the connection", "invalid_request_error", "",
+                                   "client_closed"});
+      queue_->wait_finished(job);
+      queue_->remove(job);
+      return;
+    }
   if (job->state != JobState::Succeeded) {
     ApiError e = job->error.value_or(ApiError{500, "job ended without a result", "server_error", "", "internal_error"});
     queue_->remove(job);

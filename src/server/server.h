@@ -17,23 +17,26 @@
 #include <string>
 
 #include "engine/engine.h"
+#include "server/connection_guard.h"
 #include "server/job_queue.h"
 #include "server/request_parse.h"
 
 namespace httplib {
-class Server;
 struct Request;
 struct Response;
 }  // namespace httplib
 
 namespace ernie::server {
 
+class GuardedHttp;
+
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;                     // 0: any free port (tests)
   std::string api_key;                 // empty: no key needed
   size_t max_body_bytes = 1 << 20;     // larger bodies -> 413
-  int http_threads = 32;               // connections served at once (SSE streams hold one each)
+  int http_threads = 32;               // requests served at once (SSE streams hold one each)
+  GuardOptions guard;                  // limits on connections and request framing (connection_guard.h)
   QueueOptions queue;
   ParseLimits limits;
   bool log_requests = true;            // one line per request on stderr
@@ -67,7 +70,7 @@ class Server {
   ServerOptions opt_;
   Metrics metrics_;
   std::unique_ptr<JobQueue> queue_;
-  std::unique_ptr<httplib::Server> http_;
+  std::unique_ptr<GuardedHttp> http_;
   std::atomic<bool> closing_{false};  // event streams end
   std::atomic<int> streams_open_{0};
   int port_ = 0;

@@ -1,0 +1,116 @@
+#include "server/guarded_http.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace ernie::server {
+namespace {
+
+thread_local int tl_client_fd = -1;
+
+// httplib's accept loop runs each task at once: the hand-off to the guard never blocks.
+class InlineQueue : public httplib::TaskQueue {
+ public:
+  void enqueue(std::function<void()> fn) override { fn(); }
+  void shutdown() override {}
+};
+
+// A request that has fully arrived, read from memory; the response is written to the socket.
+class BufferedStream : public httplib::Stream {
+ public:
+  BufferedStream(const GuardedRequest& r, int write_timeout_ms)
+      : fd_(r.fd), data_(r.bytes), ip_(r.peer_ip), port_(r.peer_port), timeout_ms_(write_timeout_ms) {}
+  bool is_readable() const override { return pos_ < data_.size(); }
+  bool is_writable() const override {
+    pollfd p{fd_, POLLOUT, 0};
+    return ::poll(&p, 1, timeout_ms_) > 0 && (p.revents & (POLLERR | POLLHUP)) == 0;
+  }
+  ssize_t read(char* ptr, size_t size) override {
+    const size_t n = std::min(size, data_.size() - pos_);
+    std::memcpy(ptr, data_.data() + pos_, n);
+    pos_ += n;
+    return ssize_t(n);
+  }
+  ssize_t write(const char* ptr, size_t size) override {
+    size_t off = 0;
+    while (off < size) {
+      if (!is_writable()) return -1;
+      const ssize_t n = ::send(fd_, ptr + off, size - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+      if (n <= 0) return -1;
+      off += size_t(n);
+    }
+    return ssize_t(size);
+  }
+  void get_remote_ip_and_port(std::string& ip, int& port) const override {
+    ip = ip_;
+    port = port_;
+  }
+  void get_local_ip_and_port(std::string& ip, int& port) const override {
+    ip = "";
+    port = 0;
+  }
+  socket_t socket() const override { return fd_; }
+
+ private:
+  int fd_;
+  const std::string& data_;
+  size_t pos_ = 0;
+  std::string ip_;
+  int port_;
+  int timeout_ms_;
+};
+
+}  // namespace
+
+GuardedHttp::GuardedHttp(const GuardOptions& guard, int workers, double write_timeout_s)
+    : write_timeout_s_(write_timeout_s),
+      workers_(std::make_unique<httplib::ThreadPool>(size_t(std::max(1, workers)))),
+      guard_(guard, [this](GuardedRequest r) {
+        auto shared = std::make_shared<GuardedRequest>(std::move(r));
+        workers_->enqueue([this, shared] { serve(std::move(*shared)); });
+      }) {
+  new_task_queue = [] { return new InlineQueue; };
+}
+
+GuardedHttp::~GuardedHttp() { stop_guard(); }
+
+void GuardedHttp::stop_guard() {
+  guard_.stop();
+  if (!workers_) return;
+  workers_->shutdown();
+  workers_.reset();
+}
+
+bool GuardedHttp::process_and_close_socket(socket_t sock) {
+  guard_.admit(sock);
+  return true;
+}
+
+void GuardedHttp::serve(GuardedRequest r) {
+  {
+    BufferedStream s(r, int(write_timeout_s_ * 1000));
+    tl_client_fd = r.fd;
+    bool closed = false;
+    process_request(s, /*close_connection=*/true, closed, nullptr);
+    tl_client_fd = -1;
+  }
+  ::shutdown(r.fd, SHUT_WR);
+  ::close(r.fd);
+  guard_.release(r.peer_ip);
+}
+
+bool client_gone() {
+  if (tl_client_fd < 0) return false;
+  pollfd p{tl_client_fd, POLLIN | POLLRDHUP, 0};
+  if (::poll(&p, 1, 0) <= 0) return false;
+  if (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) return true;
+  char c;
+  return ::recv(tl_client_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
+}  // namespace ernie::server
