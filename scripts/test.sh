@@ -27,7 +27,7 @@ for f in build-fuzz/tests/fuzz/fuzz_*; do
   corpus="tests/fuzz/corpus/${name#fuzz_}"
   mkdir -p "build-fuzz/corpus-$name"
   echo "fuzz smoke: $name"
-  "$f" -max_total_time="${FUZZ_SECONDS:-15}" -max_len=65536 -rss_limit_mb=2048 "build-fuzz/corpus-$name" \
+  "$f" -max_total_time="${FUZZ_SECONDS:-15}" -max_len=1048576 -rss_limit_mb=2048 "build-fuzz/corpus-$name" \
     $( [ -d "$corpus" ] && echo "$corpus" ) 2>&1 | tail -n 3
 done
 echo "all tests passed"

@@ -130,6 +130,37 @@ TEST(CliGenerate, SavedLatentsReproduceTheSameBytes) {
   EXPECT_NE(read_png(d.str() + "/a.png").rgb, read_png(d.str() + "/c.png").rgb);
 }
 
+// --seed -1 (and -s -1) is random, as in stable-diffusion.cpp and A1111: the seed drawn is printed and recorded.
+TEST(CliGenerate, SeedMinusOneIsRandom) {
+  TempDir d;
+  std::vector<std::string> seeds;
+  for (const char* flag : {"--seed -1", "-s -1"}) {
+    auto r = run_cli(tiny_gen(std::string(flag) + " -o '" + d.str() + "/r.png'"));
+    ASSERT_EQ(r.status, 0) << r.out;
+    const size_t at = r.out.find("seed: ");
+    ASSERT_NE(at, std::string::npos) << r.out;
+    seeds.push_back(r.out.substr(at + 6, r.out.find('\n', at) - at - 6));
+    EXPECT_NE(seeds.back(), "18446744073709551615");
+    EXPECT_NE(read_png(d.str() + "/r.png").text["parameters"].find("Seed: " + seeds.back() + ","), std::string::npos);
+  }
+  EXPECT_NE(seeds[0], seeds[1]);
+  auto big = run_cli(tiny_gen("--seed 18446744073709551615 --quiet -o '" + d.str() + "/b.png'"));
+  EXPECT_EQ(big.status, 0) << big.out;  // the largest seed is a seed
+}
+
+// Latents saved from seed 5 and replayed: the PNG records seed 5, the seed that drew them.
+TEST(CliGenerate, InitLatentsRecordTheirOwnSeed) {
+  TempDir d;
+  const std::string lat = d.str() + "/noise.safetensors";
+  ASSERT_EQ(run_cli(tiny_gen("--seed 5 --quiet --save-latents '" + lat + "' -o '" + d.str() + "/a.png'")).status, 0);
+  auto r = run_cli(tiny_gen("--quiet --init-latents '" + lat + "' -o '" + d.str() + "/b.png'"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(read_png(d.str() + "/b.png").text["parameters"].find("Seed: 5,"), std::string::npos);
+  auto other = run_cli(tiny_gen("--seed 6 --quiet --init-latents '" + lat + "' -o '" + d.str() + "/c.png'"));
+  EXPECT_NE(other.status, 0);
+  EXPECT_NE(other.out.find("was drawn from seed 5"), std::string::npos) << other.out;
+}
+
 TEST(CliGenerate, ProgressJsonLines) {
   TempDir d;
   auto r = run_cli(tiny_gen("--progress json -o '" + d.str() + "/a.png'"));
@@ -195,6 +226,11 @@ INSTANTIATE_TEST_SUITE_P(
                 "does not exist"},
         BadCase{"missing_model", "generate --model '{D}/nomodel' -p 'a cat' -W 16 -H 16 -o '{D}/x.png'",
                 "model folder not found"},
+        BadCase{"seed_too_large", kGen + "-W 16 -H 16 --seed 18446744073709551616 -o '{D}/x.png'", "out of range"},
+        BadCase{"seed_negative", kGen + "-W 16 -H 16 --seed -2 -o '{D}/x.png'", "a seed is -1 (random) or"},
+        BadCase{"seed_not_a_number", kGen + "-W 16 -H 16 --seed 12abc -o '{D}/x.png'", "a seed is -1 (random) or"},
+        BadCase{"seed_with_latents", kGen + "-W 16 -H 16 --seed 7 --init-latents '{L}' -o '{D}/x.png'",
+                "not from a seed; leave --seed out"},
         BadCase{"init_latents_shape", kGen + "-W 32 -H 16 --init-latents '{L}' -o '{D}/x.png'",
                 "does not match [1, 32, 4, 8]"},
         BadCase{"init_latents_missing", kGen + "-W 16 -H 16 --init-latents '{D}/none.safetensors' -o '{D}/x.png'",

@@ -1,7 +1,10 @@
 // PNG writer/reader: pixels and text chunks round-trip; damaged files give errors, not crashes.
 #include <gtest/gtest.h>
 
+#include <zlib.h>
+
 #include <fstream>
+#include <vector>
 
 #include "core/error.h"
 #include "golden.h"
@@ -63,4 +66,39 @@ TEST(Png, DamagedFilesGiveErrors) {
   std::vector<uint8_t> flipped = bytes;
   flipped[40] ^= 0x55;  // inside IHDR/IDAT: CRC mismatch
   EXPECT_THROW(decode_png(flipped), Error);
+}
+
+namespace {
+// A PNG of `w`×`h` declared in its header, with one empty IDAT: enough for the reader to see the size.
+std::vector<uint8_t> png_claiming(uint32_t w, uint32_t h) {
+  auto be32 = [](std::vector<uint8_t>& v, uint32_t x) {
+    for (int s = 24; s >= 0; s -= 8) v.push_back(uint8_t(x >> s));
+  };
+  auto chunk = [&](std::vector<uint8_t>& out, const char* type, const std::vector<uint8_t>& data) {
+    be32(out, uint32_t(data.size()));
+    std::vector<uint8_t> td(type, type + 4);
+    td.insert(td.end(), data.begin(), data.end());
+    out.insert(out.end(), td.begin(), td.end());
+    be32(out, uint32_t(crc32(0, td.data(), uInt(td.size()))));
+  };
+  std::vector<uint8_t> out = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'}, ihdr;
+  be32(ihdr, w);
+  be32(ihdr, h);
+  for (uint8_t b : {8, 2, 0, 0, 0}) ihdr.push_back(b);
+  chunk(out, "IHDR", ihdr);
+  chunk(out, "IDAT", {0x78, 0x9c, 0x03, 0x00, 0x00, 0x00, 0x00, 0x01});
+  chunk(out, "IEND", {});
+  return out;
+}
+}  // namespace
+
+// A 100-byte file must not make the reader allocate gigabytes (issue 21: PNG inputs come from clients).
+TEST(Png, PixelCountIsCapped) {
+  const std::string e = test::error_of([] { decode_png(png_claiming(32768, 32768)); });
+  EXPECT_NE(e.find("64 megapixels"), std::string::npos) << e;
+  EXPECT_NE(test::error_of([] { decode_png(png_claiming(8192, 8192)); }).find("corrupt PNG"), std::string::npos);
+}
+
+TEST(Png, ReadsRegularFilesOnly) {
+  EXPECT_NE(test::error_of([] { read_png("/dev/zero"); }).find("not a regular file"), std::string::npos);
 }

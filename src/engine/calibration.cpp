@@ -2,16 +2,22 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
+#include <sstream>
 
+#include "core/file.h"
 #include "ops/ops.h"
 #include "engine/engine.h"
 
 namespace ernie {
 
 std::vector<std::string> read_prompt_list(const std::string& path) {
-  std::ifstream in(path);
-  ERNIE_CHECK(in, path, ": cannot open the calibration prompts");
+  std::string text;
+  try {
+    text = read_regular_file(path, size_t(64) << 20);
+  } catch (const Error& e) {
+    fail("cannot open the calibration prompts: ", e.what());
+  }
+  std::istringstream in(text);
   std::vector<std::string> prompts;
   for (std::string line; std::getline(in, line);) {
     if (!line.empty() && line.back() == '\r') line.pop_back();

@@ -36,6 +36,19 @@ Shape latent_shape(const GenerateRequest& r, const ModelLimits& l) {
   return {r.num_images, l.latent_channels, r.height / l.scale_factor, r.width / l.scale_factor};
 }
 
+std::optional<uint64_t> parse_seed(const std::string& s, const char* flag) {
+  if (s == "-1") return std::nullopt;
+  ERNIE_CHECK(!s.empty() && s.size() <= 20 && s.find_first_not_of("0123456789") == std::string::npos, flag, " '", s,
+              "': a seed is -1 (random) or an integer from 0 to 18446744073709551615");
+  uint64_t v = 0;
+  for (char c : s) {
+    const uint64_t d = uint64_t(c - '0');
+    ERNIE_CHECK(v <= (UINT64_MAX - d) / 10, flag, " ", s, " is out of range (at most 18446744073709551615)");
+    v = v * 10 + d;
+  }
+  return v;
+}
+
 GenerateRequest resolve_request(const GenerateRequest& req, const ModelLimits& l) {
   GenerateRequest r = req;
   // Unset sizes follow the initial noise, so its file alone reproduces a run; else the model's default.

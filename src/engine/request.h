@@ -42,6 +42,10 @@ constexpr float kCfgDefault = -1.0f;  // GenerateRequest::cfg meaning "the model
 // Checks init_latents' shape ([num_images, latent_channels, H/s, W/s]), dtype and values.
 GenerateRequest resolve_request(const GenerateRequest& req, const ModelLimits& lim);
 
+// A seed as users write it (--seed, A1111, stable-diffusion.cpp): "-1" is random (nullopt), else a decimal
+// from 0 to 2^64 - 1; anything else, or out of range, throws Error naming `flag`.
+std::optional<uint64_t> parse_seed(const std::string& s, const char* flag = "--seed");
+
 // [num_images, latent_channels, height/s, width/s] of a resolved request.
 Shape latent_shape(const GenerateRequest& resolved, const ModelLimits& lim);
 

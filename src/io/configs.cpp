@@ -27,10 +27,17 @@ void field(const json& j, const char* key, T& out, const std::string& path) {
     if (ok)
       for (const json& e : v) ok = ok && e.is_number_integer();
   }
-  ERNIE_CHECK(ok, path, ": field '", key, "' has the wrong type (", v.type_name(), ": ", v.dump(), ")");
-  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-    auto x = v.get<int64_t>();
-    ERNIE_CHECK(x >= -1 && x <= (1ll << 30), path, ": field '", key, "' = ", std::to_string(x), " is out of range");
+  ERNIE_CHECK(ok, path, ": field '", key, "' has the wrong type (", v.type_name(), ": ", v.dump(160), ")");
+  // Integers within [-1, 2^30], whole lists too (a value past int's range would otherwise be cut silently).
+  auto in_range = [&](const json& e) {
+    const bool neg = e.is_number_integer() && !e.is_number_unsigned() && e.get<int64_t>() < -1;
+    const bool big = e.is_number_unsigned() ? e.get<uint64_t>() > (1ull << 30) : e.get<int64_t>() > (1ll << 30);
+    ERNIE_CHECK(!neg && !big, path, ": field '", key, "' = ", e.dump(), " is out of range");
+  };
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) in_range(v);
+  if constexpr (std::is_same_v<T, std::vector<int>>) {
+    ERNIE_CHECK(v.size() <= 64, path, ": field '", key, "' has ", std::to_string(v.size()), " entries (at most 64)");
+    for (const json& e : v) in_range(e);
   }
   out = v.get<T>();
 }
@@ -69,7 +76,8 @@ DitConfig parse_dit_config(const json& j, const std::string& path) {
   for (int a : c.rope_axes_dim) ERNIE_CHECK(a > 0 && a % 2 == 0, path, ": rope_axes_dim entries must be even and positive");
   ERNIE_CHECK(c.patch_size == 1, path, ": patch_size ", std::to_string(c.patch_size),
               " is not supported (the released model uses 1)");
-  ERNIE_CHECK(c.rope_theta > 0 && c.eps > 0, path, ": rope_theta and eps must be positive");
+  ERNIE_CHECK(c.rope_theta > 0 && c.rope_theta < 1e12, path, ": rope_theta must be in (0, 1e12)");
+  ERNIE_CHECK(c.eps > 0 && c.eps < 1, path, ": eps must be in (0, 1), got ", std::to_string(c.eps));
   return c;
 }
 
@@ -134,7 +142,9 @@ MistralConfig parse_mistral_config(const json& root, const std::string& path) {
               std::to_string(c.num_attention_heads), " is not a multiple of num_key_value_heads ",
               std::to_string(c.num_key_value_heads));
   ERNIE_CHECK(c.head_dim % 2 == 0, path, ": head_dim must be even for RoPE");
-  ERNIE_CHECK(c.rms_norm_eps > 0 && c.rope_theta > 0, path, ": rms_norm_eps and rope_theta must be positive");
+  ERNIE_CHECK(c.rms_norm_eps > 0 && c.rms_norm_eps < 1, path, ": rms_norm_eps must be in (0, 1), got ",
+              std::to_string(c.rms_norm_eps));
+  ERNIE_CHECK(c.rope_theta > 0 && c.rope_theta < 1e12, path, ": rope_theta must be in (0, 1e12)");
   ERNIE_CHECK(c.rope_type != "yarn" || (c.factor > 0 && c.original_max_position_embeddings > 0 && c.beta_fast > 0 &&
                                         c.beta_slow > 0),
               path, ": yarn rope parameters (factor, original_max_position_embeddings, beta_fast, beta_slow) must be positive");
@@ -173,6 +183,8 @@ VaeConfig parse_vae_config(const json& j, const std::string& path) {
     for (int ch : *chans)
       ERNIE_CHECK(ch > 0 && ch % c.norm_num_groups == 0, path, ": channel count ", std::to_string(ch),
                   " is not a positive multiple of norm_num_groups ", std::to_string(c.norm_num_groups));
+  ERNIE_CHECK(c.batch_norm_eps > 0 && c.batch_norm_eps < 1, path, ": batch_norm_eps must be in (0, 1), got ",
+              std::to_string(c.batch_norm_eps));
   return c;
 }
 

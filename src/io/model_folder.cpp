@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/file.h"
 #include "core/json.h"
 #include "io/model_file.h"
 
@@ -187,6 +188,32 @@ json component_config(const std::string& root, const std::string& comp) {
   return read_json_file((dir / "config.json").string());
 }
 
+// A config's layer counts bounded by what its checkpoint can hold (every layer has tensors), before the
+// expected-tensor lists are built from them: a config cannot make us build billions of names.
+void check_layers(const Component& c, int64_t layers, const char* field) {
+  const size_t have = c.ckpt.tensors().size();
+  ERNIE_CHECK(layers <= int64_t(have), c.name, "/config.json: ", field, " = ", std::to_string(layers),
+              ", but the checkpoint holds only ", std::to_string(have), " tensors");
+}
+void check_layers(const Component& dit, const Component& te, const Component& vae, const ModelFolder& m) {
+  check_layers(dit, m.dit.num_layers, "num_layers");
+  check_layers(te, m.text_encoder.num_hidden_layers, "num_hidden_layers");
+  check_layers(vae, int64_t(m.vae.block_out_channels.size()) * (m.vae.layers_per_block + 1), "layers_per_block");
+}
+
+// Each model_index.json entry names a component as [library, class] (or null); anything else is not a
+// diffusers index.
+void check_model_index(const json& idx, const std::string& path) {
+  for (auto it = idx.begin(); it != idx.end(); ++it) {
+    if (it.key().rfind('_', 0) == 0) continue;  // _class_name, _diffusers_version, _name_or_path
+    const json& v = it.value();
+    const bool pair = v.is_array() && v.size() == 2 && (v[0].is_string() || v[0].is_null()) &&
+                      (v[1].is_string() || v[1].is_null());
+    ERNIE_CHECK(v.is_null() || pair || v.is_boolean(), path, ": entry '", it.key(), "' = ", v.dump(120),
+                " is not [library, class]");
+  }
+}
+
 // The prefix under which the language model's tensors live in a text encoder / PE checkpoint.
 std::string resolve_prefix(const Checkpoint& ck, const std::vector<std::string>& candidates) {
   for (const std::string& p : candidates)
@@ -196,11 +223,23 @@ std::string resolve_prefix(const Checkpoint& ck, const std::vector<std::string>&
 }  // namespace
 
 ModelFolder ModelFolder::open(const std::string& dir, bool with_pe) {
-  if (fs::is_regular_file(dir)) return open_single_file(dir, with_pe);
+  try {
+    return open_checked(dir, with_pe);
+  } catch (const fs::filesystem_error& e) {  // a symlink loop, a path too long, permissions
+    fail(dir, ": ", e.code().message(), e.path1().empty() ? "" : " (" + e.path1().string() + ")");
+  }
+}
+
+ModelFolder ModelFolder::open_checked(const std::string& dir, bool with_pe) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(dir, ec);
+  ERNIE_CHECK(!ec || ec == std::errc::no_such_file_or_directory, dir, ": ", ec.message());
+  if (fs::is_regular_file(st)) return open_single_file(dir, with_pe);
   ModelFolder m;
   m.root = fs::absolute(dir).lexically_normal().string();
   ERNIE_CHECK(fs::is_directory(m.root), dir, ": model folder not found");
-  json idx = read_json_file((fs::path(m.root) / "model_index.json").string());
+  const std::string index_path = (fs::path(m.root) / "model_index.json").string();
+  check_model_index(read_json_file(index_path), index_path);
   m.turbo = detect_turbo(m.root);
   auto path_of = [&](const std::string& c) { return (fs::path(m.root) / c / "config.json").string(); };
 
@@ -222,17 +261,19 @@ ModelFolder ModelFolder::open(const std::string& dir, bool with_pe) {
     return c;
   };
   m.transformer_c = open_comp("transformer");
-  m.transformer_c.specs = dit_tensor_specs(m.dit);
   m.text_encoder_c = open_comp("text_encoder");
+  m.vae_c = open_comp("vae");
+  check_layers(m.transformer_c, m.text_encoder_c, m.vae_c, m);
+  m.transformer_c.specs = dit_tensor_specs(m.dit);
   m.text_encoder_c.prefix =
       resolve_prefix(m.text_encoder_c.ckpt, {"language_model.model.", "model.language_model.", "model.", ""});
   m.text_encoder_c.specs = mistral_tensor_specs(m.text_encoder, false);
-  m.vae_c = open_comp("vae");
   m.vae_c.specs = vae_tensor_specs(m.vae);
 
   if (with_pe && fs::is_directory(fs::path(m.root) / "pe")) {
     m.pe = parse_mistral_config(component_config(m.root, "pe"), path_of("pe"));
     m.pe_c = open_comp("pe");
+    check_layers(*m.pe_c, m.pe->num_hidden_layers, "num_hidden_layers");
     m.pe_c->prefix = resolve_prefix(m.pe_c->ckpt, {"model.", "language_model.model.", "model.language_model.", ""});
     m.pe_c->specs = mistral_tensor_specs(*m.pe, true);
     fs::path pt = fs::path(m.root) / "pe_tokenizer";
@@ -241,7 +282,6 @@ ModelFolder ModelFolder::open(const std::string& dir, bool with_pe) {
     if (fs::exists(pt / "tokenizer.json")) m.pe_tokenizer_dir = pt.string();
     else m.pe_tokenizer_rel.clear();
   }
-  (void)idx;
   return m;
 }
 
@@ -280,14 +320,16 @@ ModelFolder ModelFolder::open_single_file(const std::string& path, bool with_pe)
     return c;
   };
   m.transformer_c = comp("transformer", {""});
-  m.transformer_c.specs = dit_tensor_specs(m.dit);
   m.text_encoder_c = comp("text_encoder", {"language_model.model.", "model.language_model.", "model.", ""});
-  m.text_encoder_c.specs = mistral_tensor_specs(m.text_encoder, false);
   m.vae_c = comp("vae", {""});
+  check_layers(m.transformer_c, m.text_encoder_c, m.vae_c, m);
+  m.transformer_c.specs = dit_tensor_specs(m.dit);
+  m.text_encoder_c.specs = mistral_tensor_specs(m.text_encoder, false);
   m.vae_c.specs = vae_tensor_specs(m.vae);
   if (with_pe && m.has_file("pe/config.json")) {
     m.pe = parse_mistral_config(cfg("pe/config.json"), where("pe/config.json"));
     m.pe_c = comp("pe", {"model.", "language_model.model.", "model.language_model.", ""});
+    check_layers(*m.pe_c, m.pe->num_hidden_layers, "num_hidden_layers");
     m.pe_c->specs = mistral_tensor_specs(*m.pe, true);
     for (const char* rel : {"pe_tokenizer", "pe"})
       if (m.pe_tokenizer_rel.empty() && m.has_file(std::string(rel) + "/tokenizer.json")) m.pe_tokenizer_rel = rel;
@@ -306,10 +348,7 @@ std::string ModelFolder::read_file(const std::string& rel) const {
     ERNIE_CHECK(it != file_->metadata().end(), root, ": converted model has no embedded '", rel, "'");
     return it->second;
   }
-  std::string p = (fs::path(root) / rel).string();
-  std::ifstream in(p, std::ios::binary);
-  ERNIE_CHECK(in, p, ": cannot open");
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return read_regular_file((fs::path(root) / rel).string(), kMaxJsonFileBytes);
 }
 
 Tensor Component::tensor(const std::string& name) const {

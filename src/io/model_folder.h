@@ -80,6 +80,7 @@ class ModelFolder {
 
  private:
   static ModelFolder open_single_file(const std::string& path, bool with_pe);
+  static ModelFolder open_checked(const std::string& dir, bool with_pe);  // open() less its filesystem_error net
   std::shared_ptr<SafeTensorsFile> file_;  // set for a converted single-file model
 };
 

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/file.h"
 
 namespace ernie {
 namespace {
@@ -98,6 +99,7 @@ void free_decoded(Decoded* d) {
 }
 
 constexpr png_uint_32 kMaxSide = 1u << 15;
+constexpr uint64_t kMaxPixels = uint64_t(1) << 26;  // 64 MP decoded (192 MiB): a small file cannot ask for more
 
 bool decode_c(Source* src, Decoded* d, Status* st) {
   png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, st, on_error, on_warning);
@@ -111,7 +113,8 @@ bool decode_c(Source* src, Decoded* d, Status* st) {
   png_set_read_fn(png, src, source_read);
   png_read_info(png, info);
   png_uint_32 w = png_get_image_width(png, info), h = png_get_image_height(png, info);
-  if (w == 0 || h == 0 || w > kMaxSide || h > kMaxSide) png_error(png, "image size out of range");
+  if (w == 0 || h == 0 || w > kMaxSide || h > kMaxSide || uint64_t(w) * h > kMaxPixels)
+    png_error(png, "image size out of range (at most 32768 per side and 64 megapixels)");
   int color = png_get_color_type(png, info);
   if (png_get_bit_depth(png, info) == 16) png_set_strip_16(png);
   if (color == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
@@ -233,10 +236,8 @@ PngImage decode_png(const std::vector<uint8_t>& bytes, const std::string& what) 
 }
 
 PngImage read_png(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  ERNIE_CHECK(f.good(), path, ": cannot open (", std::strerror(errno), ")");
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  return decode_png(bytes, path);
+  const std::string data = read_regular_file(path, size_t(1) << 30);
+  return decode_png(std::vector<uint8_t>(data.begin(), data.end()), path);
 }
 
 }  // namespace ernie

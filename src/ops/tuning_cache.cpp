@@ -7,6 +7,10 @@
 #include <map>
 #include <memory>
 
+#include "core/error.h"
+#include "core/file.h"
+#include "core/json.h"
+
 namespace ernie::tuning {
 
 namespace fs = std::filesystem;
@@ -31,9 +35,13 @@ std::string file_name(const std::string& identity) {
 }
 
 std::optional<json> read_json(const fs::path& p) {
-  std::ifstream f(p);
-  if (!f) return std::nullopt;
-  json j = json::parse(f, nullptr, /*allow_exceptions=*/false);
+  std::string text;
+  try {
+    text = read_regular_file(p.string(), kMaxJsonFileBytes);
+  } catch (const Error&) {
+    return std::nullopt;  // no cache yet, or not a file: measured again
+  }
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return std::nullopt;
   return j;
 }

@@ -75,6 +75,12 @@ GuardedHttp::GuardedHttp(const GuardOptions& guard, int workers, double write_ti
         workers_->enqueue([this, shared] { serve(std::move(*shared)); });
       }) {
   new_task_queue = [] { return new InlineQueue; };
+  // SO_REUSEADDR only: cpp-httplib also sets SO_REUSEPORT, with which a second server on a busy port binds
+  // too and the kernel splits the connections between the two silently.
+  set_socket_options([](socket_t sock) {
+    const int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
 }
 
 GuardedHttp::~GuardedHttp() { stop_guard(); }

@@ -396,7 +396,7 @@ void JobQueue::run_batch(const std::shared_ptr<Batch>& b) {
         meta.request = r.resolved;
         meta.revised_prompt = r.revised_prompt;
         meta.model = opt_.model_name;
-        meta.seed = r.resolved.seed;
+        meta.seed = r.resolved.seed + uint64_t(k);  // image k of a batch is drawn from seed + k
         meta.batch_index = int(k);
         meta.batch_size = int(r.images.size());
         meta.vae_tiled = r.vae_tiled;

@@ -132,8 +132,11 @@ ParsedRequest parse_generation_request(const std::string& body, const ParseLimit
                     "guidance_scale");
       r.cfg = float(g);
     } else if (k == "seed") {
-      if (v.is_null()) continue;
-      r.seed = uint64_t(get_int(v, "seed", 0, std::numeric_limits<int64_t>::max()));
+      // -1 means random, as in the CLI, A1111 and stable-diffusion.cpp; else any 64-bit seed.
+      if (v.is_null() || (v.is_number_integer() && !v.is_number_unsigned() && v.get<int64_t>() == -1)) continue;
+      if (!v.is_number_unsigned())
+        bad_request("seed must be -1 (random) or an integer from 0 to 18446744073709551615, not " + v.dump(), "seed");
+      r.seed = v.get<uint64_t>();
       out.seed_given = true;
     } else if (k == "use_pe") {
       if (v.is_null()) continue;

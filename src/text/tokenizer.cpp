@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/file.h"
+#include "core/json.h"
 #include "text/added_tokens.h"
 #include "text/bpe.h"
 #include "text/decoder.h"
@@ -47,13 +49,7 @@ struct Tokenizer::Impl {
 
 namespace {
 
-std::string read_file(const std::filesystem::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  ERNIE_CHECK(f.good(), p.string(), ": cannot open");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+std::string read_file(const std::filesystem::path& p) { return read_regular_file(p.string(), kMaxJsonFileBytes); }
 
 template <class T>
 T field(const json& j, const char* key, T def, const std::string& where) {

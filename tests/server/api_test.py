@@ -141,6 +141,11 @@ def test_generations(srv, binary, model, size):
     # Same request, same pixels; another seed, other pixels.
     s, j2 = srv.json("POST", "/v1/images/generations", body, AUTH)
     check(s == 200 and pixels(base64.b64decode(j2["data"][0]["b64_json"])) == px, "same seed gave different pixels")
+    # seed -1 is random, as in the CLI: a real seed comes back, and the largest 64-bit seed is accepted.
+    s, jr = srv.json("POST", "/v1/images/generations", {**body, "seed": -1}, AUTH)
+    check(s == 200 and isinstance(jr.get("seed"), int) and 0 <= jr["seed"] < 2 ** 64, f"seed -1: {s} {jr.get('seed')}")
+    s, jm = srv.json("POST", "/v1/images/generations", {**body, "seed": 2 ** 64 - 1}, AUTH)
+    check(s == 200 and jm.get("seed") == 2 ** 64 - 1, f"seed 2^64-1: {s} {jm.get('seed')}")
     s, j3 = srv.json("POST", "/v1/images/generations", {**body, "seed": 99}, AUTH)
     check(s == 200 and pixels(base64.b64decode(j3["data"][0]["b64_json"])) != px, "another seed gave the same pixels")
     # n = 2: two different images.
@@ -149,6 +154,12 @@ def test_generations(srv, binary, model, size):
     if s == 200 and len(j4["data"]) == 2:
         a, b = (pixels(base64.b64decode(d["b64_json"])) for d in j4["data"])
         check(a != b, "n=2 gave two identical images")
+        # Image i of a batch is seed + i, and its PNG says so: pasting its parameters reproduces it.
+        seeds = [png_info(base64.b64decode(d["b64_json"]))[2].get("parameters", "") for d in j4["data"]]
+        check("Seed: 1234," in seeds[0] and "Seed: 1235," in seeds[1], f"n=2 PNG seeds: {seeds}")
+        s, j5 = srv.json("POST", "/v1/images/generations", {**body, "seed": 1235}, AUTH)
+        check(s == 200 and pixels(base64.b64decode(j5["data"][0]["b64_json"])) == b,
+              "image 1 of a seed-1234 batch is not the seed-1235 image")
     # The server's image is the CLI's image for the same parameters (no separate code path).
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "cli.png")
@@ -194,6 +205,7 @@ def test_validation(srv):
         ({"prompt": "x", "n": 100}, 400, "n", None),
         ({"prompt": "x", "seed": -5}, 400, "seed", None),
         ({"prompt": "x", "seed": "abc"}, 400, "seed", None),
+        ({"prompt": "x", "seed": 18446744073709551616}, 400, "seed", None),
         ({"prompt": "x", "use_pe": "yes"}, 400, "use_pe", None),
         ({"prompt": "x", "response_format": "url"}, 400, "response_format", "unsupported_response_format"),
         ({"prompt": "x", "response_format": "jpeg"}, 400, "response_format", None),

@@ -6,6 +6,7 @@ usage: hostile_test.py ERNIE_IMAGE_BINARY TESTS_DATA_DIR"""
 import json
 import os
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -163,9 +164,18 @@ def abandoned_sync_request(srv):
     check(idle, f"abandoned request: the server is idle within 20 s of the client leaving ({g})")
 
 
+def busy_port(srv, binary, model):
+    """A second server on a port in use exits non-zero with a clear message (no silent SO_REUSEPORT split)."""
+    r = subprocess.run([binary, "serve", "--model", model, "--port", str(srv.port), "--threads", "1", "--quiet"],
+                       capture_output=True, text=True, timeout=120)
+    check(r.returncode != 0 and "cannot listen" in r.stderr and "listening" not in r.stdout,
+          f"busy port: exit {r.returncode}, stdout {r.stdout[-200:]!r}, stderr {r.stderr[-300:]!r}")
+
+
 def main():
     binary, data = sys.argv[1], sys.argv[2]
-    srv = Server(binary, os.path.join(data, "tiny-ernie-image", "model"), "--api-key", KEY, "--quiet")
+    model = os.path.join(data, "tiny-ernie-image", "model")
+    srv = Server(binary, model, "--api-key", KEY, "--quiet")
     try:
         check(health_within(srv, 1.0), "/health at the start")
         framing(srv)
@@ -173,6 +183,7 @@ def main():
         header_flood(srv)
         slowloris(srv)
         abandoned_sync_request(srv)
+        busy_port(srv, binary, model)
         check(health_within(srv, 1.0), "/health at the end")
         check(srv.proc.poll() is None, "the server is still running")
         check(srv.terminate() == 0, "SIGTERM: exit 0")

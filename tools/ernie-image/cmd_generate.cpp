@@ -23,15 +23,15 @@ namespace {
 
 struct Opts {
   EngineOptions engine;
-  std::string prompt, negative, out = "out.png", init_latents, save_latents, progress = "bar";
+  std::string prompt, negative, out = "out.png", init_latents, save_latents, progress = "bar", seed = "-1";
   int width = 0, height = 0, steps = 0, batch = 1;
   float cfg = kCfgDefault;
-  uint64_t seed = 0;
   bool quiet = false, pe = false;
 };
 
 int run(Opts& o, const CLI::App& c) {
-  const bool seed_given = c.count("--seed") > 0;
+  std::optional<uint64_t> seed = parse_seed(o.seed);  // nullopt: random (-1, the default)
+  const bool seed_given = seed.has_value();
   ProgressMode pmode = o.quiet ? ProgressMode::Quiet : parse_progress_mode(o.progress);
 
   // 0 means "the model's default" inside a request; on the command line an explicit 0 is a mistake.
@@ -50,14 +50,17 @@ int run(Opts& o, const CLI::App& c) {
   req.cfg = o.cfg;
   req.num_images = o.batch;
   req.use_pe = o.pe;
-  std::optional<uint64_t> seed;
-  if (seed_given) seed = o.seed;
   if (!o.init_latents.empty()) {
     InitLatents il = load_init_latents(o.init_latents);
     // An unset batch follows the file (and resolve_request's sizes do), so `--init-latents F` alone
-    // reproduces a saved run.
+    // reproduces a saved run. The noise comes from the file: the seed recorded is the one that drew it
+    // (the file's, from --save-latents), never a --seed that did not.
+    ERNIE_CHECK(!seed_given || !il.seed || *il.seed == *seed, "--seed ", o.seed, ": the noise of ", o.init_latents,
+                " was drawn from seed ", std::to_string(il.seed.value_or(0)), "; leave --seed out");
+    ERNIE_CHECK(!seed_given || il.seed, "--seed ", o.seed, ": the noise comes from ", o.init_latents,
+                " (which records no seed), not from a seed; leave --seed out");
     if (c.count("--batch") == 0) req.num_images = int(il.latents.dim(0));
-    if (!seed && il.seed) seed = il.seed;
+    seed = il.seed;
     req.init_latents = il.latents;
   } else if (!seed) {
     seed = std::random_device{}();  // 32 random bits
@@ -117,7 +120,8 @@ Register reg(10, [](CLI::App& app) {
   c->add_option("--height,-H", o->height, "height in pixels (default 1024)");
   c->add_option("--steps", o->steps, "denoising steps (default: 50, Turbo 8)");
   c->add_option("--cfg", o->cfg, "guidance scale; 1 turns guidance off (default: 4, Turbo 1)");
-  c->add_option("--seed", o->seed, "seed of the initial noise (default: random); image i of a batch uses seed + i");
+  c->add_option("--seed,-s", o->seed, "seed of the initial noise: -1 (default) is random; image i of a batch uses "
+                                     "seed + i");
   c->add_option("--batch", o->batch, "images to generate (default 1)");
   c->add_option("--output,-o", o->out, "output PNG; %d (or %03d) is replaced by the image index (default out.png)");
   c->add_option("--init-latents", o->init_latents, "safetensors file with tensor `latents` [B, C, H/s, W/s]: the initial noise");

@@ -1,6 +1,8 @@
 // ernie-image: the command line over the library. Subcommands register themselves (commands.h).
 #include <algorithm>
 #include <cstdio>
+#include <exception>
+#include <filesystem>
 #include <map>
 
 #include "commands.h"
@@ -36,6 +38,12 @@ int main(int argc, char** argv) {
       return 1;
     } catch (const std::bad_alloc&) {
       std::fprintf(stderr, "error: out of host memory\n");
+      return 1;
+    } catch (const std::filesystem::filesystem_error& e) {  // a path the library did not check first
+      std::fprintf(stderr, "error: %s\n", e.what());
+      return 1;
+    } catch (const std::exception& e) {  // every exception becomes an error message, never an abort
+      std::fprintf(stderr, "error: internal error: %s\n", e.what());
       return 1;
     }
   }
