@@ -42,6 +42,9 @@ TEST(ServerParse, DefaultsLeftToThePipeline) {
   EXPECT_EQ(p.req.steps, 0);
   EXPECT_EQ(p.req.cfg, -1.0f);
   EXPECT_FALSE(p.seed_given);
+  // -1 is random, as in the CLI (the server then picks the seed).
+  EXPECT_FALSE(parse_generation_request(R"({"prompt":"a cat","seed":-1})").seed_given);
+  EXPECT_EQ(parse_generation_request(R"({"prompt":"a cat","seed":18446744073709551615})").req.seed, UINT64_MAX);
 }
 
 TEST(ServerParse, ErrorsNameTheField) {
@@ -53,7 +56,7 @@ TEST(ServerParse, ErrorsNameTheField) {
       {R"({"prompt":"x","size":"9999999x8"})", "size"}, {R"({"prompt":"x","size":"8x-8"})", "size"},
       {R"({"prompt":"x","steps":-1})", "steps"},        {R"({"prompt":"x","steps":2.5})", "steps"},
       {R"({"prompt":"x","steps":"2"})", "steps"},       {R"({"prompt":"x","n":0})", "n"},
-      {R"({"prompt":"x","n":9})", "n"},                  {R"({"prompt":"x","seed":-1})", "seed"},
+      {R"({"prompt":"x","n":9})", "n"},                  {R"({"prompt":"x","seed":-2})", "seed"},
       {R"({"prompt":"x","seed":1e300})", "seed"},       {R"({"prompt":"x","guidance_scale":-0.5})", "guidance_scale"},
       {R"({"prompt":"x","use_pe":1})", "use_pe"},       {R"({"prompt":"x","response_format":"url"})", "response_format"},
       {R"({"prompt":"x","stepz":3})", "stepz"},         {R"({"negative_prompt":"x"})", "prompt"},

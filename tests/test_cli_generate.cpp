@@ -339,3 +339,57 @@ TEST(CliEncode, WritesHiddenMatchingGolden) {
   EXPECT_NE(bad.status, 0);
   EXPECT_NE(bad.out.find("must be a .safetensors file"), std::string::npos) << bad.out;
 }
+
+// What the first users hit (issue 26): messages that name the problem.
+TEST(CliMessages, NotAModel) {
+  TempDir d;
+  const std::string png = d.str() + "/x.png";
+  ASSERT_EQ(run_cli(tiny_gen("--quiet -o '" + png + "'")).status, 0);
+  auto r = run_cli("generate --model '" + png + "' -p x -o '" + d.str() + "/y.png'");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("a PNG image, not a model"), std::string::npos) << r.out;
+}
+
+TEST(CliMessages, DidYouMean) {
+  auto r = run_cli("generat --model x -p y");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("did you mean 'generate'"), std::string::npos) << r.out;
+  r = run_cli(tiny_gen("--stpes 3 -o /tmp/never.png"));
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("did you mean --steps"), std::string::npos) << r.out;
+}
+
+TEST(CliMessages, NegativePromptWithoutGuidance) {
+  TempDir d;
+  auto r = run_cli(tiny_gen("-n blurry --cfg 1 -o '" + d.str() + "/a.png'"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("negative prompt is ignored at cfg 1"), std::string::npos) << r.out;
+  EXPECT_EQ(read_png(d.str() + "/a.png").text["parameters"].find("Negative prompt"), std::string::npos);
+}
+
+TEST(CliMessages, LongPromptIsCutWithAWarning) {
+  TempDir d;
+  std::string prompt;
+  for (int i = 0; i < 2100; ++i) prompt += "cat ";
+  auto r = run_cli("generate --model '" + test::tiny_model() + "' -p '" + prompt + "' -W 16 -H 16 --steps 1 "
+                   "--threads 1 -o '" + d.str() + "/a.png'");
+  ASSERT_EQ(r.status, 0) << r.out.substr(0, 400);
+  EXPECT_NE(r.out.find("warning: the prompt was cut to the tokenizer's limit"), std::string::npos)
+      << r.out.substr(r.out.size() > 400 ? r.out.size() - 400 : 0);
+}
+
+TEST(CliMessages, DecodeOutOfVocabulary) {
+  auto r = run_cli("tokenize --model '" + test::tiny_model() + "' --decode --text '[1, 99999999]'");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("id 99999999 is not in the vocabulary"), std::string::npos) << r.out;
+}
+
+// stable-diffusion.cpp's spellings work as aliases.
+TEST(CliMessages, StableDiffusionCppAliases) {
+  TempDir d;
+  auto a = run_cli(tiny_gen("--cfg-scale 2 -b 2 --negative-prompt blurry -s 3 --quiet -o '" + d.str() + "/a_%d.png'"));
+  ASSERT_EQ(a.status, 0) << a.out;
+  auto b = run_cli(tiny_gen("--cfg 2 --batch 2 -n blurry --seed 3 --quiet -o '" + d.str() + "/b_%d.png'"));
+  ASSERT_EQ(b.status, 0) << b.out;
+  EXPECT_EQ(bytes_of(d.str() + "/a_1.png"), bytes_of(d.str() + "/b_1.png"));
+}

@@ -125,13 +125,15 @@ class ErnieEngine final : public Engine {
 
   const EngineInfo& info() const override { return info_; }
   const ModelLimits& limits() const override { return limits_; }
-  bool has_prompt_enhancer() const override { return m_.pe_c.has_value(); }
+  bool has_prompt_enhancer() const override { return m_.has_prompt_enhancer(); }
+  size_t max_prompt_tokens() const override { return tokenizer_->model_max_length(); }
 
   GenerateRequest resolve(const GenerateRequest& req) const override {
     GenerateRequest r = resolve_request(req, limits_);
     if (r.use_pe)
-      ERNIE_CHECK(m_.pe_c.has_value() && opt_.load_pe, "prompt enhancer requested but ",
-                  m_.pe_c ? "it was not loaded (load with the prompt enhancer enabled)" : "this model has no pe/ folder");
+      ERNIE_CHECK(opt_.load_pe, "prompt enhancer requested, but ",
+                  m_.has_prompt_enhancer() ? "it was not loaded (started with --no-pe, or without --pe)"
+                                           : "this model has no prompt enhancer (pe/ folder)");
     return r;
   }
 
@@ -185,13 +187,15 @@ class ErnieEngine final : public Engine {
     for (const GenerateResult& x : res) n_enc += do_cfg && !x.resolved.negative_prompt.empty() ? 2 : 1;
     if (progress) progress({"encode", 0, n_enc, 0});
     SamplerInput in;
-    for (const GenerateResult& x : res) {
+    for (GenerateResult& x : res) {
       const GenerateRequest& r = x.resolved;
       check_cancel();
-      Tensor cond = encode_ids_locked(tokenize(x.revised_prompt));
+      bool& cut = x.prompt_truncated;
+      Tensor cond = encode_ids_locked(tokenize(x.revised_prompt, &cut));
       in.cond.insert(in.cond.end(), size_t(r.num_images), cond);
       if (do_cfg) {
-        Tensor uncond = r.negative_prompt.empty() ? empty_negative() : encode_ids_locked(tokenize(r.negative_prompt));
+        Tensor uncond =
+            r.negative_prompt.empty() ? empty_negative() : encode_ids_locked(tokenize(r.negative_prompt, &cut));
         in.uncond.insert(in.uncond.end(), size_t(r.num_images), uncond);
       }
     }
@@ -370,8 +374,14 @@ class ErnieEngine final : public Engine {
 
   // encode_prompt: tokenizer(text, add_special_tokens=True, truncation=True) (cut at model_max_length, 2048
   // for the release); an empty result falls back to [bos] as the reference does.
-  std::vector<int64_t> tokenize(const std::string& text) const {
-    std::vector<int64_t> ids = tokenizer_->encode(text, true, true);
+  // `truncated` is set when the text was longer than that (never cut silently: the front ends say so).
+  std::vector<int64_t> tokenize(const std::string& text, bool* truncated = nullptr) const {
+    std::vector<int64_t> ids = tokenizer_->encode(text, true, false);
+    const size_t max_len = tokenizer_->model_max_length();
+    if (max_len > 0 && ids.size() > max_len) {
+      ids = tokenizer_->encode(text, true, true);
+      if (truncated) *truncated = true;
+    }
     if (ids.empty()) ids.push_back(tokenizer_->bos_id() >= 0 ? tokenizer_->bos_id() : m_.text_encoder.bos_token_id);
     return ids;
   }

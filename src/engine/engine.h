@@ -36,6 +36,7 @@ struct GenerateResult {
   Tensor latents;            // final DiT latents (before de-normalisation), [B, 4L, H/s, W/s] F32 on the host
   Tensor image_f32;          // the float image in [0, 1], [B, H, W, 3], as the reference returns it
   std::string revised_prompt;  // the prompt actually encoded (after the prompt enhancer)
+  bool prompt_truncated = false;  // the prompt or negative prompt was cut at the tokenizer's model_max_length
   GenerateRequest resolved;    // the request with defaults filled in
   double encode_s = 0, denoise_s = 0, decode_s = 0;
   bool vae_tiled = false;      // the decode ran tiled (EngineOptions::vae_tiling)
@@ -81,6 +82,7 @@ class Engine {
   virtual bool turbo() const = 0;
   virtual const std::string& model_dir() const = 0;
   virtual bool has_prompt_enhancer() const = 0;  // the model has a pe/ folder (loaded or not)
+  virtual size_t max_prompt_tokens() const = 0;  // where prompts are cut (the tokenizer's model_max_length; 0: none)
   virtual LoadCounts load_counts() const { return {}; }
 
   // Several resolved requests of one shape (same width, height, steps, cfg, use_pe) in one pass through

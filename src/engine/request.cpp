@@ -60,6 +60,7 @@ GenerateRequest resolve_request(const GenerateRequest& req, const ModelLimits& l
   if (r.height == 0) r.height = sized_latents ? side(2) : kDefaultSize;
   if (r.steps == 0) r.steps = default_steps(l.turbo);
   if (r.cfg == kCfgDefault) r.cfg = default_cfg(l.turbo);
+  if (r.cfg <= 1.0f) r.negative_prompt.clear();  // guidance off: no negative row drives the image, none is recorded
 
   check_side("width", r.width, l);
   check_side("height", r.height, l);

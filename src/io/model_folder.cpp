@@ -1,5 +1,7 @@
 #include "io/model_folder.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -201,6 +203,22 @@ void check_layers(const Component& dit, const Component& te, const Component& va
   check_layers(vae, int64_t(m.vae.block_out_channels.size()) * (m.vae.layers_per_block + 1), "layers_per_block");
 }
 
+// Files people pass as --model that are not models: named, instead of a safetensors header error.
+void sniff_not_a_model(const std::string& path) {
+  size_t size = 0;
+  const int fd = open_regular_file(path, &size);
+  unsigned char b[8] = {};
+  const ssize_t n = ::pread(fd, b, sizeof b, 0);
+  ::close(fd);
+  const std::string head(reinterpret_cast<const char*>(b), size_t(std::max<ssize_t>(n, 0)));
+  ERNIE_CHECK(head.rfind("\x89PNG", 0) != 0, path, ": a PNG image, not a model (give a model folder or a file "
+              "written by `ernie-image convert`)");
+  ERNIE_CHECK(head.rfind("\xff\xd8\xff", 0) != 0, path, ": a JPEG image, not a model");
+  ERNIE_CHECK(head.rfind("GGUF", 0) != 0, path, ": a GGUF file; GGUF models do not load yet (give a model folder "
+              "or a file written by `ernie-image convert`)");
+  ERNIE_CHECK(head.rfind("PK\x03\x04", 0) != 0, path, ": a zip archive (a PyTorch .pt/.ckpt?), not a model");
+}
+
 // Each model_index.json entry names a component as [library, class] (or null); anything else is not a
 // diffusers index.
 void check_model_index(const json& idx, const std::string& path) {
@@ -234,7 +252,10 @@ ModelFolder ModelFolder::open_checked(const std::string& dir, bool with_pe) {
   std::error_code ec;
   const fs::file_status st = fs::status(dir, ec);
   ERNIE_CHECK(!ec || ec == std::errc::no_such_file_or_directory, dir, ": ", ec.message());
-  if (fs::is_regular_file(st)) return open_single_file(dir, with_pe);
+  if (fs::is_regular_file(st)) {
+    sniff_not_a_model(dir);
+    return open_single_file(dir, with_pe);
+  }
   ModelFolder m;
   m.root = fs::absolute(dir).lexically_normal().string();
   ERNIE_CHECK(fs::is_directory(m.root), dir, ": model folder not found");
@@ -340,6 +361,13 @@ ModelFolder ModelFolder::open_single_file(const std::string& path, bool with_pe)
 bool ModelFolder::has_file(const std::string& rel) const {
   if (file_) return file_->metadata().count("file:" + rel) > 0;
   return fs::is_regular_file(fs::path(root) / rel);
+}
+
+bool ModelFolder::has_prompt_enhancer() const {
+  if (pe_c) return true;
+  if (file_) return has_file("pe/config.json");
+  std::error_code ec;
+  return fs::is_directory(fs::path(root) / "pe", ec);
 }
 
 std::string ModelFolder::read_file(const std::string& rel) const {

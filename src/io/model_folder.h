@@ -54,6 +54,8 @@ class ModelFolder {
   // Opens configs and checkpoints; throws Error on a missing folder, bad JSON, invalid config or a
   // corrupt checkpoint. Tensor-level problems are listed by check(), not thrown.
   static ModelFolder open(const std::string& dir, bool with_pe = true);
+  // The model has a prompt enhancer (pe/), whether or not it was opened with it.
+  bool has_prompt_enhancer() const;
   // Every problem: missing, mis-shaped and unexpected tensors, cross-component mismatches.
   std::vector<Problem> check() const;
   // Throws the first fatal problem of `component`, if any (run before using it).

@@ -134,6 +134,7 @@ json JobQueue::describe(const Job& j) const {
     o["images"] = int(j.png.size());
     o["images_available"] = left;
     o["revised_prompt"] = j.revised_prompt;
+    o["truncated"] = j.truncated;
   }
   if (j.state != JobState::Queued) {
     Clock::time_point end = is_terminal(j.state) ? j.finished : Clock::now();
@@ -167,6 +168,7 @@ void JobQueue::finish_job(Job& j, JobState s, std::optional<ApiError> err) {
   if (s == JobState::Succeeded) {
     d["images"] = int(j.png.size());
     d["revised_prompt"] = j.revised_prompt;
+    d["truncated"] = j.truncated;
     d["seed"] = j.req.seed;
     d["timings"] = {{"encode_s", j.encode_s}, {"denoise_s", j.denoise_s}, {"decode_s", j.decode_s}};
     push_event(j, "done", d);
@@ -414,6 +416,7 @@ void JobQueue::run_batch(const std::shared_ptr<Batch>& b) {
       j.png = std::move(pngs[i]);
       j.fetched.assign(j.png.size(), false);
       j.revised_prompt = results[i].revised_prompt;
+      j.truncated = results[i].prompt_truncated;
       j.encode_s = results[i].encode_s;
       j.denoise_s = results[i].denoise_s;
       j.decode_s = results[i].decode_s;

@@ -52,6 +52,7 @@ struct Job {
   std::vector<bool> fetched;
   bool released = false;          // results gone (fetched, deleted or expired)
   std::string revised_prompt;
+  bool truncated = false;  // the prompt was cut at the tokenizer's limit
   double encode_s = 0, denoise_s = 0, decode_s = 0;
   int batch_size = 1;             // requests in the pipeline call that ran it
 };

@@ -232,7 +232,7 @@ void Server::handle_generations(const httplib::Request& req, httplib::Response& 
     data.push_back({{"b64_json", base64_encode(png)}, {"revised_prompt", job->revised_prompt}});
   json out = {{"created", job->created_unix}, {"data", std::move(data)}, {"id", job->id}, {"seed", job->req.seed},
               {"size", size_str(job->req.width, job->req.height)}, {"steps", job->req.steps},
-              {"guidance_scale", job->req.cfg}};
+              {"guidance_scale", job->req.cfg}, {"truncated", job->truncated}};
   queue_->remove(job);
   send_json(res, 200, out);
 }

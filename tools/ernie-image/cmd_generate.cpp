@@ -82,11 +82,17 @@ int run(Opts& o, const CLI::App& c) {
                  offload_name(oc.mode), oc.vae_tiling ? " with a tiled VAE decode" : "",
                  gib_str(oc.estimate_bytes).c_str());
   GenerateRequest r = engine->resolve(req);
+  if (!o.negative.empty() && r.negative_prompt.empty() && !o.quiet)
+    std::fprintf(stderr, "warning: the negative prompt is ignored at cfg %g (guidance off; it takes cfg > 1) and "
+                 "not recorded in the PNG\n", double(r.cfg));
   if (!o.save_latents.empty() && !r.init_latents)
     r.init_latents = initial_noise(latent_shape(r, engine->limits()), r.seed);
 
   GenerateResult res = engine->generate(r, printer.fn());
   printer.finish();
+  if (res.prompt_truncated && !o.quiet)
+    std::fprintf(stderr, "warning: the prompt was cut to the tokenizer's limit of %zu tokens\n",
+                 engine->max_prompt_tokens());
 
   const std::string model_name = model_display_name(engine->model_dir());
   for (int b = 0; b < r.num_images; ++b) {
@@ -115,14 +121,14 @@ Register reg(10, [](CLI::App& app) {
   auto* c = app.add_subcommand("generate", "Generate images from a prompt and write PNGs with the parameters embedded");
   add_model_flag(*c, o->engine);
   c->add_option("--prompt,-p", o->prompt, "the prompt")->required();
-  c->add_option("--negative,-n", o->negative, "negative prompt (default \"\"; used when cfg > 1)");
+  c->add_option("--negative,-n,--negative-prompt", o->negative, "negative prompt (default \"\"; used when cfg > 1)");
   c->add_option("--width,-W", o->width, "width in pixels, a multiple of the model's scale factor (default 1024)");
   c->add_option("--height,-H", o->height, "height in pixels (default 1024)");
   c->add_option("--steps", o->steps, "denoising steps (default: 50, Turbo 8)");
-  c->add_option("--cfg", o->cfg, "guidance scale; 1 turns guidance off (default: 4, Turbo 1)");
+  c->add_option("--cfg,--cfg-scale", o->cfg, "guidance scale; 1 turns guidance off (default: 4, Turbo 1)");
   c->add_option("--seed,-s", o->seed, "seed of the initial noise: -1 (default) is random; image i of a batch uses "
                                      "seed + i");
-  c->add_option("--batch", o->batch, "images to generate (default 1)");
+  c->add_option("--batch,-b,--batch-count", o->batch, "images to generate (default 1)");
   c->add_option("--output,-o", o->out, "output PNG; %d (or %03d) is replaced by the image index (default out.png)");
   c->add_option("--init-latents", o->init_latents, "safetensors file with tensor `latents` [B, C, H/s, W/s]: the initial noise");
   c->add_option("--save-latents", o->save_latents, "write the initial noise (tensor `latents`) to this safetensors file");

@@ -53,7 +53,11 @@ Register reg(40, [](CLI::App& app) {
     std::string input = o->text;
     if (c->count("--text") == 0) input.assign(std::istreambuf_iterator<char>(std::cin), {});
     if (o->decode) {
-      std::string text = tok.decode(parse_ids(input), o->skip_special);
+      const std::vector<int64_t> ids = parse_ids(input);
+      for (int64_t id : ids)  // an id outside the vocabulary has no text: an error, not an empty line
+        ERNIE_CHECK(id >= 0 && uint64_t(id) < tok.vocab_size(), "--decode: id ", std::to_string(id),
+                    " is not in the vocabulary (ids 0 to ", std::to_string(tok.vocab_size() - 1), ")");
+      std::string text = tok.decode(ids, o->skip_special);
       std::fwrite(text.data(), 1, text.size(), stdout);
       std::fputc('\n', stdout);
       return 0;

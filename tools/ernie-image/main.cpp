@@ -4,6 +4,8 @@
 #include <exception>
 #include <filesystem>
 #include <map>
+#include <string>
+#include <vector>
 
 #include "commands.h"
 #include "core/error.h"
@@ -13,6 +15,65 @@ std::vector<Command>& registry() {
   static std::vector<Command> r;
   return r;
 }
+
+namespace {
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// The closest of `names` to `word` when it is close enough to be a typo; else "".
+std::string closest(const std::string& word, const std::vector<std::string>& names) {
+  std::string best;
+  size_t d = std::max<size_t>(2, word.size() / 3) + 1;
+  for (const std::string& n : names)
+    if (size_t e = edit_distance(word, n); e < d) d = e, best = n;
+  return best;
+}
+
+// "did you mean" for a mistyped command or flag (CLI11 only says what it did not expect).
+void suggest(const CLI::App& app, int argc, char** argv) {
+  std::vector<std::string> commands;
+  for (const CLI::App* sub : app.get_subcommands({})) commands.push_back(sub->get_name());
+  if (argc < 2 || argv[1][0] == '-') return;
+  const std::string cmd = argv[1];
+  const CLI::App* sub = nullptr;
+  for (const CLI::App* s : app.get_subcommands({}))
+    if (s->get_name() == cmd) sub = s;
+  if (!sub) {
+    const std::string c = closest(cmd, commands);
+    std::string all;
+    for (const std::string& n : commands) all += (all.empty() ? "" : ", ") + n;
+    std::fprintf(stderr, "error: unknown command '%s'%s (commands: %s)\n", cmd.c_str(),
+                 c.empty() ? "" : ("; did you mean '" + c + "'?").c_str(), all.c_str());
+    return;
+  }
+  std::vector<std::string> flags;
+  for (const CLI::Option* o : sub->get_options())
+    for (const std::string& n : o->get_lnames()) flags.push_back("--" + n);
+  for (int i = 2; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--", 0) != 0) continue;
+    a = a.substr(0, a.find('='));
+    if (std::find(flags.begin(), flags.end(), a) != flags.end()) continue;
+    const std::string c = closest(a, flags);
+    std::fprintf(stderr, "error: %s has no flag %s%s\n", cmd.c_str(), a.c_str(),
+                 c.empty() ? "" : ("; did you mean " + c + "?").c_str());
+  }
+}
+
+}  // namespace
 }  // namespace ernie::cli
 
 int main(int argc, char** argv) {
@@ -28,7 +89,12 @@ int main(int argc, char** argv) {
     auto run = c.setup(app);
     runs.push_back({app.get_subcommands({})[before], run});
   }
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() != 0) suggest(app, argc, argv);
+    return app.exit(e);
+  }
   for (auto& [sub, run] : runs) {
     if (!sub->parsed()) continue;
     try {
