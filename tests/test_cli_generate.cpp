@@ -393,3 +393,11 @@ TEST(CliMessages, StableDiffusionCppAliases) {
   ASSERT_EQ(b.status, 0) << b.out;
   EXPECT_EQ(bytes_of(d.str() + "/a_1.png"), bytes_of(d.str() + "/b_1.png"));
 }
+
+// `bench --device cpu` takes the CPU's dtype by itself (it demanded --dtype f32).
+TEST(CliMessages, BenchOnTheCpuNeedsNoDtype) {
+  auto r = run_cli("bench --model '" + test::tiny_model() + "' --device cpu -W 64 -H 64 --steps 1 --repeat 1 "
+                   "--prompt-tokens 8 --threads 1 --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("\"dtype\": \"f32\""), std::string::npos) << r.out;
+}
