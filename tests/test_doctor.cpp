@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
@@ -64,4 +65,44 @@ TEST(Doctor, ConvertedFp8File) {
   EXPECT_EQ(c["transformer"]["dtype"], "F8_E4M3");
   const std::string at = r.json["model"]["memory"]["at"].get<std::string>();
   EXPECT_NE(at.find("F8_E4M3 DiT, 8-bit text encoder"), std::string::npos) << at;
+}
+
+// doctor reads what generate --pe reads besides tensors: each broken tokenizer, chat template or generation
+// config is a problem (and a non-zero exit), never "all is well".
+TEST(Doctor, ReportsBrokenTokenizersTemplateAndGenerationConfig) {
+  struct Case {
+    const char* file;
+    std::string contents;
+    const char* needle;
+  };
+  const std::vector<Case> cases = {
+      {"tokenizer/tokenizer.json", "{\"model\": 42", "tokenizer/tokenizer.json"},
+      {"pe_tokenizer/tokenizer.json", "[]", "pe_tokenizer/tokenizer.json"},
+      {"pe_tokenizer/chat_template.jinja", "{% for m in messages %}{{ m['content'] }", "chat template"},
+      {"pe_tokenizer/chat_template.jinja", "{{ raise_exception('this template is broken') }}", "this template is broken"},
+      {"pe/generation_config.json", "{\"top_k\": 40,", "pe/generation_config.json: not a JSON object"},
+      {"pe/generation_config.json", "{\"top_k\": \"many\"}", "top_k must be a non-negative integer"},
+  };
+  for (const Case& c : cases) {
+    test::TempDir d;
+    std::filesystem::copy(test::tiny_model(), d.path / "model", std::filesystem::copy_options::recursive);
+    const std::string m = (d.path / "model").string();
+    std::ofstream(d.path / "model" / c.file, std::ios::binary | std::ios::trunc) << c.contents;
+    DoctorReport r = run_doctor(m);
+    EXPECT_GT(r.problems, 0) << c.file << ": " << r.json.dump(2);
+    EXPECT_NE(r.json["problems"].dump().find(c.needle), std::string::npos) << c.needle << " in " << r.json["problems"];
+    EXPECT_FALSE(r.json["ok"].get<bool>());
+    // The rest of the report is still there.
+    EXPECT_TRUE(r.json["model"].contains("components")) << c.file;
+    test::CliRun cli = test::run_cli("doctor --model '" + m + "'");
+    EXPECT_NE(cli.status, 0) << cli.out;
+    EXPECT_EQ(cli.out.find("all is well"), std::string::npos) << cli.out;
+  }
+  // The fixture's text side loads: both tokenizers, the rendered template, the generation config.
+  DoctorReport ok = run_doctor(test::tiny_model());
+  EXPECT_EQ(ok.problems, 0) << ok.json.dump(2);
+  const json& t = ok.json["model"]["text"];
+  EXPECT_TRUE(t.contains("tokenizer") && t.contains("pe_tokenizer") && t.contains("chat_template") &&
+              t.contains("generation_config"))
+      << t.dump(2);
 }

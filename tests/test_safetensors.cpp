@@ -1,9 +1,15 @@
 // safetensors loading: the fixture loads, and every kind of corruption gives a clear Error (these run
 // under AddressSanitizer in CI).
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -157,4 +163,168 @@ TEST(SafeTensors, ShardedIndex) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("named in the index but missing"), std::string::npos) << e.what();
   }
+}
+
+// ---- the header as the reference implementation reads it ------------------------------------------------
+
+TEST(SafeTensors, DuplicateKeysAreRefused) {
+  // nlohmann keeps the last of two equal keys silently; the reference refuses them.
+  const std::string a = R"("a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]})";
+  expect_error(make_file("{" + a + "," + a + "}", 4), "names tensor 'a' twice");
+  expect_error(make_file(R"({"__metadata__":{"k":"v"},"__metadata__":{"k":"w"}})", 0), "two __metadata__");
+  expect_error(make_file(R"({"a":{"dtype":"F32","dtype":"I32","shape":[1],"data_offsets":[0,4]}})", 4),
+               "entry 'a' has key 'dtype' twice");
+  expect_error(make_file(R"({"__metadata__":{"k":"v","k":"w"}})", 0), "key 'k' twice");
+  // Equal keys in different objects are fine.
+  TempDir d;
+  write_all(d.str() + "/ok.safetensors",
+            make_file(R"({"__metadata__":{"dtype":"x"},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                      R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                      8));
+  EXPECT_EQ(SafeTensorsFile::open(d.str() + "/ok.safetensors")->tensors().size(), 2u);
+}
+
+TEST(SafeTensors, DuplicateDetectionStaysLinearOnALargeHeader) {
+  std::string h = "{";
+  const int n = 20000;
+  for (int i = 0; i < n; ++i)
+    h += "\"t" + std::to_string(i) + "\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[" + std::to_string(i) + "," +
+         std::to_string(i + 1) + "]},";
+  TempDir d;
+  write_all(d.str() + "/big.safetensors", make_file(h + R"("__metadata__":{"k":"v"}})", n));
+  EXPECT_EQ(SafeTensorsFile::open(d.str() + "/big.safetensors")->tensors().size(), size_t(n));
+  expect_error(make_file(h + R"("t12345":{"dtype":"U8","shape":[0],"data_offsets":[0,0]}})", n), "'t12345' twice");
+}
+
+TEST(SafeTensors, OnlySpacesMayFollowTheHeaderJson) {
+  expect_error(make_file(std::string("{}\0garbage", 10), 0), "not space padding");
+  expect_error(make_file("{} x", 0), "not space padding");
+  expect_error(make_file(std::string("{}\0\0\0\0", 6), 0), "not space padding");
+  expect_error(make_file(std::string("{\"a\":\0}", 7), 0), "NUL byte");
+  // Space (and JSON whitespace) padding is what writers use.
+  TempDir d;
+  for (const std::string pad : {"", "   ", " \n\t\r "}) {
+    write_all(d.str() + "/p.safetensors",
+              make_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})" + pad, 4));
+    EXPECT_EQ(SafeTensorsFile::open(d.str() + "/p.safetensors")->tensors().size(), 1u) << "pad '" << pad << "'";
+  }
+  // A '}' inside a string does not end the object.
+  write_all(d.str() + "/s.safetensors", make_file(R"({"__metadata__":{"k":"}\"}"}}   )", 0));
+  EXPECT_EQ(SafeTensorsFile::open(d.str() + "/s.safetensors")->metadata().at("k"), "}\"}");
+}
+
+// ---- what is opened must be a regular file ----------------------------------------------------------------
+
+TEST(SafeTensors, SpecialFilesFailAtOnce) {
+  TempDir d;
+  // A FIFO: a plain open() blocks until a writer appears. If it does, unblock it and fail.
+  const std::string fifo = d.str() + "/fifo.safetensors";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto res = std::async(std::launch::async, [&] { return test::error_of([&] { SafeTensorsFile::open(fifo); }); });
+  if (res.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    const int w = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+    if (w >= 0) ::close(w);
+    res.wait();
+    FAIL() << "opening a FIFO blocked";
+  }
+  const std::string msg = res.get();
+  EXPECT_NE(msg.find("FIFO"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(fifo), std::string::npos) << msg;
+
+  test::expect_error([] { SafeTensorsFile::open("/dev/zero"); }, "/dev/zero: is a character device");
+  test::expect_error([&] { SafeTensorsFile::open(d.str()); }, "is a folder, not a regular file");
+  const std::string loop = d.str() + "/loop.safetensors";
+  fs::create_symlink(loop, loop);
+  test::expect_error([&] { SafeTensorsFile::open(loop); }, loop + ": cannot open");
+
+  // Through a checkpoint folder and an index too: Errors, not std::filesystem_error.
+  TempDir c;
+  fs::create_symlink(c.str() + "/x.safetensors", c.str() + "/x.safetensors");
+  test::expect_error([&] { Checkpoint::open_dir(c.str()); }, "x.safetensors: cannot open");
+  TempDir e;
+  ASSERT_EQ(::mkfifo((e.str() + "/m.safetensors.index.json").c_str(), 0600), 0);
+  auto idx = std::async(std::launch::async, [&] { return test::error_of([&] { Checkpoint::open_dir(e.str()); }); });
+  if (idx.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    const int w = ::open((e.str() + "/m.safetensors.index.json").c_str(), O_WRONLY | O_NONBLOCK);
+    if (w >= 0) ::close(w);
+    idx.wait();
+    FAIL() << "opening a FIFO index blocked";
+  }
+  EXPECT_NE(idx.get().find("is a FIFO"), std::string::npos);
+}
+
+// ---- the data checksum ---------------------------------------------------------------------------------
+
+TEST(SafeTensors, Xxh64MatchesTheReference) {
+  auto h = [](const std::string& s) { return xxh64(s.data(), s.size()); };
+  EXPECT_EQ(xxh64(nullptr, 0), 0xef46db3751d8e999ull);
+  EXPECT_EQ(h("a"), 0xd24ec4f1a98c6e5bull);
+  EXPECT_EQ(h("abc"), 0x44bc2cf5ad770999ull);
+  EXPECT_EQ(h("foo"), 0x33bf00a859c4ba3full);
+  EXPECT_EQ(h("abcdefghijklmnopqrstuvwxyz12345"), 0x467605901b01d6f6ull);       // 31 bytes: no stripes
+  EXPECT_EQ(h("0123456789abcdefghijklmnopqrstuvwxyz"), 0x69196c1b3af0bff9ull);  // 36: one stripe + tail
+  EXPECT_EQ(h("abcd"), 0xde0327b0d25d92ccull);
+  EXPECT_EQ(h("abcdefgh"), 0x3ad351775b4634b7ull);
+  EXPECT_EQ(xxh64(nullptr, 0, 668718853), 0x04e830582a31a119ull);
+  std::string longer(1000, '\0');  // every stripe and tail length path: bytes i * 7 mod 251
+  for (size_t i = 0; i < longer.size(); ++i) longer[i] = char(uint8_t(i * 7 % 251));
+  EXPECT_EQ(h(longer), 0x023fd2ed1ff957d5ull);  // from a Python transcription of the spec
+  EXPECT_EQ(h(longer.substr(0, 999)), 0x124351679f59c3f0ull);
+}
+
+TEST(SafeTensors, WrittenFilesCarryADataChecksum) {
+  TempDir d;
+  const std::string p = d.str() + "/c.safetensors";
+  Tensor a = Tensor::from_vector({1, 2, 3, 4, 5, 6}, {2, 3}), b = Tensor::from_vector({7}, {1});
+  save_safetensors(p, {{"b", b}, {"a", a}}, {{"k", "v"}});
+  auto f = SafeTensorsFile::open(p);
+  EXPECT_EQ(f->metadata().at("k"), "v");
+  const std::string sum = f->metadata().at(kDataChecksumKey);
+  EXPECT_EQ(checksum_status(f->metadata()), ChecksumStatus::Unverified);
+  // The documented definition: XXH64 over each tensor's XXH64 (little-endian), in name order.
+  std::string cat;
+  for (const Tensor* t : {&a, &b}) {
+    const uint64_t h = xxh64(t->raw(), t->nbytes());
+    for (int i = 0; i < 8; ++i) cat.push_back(char(uint8_t(h >> (8 * i))));
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(xxh64(cat.data(), cat.size())));
+  EXPECT_EQ(sum, hex);
+  ChecksumCheck c = verify_data_checksum(*f);
+  EXPECT_EQ(c.status, ChecksumStatus::Ok) << c.stored << " vs " << c.computed;
+  f.reset();
+
+  // One flipped data byte: a mismatch.
+  std::string bytes = read_all(p);
+  bytes[bytes.size() - 1] ^= 1;
+  write_all(p, bytes);
+  c = verify_data_checksum(*SafeTensorsFile::open(p));
+  EXPECT_EQ(c.status, ChecksumStatus::Mismatch);
+  EXPECT_EQ(c.stored, sum);
+  EXPECT_NE(c.computed, sum);
+
+  // The placeholder (a writer that never finished): refused at open, "incomplete" when allowed.
+  const size_t at = bytes.find(sum);
+  ASSERT_NE(at, std::string::npos);
+  bytes.replace(at, 16, kDataChecksumPending);
+  write_all(p, bytes);
+  test::expect_error([&] { SafeTensorsFile::open(p); }, "incomplete file");
+  EXPECT_EQ(verify_data_checksum(*SafeTensorsFile::open(p, true)).status, ChecksumStatus::Incomplete);
+
+  // A file from another tool has none: nothing to check.
+  write_all(p, make_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4));
+  EXPECT_EQ(verify_data_checksum(*SafeTensorsFile::open(p)).status, ChecksumStatus::None);
+}
+
+TEST(SafeTensors, ChecksumDoesNotDependOnWriterThreads) {
+  TempDir d;
+  std::vector<PendingTensor> ts;
+  for (int i = 0; i < 30; ++i)
+    ts.push_back({"t" + std::to_string(i), DType::F32, {int64_t(100 + i)}, [i] {
+                    return test::rnd({int64_t(100 + i)}, uint32_t(i));
+                  }});
+  save_safetensors_streamed(d.str() + "/1.safetensors", ts, {}, 64, {}, 1);
+  save_safetensors_streamed(d.str() + "/4.safetensors", ts, {}, 64, {}, 4);
+  EXPECT_EQ(read_all(d.str() + "/1.safetensors"), read_all(d.str() + "/4.safetensors"));
+  EXPECT_EQ(verify_data_checksum(*SafeTensorsFile::open(d.str() + "/4.safetensors"), 3).status, ChecksumStatus::Ok);
 }

@@ -21,7 +21,57 @@ struct QuantizedPair {
   std::pair<Tensor, Tensor> q;
   std::atomic<int> left{2};
 };
+std::vector<const Component*> all_components(const ModelFolder& m) {
+  std::vector<const Component*> v = {&m.transformer_c, &m.text_encoder_c, &m.vae_c};
+  if (m.pe_c) v.push_back(&*m.pe_c);
+  return v;
+}
 }  // namespace
+
+void check_convert_output(const ModelFolder& m, const std::string& out) {
+  ERNIE_CHECK(!out.empty(), "convert: the output path is empty");
+  std::error_code ec;
+  const fs::file_status st = fs::status(out, ec);  // follows symlinks
+  const bool exists = fs::exists(st);
+  const fs::file_type type = st.type();
+  ERNIE_CHECK(!exists || type == fs::file_type::regular, out, ": exists and is not a regular file (",
+              type == fs::file_type::directory  ? "a folder"
+              : type == fs::file_type::fifo     ? "a FIFO"
+              : type == fs::file_type::character ? "a character device"
+              : type == fs::file_type::block    ? "a block device"
+              : type == fs::file_type::socket   ? "a socket"
+                                                : "a special file",
+              "); refusing to replace it");
+  // Every file the model is read from.
+  std::vector<std::string> inputs;
+  for (const Component* c : all_components(m))
+    for (const auto& f : c->ckpt.files()) inputs.push_back(f->path());
+  if (m.is_single_file()) {
+    inputs.push_back(m.root);
+  } else {
+    inputs.push_back((fs::path(m.root) / "model_index.json").string());
+    for (const char* d : {"transformer", "text_encoder", "vae", "scheduler", "tokenizer", "pe", "pe_tokenizer"}) {
+      std::error_code e2;
+      for (fs::directory_iterator it(fs::path(m.root) / d, e2), end; !e2 && it != end; it.increment(e2))
+        inputs.push_back(it->path().string());
+    }
+  }
+  if (exists)
+    for (const std::string& in : inputs) {
+      std::error_code e2;
+      ERNIE_CHECK(!fs::equivalent(out, in, e2), out, ": resolves to the model's own input file ", in,
+                  "; writing it would destroy the model being converted. Choose another output path");
+    }
+  // A new .safetensors inside a checkpoint folder would be read as a second checkpoint of that component.
+  if (!m.is_single_file() && fs::path(out).filename().string().ends_with(".safetensors")) {
+    const fs::path parent = fs::weakly_canonical(fs::absolute(out).parent_path(), ec);
+    for (const Component* c : all_components(m)) {
+      std::error_code e2;
+      ERNIE_CHECK(ec || c->dir.empty() || !fs::equivalent(parent, c->dir, e2), out, ": lies in the model's ", c->name,
+                  "/ folder, which would then hold two checkpoints. Choose a path outside it");
+    }
+  }
+}
 
 ConvertStats convert_model(const ModelFolder& m, const std::string& out, const ConvertOptions& opt,
                            const std::function<void(size_t, size_t)>& progress) {
@@ -29,6 +79,7 @@ ConvertStats convert_model(const ModelFolder& m, const std::string& out, const C
   ERNIE_CHECK(opt.dit_input_amax.empty() || opt.format == WeightFormat::FP8,
               "convert: static activation scales (calibration) apply to fp8 weights only, not ",
               weight_format_name(opt.format));
+  check_convert_output(m, out);
   for (const Problem& p : m.check())
     ERNIE_CHECK(!p.fatal, m.root, ": cannot convert, ", p.component, ": ", p.message);
   std::vector<const Component*> comps = {&m.transformer_c, &m.text_encoder_c, &m.vae_c};

@@ -29,6 +29,13 @@ struct ConvertStats {
   double seconds = 0;
 };
 
+// Throws Error when writing `out` could lose data: `out` resolves (through symlinks, hard links) to a file the
+// model is read from (a checkpoint shard, an index, a config, a tokenizer file; a converted input file
+// itself), it exists and is not a regular file (a device, a folder, a FIFO), or it is a new .safetensors in
+// one of the model's checkpoint folders (which would then hold two checkpoints). convert_model runs it first;
+// a front end may run it before anything long (calibration).
+void check_convert_output(const ModelFolder& m, const std::string& out);
+
 // Converts a model folder (or an already converted file) into one file at `out` (written atomically).
 // `progress(done_bytes, total_bytes)` is called as tensors are written (from the writer threads, under a
 // lock). The file's bytes do not depend on `opt.threads`.

@@ -1,13 +1,19 @@
 #include "engine/doctor.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <sstream>
 
 #include "core/error.h"
 #include "core/system_info.h"
 #include "engine/memory_plan.h"
 #include "io/model_folder.h"
+#include "io/model_tokenizer.h"
+#include "io/safetensors.h"
 #include "ops/tuning_cache.h"
+#include "text/chat_template.h"
+#include "text/pe_prompt.h"
 
 using json = nlohmann::json;
 
@@ -22,9 +28,113 @@ std::string human_bytes(double bytes) {
   else std::snprintf(b, sizeof b, "%.2f MiB", bytes / (1024.0 * 1024.0));
   return b;
 }
+
+// Runs `f`; an error it throws becomes the problem "<what>: <message>" instead of ending the report.
+template <class F>
+void attempt(json& problems, const std::string& what, F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    problems.push_back(what + ": " + e.what());
+  } catch (const std::exception& e) {
+    problems.push_back(what + ": " + e.what());
+  }
+}
+
+// What generate, enhance and serve read besides tensors and configs: the tokenizers, the prompt enhancer's
+// chat template (rendered once over a sample request, as PromptEnhancer::load and render do) and
+// pe/generation_config.json (parsed with the same checks).
+void check_text_side(const ModelFolder& mf, json& m, json& problems, json& warnings) {
+  json t = json::object();
+  attempt(problems, "tokenizer", [&] {
+    const Tokenizer tok = load_model_tokenizer(mf, "tokenizer");
+    const size_t ids = tok.encode("a cat on a windowsill, morning light").size();
+    t["tokenizer"] = {{"vocab_size", tok.vocab_size()}, {"sample_tokens", ids}};
+    if (int64_t(tok.vocab_size()) > mf.text_encoder.vocab_size)
+      warnings.push_back("tokenizer: " + std::to_string(tok.vocab_size()) +
+                         " tokens but text_encoder/config.json has vocab_size " +
+                         std::to_string(mf.text_encoder.vocab_size));
+  });
+  if (mf.pe_c) {
+    const std::string rel = mf.pe_tokenizer_rel;
+    if (rel.empty()) {
+      problems.push_back("pe: the prompt enhancer has no tokenizer (pe_tokenizer/tokenizer.json or pe/tokenizer.json)");
+    } else {
+      const std::string where = mf.root + "/" + rel;
+      attempt(problems, rel, [&] {
+        const Tokenizer tok = load_model_tokenizer(mf, rel);
+        ERNIE_CHECK(tok.eos_id() >= 0, where, "/tokenizer_config.json: no eos_token (generation could never stop)");
+        ERNIE_CHECK(!mf.pe || int64_t(tok.vocab_size()) <= mf.pe->vocab_size, where, "/tokenizer.json: ",
+                    std::to_string(tok.vocab_size()), " tokens but pe/config.json has vocab_size ",
+                    std::to_string(mf.pe ? mf.pe->vocab_size : 0));
+        t[rel] = {{"vocab_size", tok.vocab_size()}};
+      });
+      attempt(problems, rel + " chat template", [&] {
+        const std::string config_text =
+            mf.has_file(rel + "/tokenizer_config.json") ? mf.read_file(rel + "/tokenizer_config.json") : "";
+        json cfg_plain;
+        nlohmann::ordered_json cfg = nlohmann::ordered_json::object();
+        if (!config_text.empty()) {
+          cfg_plain = json::parse(config_text, nullptr, false);
+          ERNIE_CHECK(!cfg_plain.is_discarded() && cfg_plain.is_object(), where,
+                      "/tokenizer_config.json: not a JSON object");
+          cfg = nlohmann::ordered_json::parse(config_text);
+        }
+        std::optional<std::string> jinja;
+        if (mf.has_file(rel + "/chat_template.jinja")) jinja = mf.read_file(rel + "/chat_template.jinja");
+        const ChatTemplate tmpl(select_chat_template(jinja, cfg_plain, where));
+        const std::string out = tmpl.render(chat_template_context(pe_messages("a cat", 1024, 1024), cfg));
+        ERNIE_CHECK(!out.empty(), where, ": the chat template renders a sample request as nothing");
+        t["chat_template"] = {{"source", jinja ? rel + "/chat_template.jinja" : rel + "/tokenizer_config.json"},
+                              {"sample_chars", out.size()}};
+      });
+    }
+    if (mf.has_file("pe/generation_config.json"))
+      attempt(problems, "pe/generation_config.json", [&] {
+        const json gen = json::parse(mf.read_file("pe/generation_config.json"), nullptr, false);
+        ERNIE_CHECK(!gen.is_discarded() && gen.is_object(), mf.root, "/pe/generation_config.json: not a JSON object");
+        if (gen.contains("top_k") && !gen["top_k"].is_null())
+          ERNIE_CHECK(gen["top_k"].is_number_integer() && gen["top_k"].get<int64_t>() >= 0, mf.root,
+                      "/pe/generation_config.json: top_k must be a non-negative integer");
+        t["generation_config"] = "ok";
+      });
+  }
+  m["text"] = t;
+}
+
+// Each safetensors file the model reads: its data checksum (io/safetensors.h), read and compared with --verify.
+void check_checksums(const ModelFolder& mf, const DoctorOptions& opt, json& m, json& problems) {
+  std::vector<std::shared_ptr<SafeTensorsFile>> files;
+  for (const Component* c : {&mf.transformer_c, &mf.text_encoder_c, &mf.vae_c, mf.pe_c ? &*mf.pe_c : nullptr})
+    if (c)
+      for (const auto& f : c->ckpt.files())
+        if (std::none_of(files.begin(), files.end(), [&](const auto& g) { return g->path() == f->path(); }))
+          files.push_back(f);
+  json list = json::array();
+  for (const auto& f : files) {
+    ChecksumCheck r;
+    r.status = checksum_status(f->metadata());
+    if (opt.verify && r.status == ChecksumStatus::Unverified) r = verify_data_checksum(*f, opt.threads);
+    json e = {{"path", f->path()}, {"checksum", checksum_status_name(r.status)}};
+    if (!r.stored.empty()) e["stored"] = r.stored;
+    if (!r.computed.empty()) e["computed"] = r.computed;
+    list.push_back(e);
+    const std::string where = f->path() + ": ";
+    if (r.status == ChecksumStatus::Mismatch)
+      problems.push_back(where + "data checksum mismatch (" + std::string(kDataChecksumKey) + " " + r.stored +
+                         ", data hashes to " + r.computed + "): the file is corrupt or was changed after writing");
+    else if (r.status == ChecksumStatus::Incomplete)
+      problems.push_back(where + "incomplete: its writer never finished (" + std::string(kDataChecksumKey) +
+                         " is still the placeholder)");
+    else if (r.status == ChecksumStatus::Malformed)
+      problems.push_back(where + std::string(kDataChecksumKey) + " '" + r.stored + "' is not a checksum");
+  }
+  m["files"] = list;
+  m["verified"] = opt.verify;
+}
 }  // namespace
 
-DoctorReport run_doctor(const std::string& model_dir) {
+DoctorReport run_doctor(const std::string& model_dir, const DoctorOptions& opt) {
   DoctorReport r;
   json& j = r.json;
   SystemInfo si = query_system_info();
@@ -75,6 +185,8 @@ DoctorReport run_doctor(const std::string& model_dir) {
         if (p.fatal) j["problems"].push_back(msg);
         else j["warnings"].push_back(msg);
       }
+      check_text_side(mf, m, j["problems"], j["warnings"]);
+      check_checksums(mf, opt, m, j["problems"]);
       // Device memory at 1024x1024 with guidance (2 rows), a 256-token prompt, bf16 (8-bit weights where the
       // file stores them so), per low-VRAM mode.
       GenerationShape shape;
@@ -102,6 +214,8 @@ DoctorReport run_doctor(const std::string& model_dir) {
       m["memory"] = fit;
     } catch (const Error& e) {
       j["problems"].push_back(e.what());
+    } catch (const std::exception& e) {  // a file system error: still a report, not a crash
+      j["problems"].push_back(model_dir + ": " + e.what());
     }
     j["model"] = m;
   }
@@ -156,6 +270,20 @@ std::string format_doctor(const json& j) {
                       human_bytes(double(c["bytes_on_disk"].get<size_t>())).c_str());
         o << line;
       }
+    if (m.contains("files")) {
+      size_t none = 0;
+      for (const json& f : m["files"]) {
+        const std::string st = f["checksum"].get<std::string>();
+        if (st == "none") {
+          ++none;
+          continue;
+        }
+        o << "  " << f["path"].get<std::string>() << ": data checksum "
+          << (st == "not verified" ? std::string("present, not verified (--verify reads the data)") : st) << "\n";
+      }
+      if (none)
+        o << "  data checksum: none in " << none << " file(s) (written by other tools; nothing to verify)\n";
+    }
     if (m.contains("memory")) {
       const json& f = m["memory"];
       char line[400];

@@ -8,13 +8,17 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <random>
+#include <unordered_set>
 
 #include "core/error.h"
 
@@ -31,6 +35,147 @@ uint64_t read_u64le(const uint8_t* p) {
   for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
   return v;
 }
+
+const char* file_kind(mode_t m) {
+  return S_ISREG(m)    ? "a regular file"
+         : S_ISDIR(m)  ? "a folder"
+         : S_ISFIFO(m) ? "a FIFO"
+         : S_ISCHR(m)  ? "a character device"
+         : S_ISBLK(m)  ? "a block device"
+         : S_ISSOCK(m) ? "a socket"
+                       : "a special file";
+}
+
+// Opens `path` read-only without blocking (a FIFO would block a plain open) and checks it is a regular file;
+// the descriptor and the size. Throws Error naming the path and what it is instead.
+int open_regular(const std::string& path, size_t* size) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  ERNIE_CHECK(fd >= 0, path, ": cannot open (", std::strerror(errno), ")");
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int e = errno;
+    ::close(fd);
+    fail(path, ": cannot stat (", std::strerror(e), ")");
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    fail(path, ": is ", file_kind(st.st_mode), ", not a regular file");
+  }
+  *size = size_t(st.st_size);
+  return fd;
+}
+
+// A small regular file (an index.json), read whole.
+std::string read_small_file(const std::string& path, size_t max_bytes) {
+  size_t size = 0;
+  const int fd = open_regular(path, &size);
+  if (size > max_bytes) {
+    ::close(fd);
+    fail(path, ": ", std::to_string(size), " bytes, more than the ", std::to_string(max_bytes >> 20), " MB allowed");
+  }
+  std::string s(size, '\0');
+  size_t got = 0;
+  while (got < size) {
+    const ssize_t k = ::read(fd, s.data() + got, size - got);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) {
+      const int e = k < 0 ? errno : 0;
+      ::close(fd);
+      fail(path, ": read failed (", e ? std::strerror(e) : "file shrank while read", ")");
+    }
+    got += size_t(k);
+  }
+  ::close(fd);
+  return s;
+}
+
+bool json_space(uint8_t c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+std::string hex_byte(uint8_t c) {
+  const char* d = "0123456789abcdef";
+  return {d[c >> 4], d[c & 15]};
+}
+
+// Where the JSON object or array at the start of [p, p + n) ends (after leading whitespace): one past its
+// closing bracket, found by counting brackets outside strings. `n` when it does not close (the parser then
+// reports the broken JSON) or does not start with a bracket.
+size_t json_value_end(const uint8_t* p, size_t n) {
+  size_t i = 0;
+  while (i < n && json_space(p[i])) ++i;
+  if (i == n || (p[i] != '{' && p[i] != '[')) return n;
+  size_t depth = 0;
+  for (; i < n; ++i) {
+    const uint8_t c = p[i];
+    if (c == '"') {
+      for (++i; i < n && p[i] != '"'; ++i)
+        if (p[i] == '\\') ++i;
+      if (i >= n) return n;
+    } else if (c == '{' || c == '[') {
+      ++depth;
+    } else if (c == '}' || c == ']') {
+      if (--depth == 0) return i + 1;
+    } else if (c == 0) {
+      return n;  // refused as a NUL byte
+    }
+  }
+  return n;
+}
+
+// Finds the first duplicate key in any object (nlohmann keeps the last one silently; the reference
+// implementation refuses them): a SAX pass with one set of keys per open object, linear in the header. (The
+// parser-callback route is quadratic: nlohmann's callback DOM parser rescans the parent object at the end
+// of every child object, 13 s for 20k tensors.)
+struct DuplicateKeyFinder : nlohmann::json_sax<json> {
+  std::vector<std::unordered_set<std::string>> keys;  // keys[d]: the keys of the open object at depth d
+  size_t depth = 0;
+  std::string dup, dup_in, top;  // the first duplicate, the top-level entry it is in, the current top-level key
+
+  bool start_object(std::size_t) override {
+    if (keys.size() <= depth) keys.emplace_back();
+    else if (keys[depth].bucket_count() > 64) keys[depth] = {};  // a large set is not cleared per small object
+    else keys[depth].clear();
+    ++depth;
+    return true;
+  }
+  bool end_object() override {
+    --depth;
+    return true;
+  }
+  bool key(string_t& k) override {
+    if (depth == 1) top = k;
+    if (depth == 0 || keys[depth - 1].insert(k).second) return true;
+    dup = k;
+    dup_in = depth == 1 ? "" : top;
+    return false;  // stop at the first
+  }
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_array(std::size_t) override { return true; }
+  bool end_array() override { return true; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+};
+
+json parse_header_json(const uint8_t* b, const uint8_t* e, const std::string& what) {
+  json h;
+  try {
+    h = json::parse(b, e);
+  } catch (const json::exception& x) {
+    fail(what, ": header is not valid JSON (", x.what(), ")");
+  }
+  DuplicateKeyFinder d;
+  json::sax_parse(b, e, &d);
+  if (!d.dup.empty()) {
+    if (d.dup_in.empty() && d.dup == "__metadata__") fail(what, ": header has two __metadata__ entries");
+    if (d.dup_in.empty()) fail(what, ": header names tensor '", d.dup, "' twice");
+    fail(what, ": header entry '", d.dup_in, "' has key '", d.dup, "' twice");
+  }
+  return h;
+}
 }  // namespace
 
 std::vector<TensorInfo> parse_safetensors_header(const void* data, size_t file_size, const std::string& what,
@@ -42,8 +187,16 @@ std::vector<TensorInfo> parse_safetensors_header(const void* data, size_t file_s
   ERNIE_CHECK(n <= kMaxHeader, what, ": header length ", std::to_string(n), " exceeds the 100 MB limit (corrupt file?)");
   ERNIE_CHECK(n <= file_size - 8, what, ": header length ", std::to_string(n), " runs past the end of the ",
               std::to_string(file_size), "-byte file (truncated?)");
-  json h = json::parse(p + 8, p + 8 + n, nullptr, false);
-  ERNIE_CHECK(!h.is_discarded(), what, ": header is not valid JSON");
+  // Only whitespace (the format pads with spaces) may follow the JSON value. nlohmann stops at a NUL byte as
+  // if the input ended there, so the end of the value is found here and a NUL anywhere (never valid JSON,
+  // where it must be written \u0000) is refused.
+  const uint8_t* hb = p + 8;
+  const size_t hn = json_value_end(hb, size_t(n));
+  for (size_t i = hn; i < size_t(n); ++i)
+    ERNIE_CHECK(json_space(hb[i]), what, ": header has bytes after its JSON object that are not space padding (byte ",
+                std::to_string(8 + i), " is 0x", hex_byte(hb[i]), "; corrupt file?)");
+  ERNIE_CHECK(std::memchr(hb, 0, hn) == nullptr, what, ": header holds a NUL byte (corrupt file?)");
+  json h = parse_header_json(hb, hb + hn, what);
   ERNIE_CHECK(h.is_object(), what, ": header is not a JSON object");
   const uint64_t data_size = file_size - 8 - n;
   std::vector<TensorInfo> out;
@@ -101,17 +254,12 @@ std::vector<TensorInfo> parse_safetensors_header(const void* data, size_t file_s
   return out;
 }
 
-std::shared_ptr<SafeTensorsFile> SafeTensorsFile::open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  ERNIE_CHECK(fd >= 0, path, ": cannot open (", std::strerror(errno), ")");
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    fail(path, ": not a regular file");
-  }
+std::shared_ptr<SafeTensorsFile> SafeTensorsFile::open(const std::string& path, bool allow_incomplete) {
+  size_t size = 0;
+  const int fd = open_regular(path, &size);
   std::shared_ptr<SafeTensorsFile> f(new SafeTensorsFile());
   f->path_ = path;
-  f->size_ = size_t(st.st_size);
+  f->size_ = size;
   if (f->size_ > 0) {
     void* m = mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE, fd, 0);
     if (m == MAP_FAILED) {
@@ -126,6 +274,9 @@ std::shared_ptr<SafeTensorsFile> SafeTensorsFile::open(const std::string& path) 
   f->data_offset_ = 8 + size_t(read_u64le(f->base_));
   for (size_t i = 0; i < f->infos_.size(); ++i) f->index_[f->infos_[i].name] = i;
   f->self_ = f;
+  ERNIE_CHECK(allow_incomplete || checksum_status(f->metadata_) != ChecksumStatus::Incomplete, path,
+              ": incomplete file: its writer never finished (metadata '", kDataChecksumKey,
+              "' still holds the placeholder; a killed convert?). Write it again");
   return f;
 }
 
@@ -158,9 +309,7 @@ void Checkpoint::add(std::shared_ptr<SafeTensorsFile> f, const std::string& orig
 Checkpoint Checkpoint::open_file(const std::string& path) {
   Checkpoint c;
   if (path.size() > 11 && path.ends_with(".index.json")) {
-    std::ifstream in(path);
-    ERNIE_CHECK(in, path, ": cannot open");
-    json j = json::parse(in, nullptr, false);
+    json j = json::parse(read_small_file(path, size_t(100) << 20), nullptr, false);
     ERNIE_CHECK(!j.is_discarded() && j.is_object(), path, ": not valid JSON");
     ERNIE_CHECK(j.contains("weight_map") && j["weight_map"].is_object(), path, ": missing object 'weight_map'");
     std::map<std::string, std::vector<std::string>> by_shard;
@@ -174,7 +323,8 @@ Checkpoint Checkpoint::open_file(const std::string& path) {
     std::string dir = fs::path(path).parent_path().string();
     for (auto& [shard, names] : by_shard) {
       std::string sp = (fs::path(dir) / shard).string();
-      ERNIE_CHECK(fs::exists(sp), path, ": shard '", shard, "' is named in the index but missing");
+      std::error_code ec;
+      ERNIE_CHECK(fs::exists(fs::symlink_status(sp, ec)), path, ": shard '", shard, "' is named in the index but missing");
       auto f = SafeTensorsFile::open(sp);
       for (const std::string& n : names)
         ERNIE_CHECK(f->find(n), path, ": index puts tensor '", n, "' in '", shard, "' but that shard lacks it");
@@ -187,13 +337,15 @@ Checkpoint Checkpoint::open_file(const std::string& path) {
 }
 
 Checkpoint Checkpoint::open_dir(const std::string& dir) {
-  ERNIE_CHECK(fs::is_directory(dir), dir, ": folder is missing");
+  std::error_code ec;
+  ERNIE_CHECK(fs::is_directory(dir, ec), dir, ": folder is missing", ec ? " (" + ec.message() + ")" : "");
   std::vector<std::string> index, single;
-  for (auto& e : fs::directory_iterator(dir)) {
-    std::string n = e.path().filename().string();
-    if (n.ends_with(".safetensors.index.json")) index.push_back(e.path().string());
-    else if (n.ends_with(".safetensors")) single.push_back(e.path().string());
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::string n = it->path().filename().string();
+    if (n.ends_with(".safetensors.index.json")) index.push_back(it->path().string());
+    else if (n.ends_with(".safetensors")) single.push_back(it->path().string());
   }
+  ERNIE_CHECK(!ec, dir, ": cannot list the folder (", ec.message(), ")");
   std::sort(index.begin(), index.end());
   std::sort(single.begin(), single.end());
   ERNIE_CHECK(index.size() <= 1, dir, ": more than one *.safetensors.index.json");
@@ -248,17 +400,175 @@ bool pwrite_all(int fd, const void* p, size_t n, size_t off) {
   }
   return true;
 }
+
+// ---- temp files removed on SIGINT / SIGTERM / SIGHUP ----------------------------------------------------
+// A fixed table the signal handler walks without locks or allocation: each armed slot holds one temp file's
+// path. The handler unlinks them, restores the default action and re-raises the signal.
+constexpr int kTempSlots = 64;
+struct TempSlot {
+  std::atomic<int> armed{0};
+  char path[4096];
+};
+TempSlot g_temp_slots[kTempSlots];
+constexpr int kCleanupSignals[] = {SIGINT, SIGTERM, SIGHUP};
+constexpr int kNumCleanupSignals = int(sizeof(kCleanupSignals) / sizeof(kCleanupSignals[0]));
+std::mutex g_temp_mu;  // slot claims and the handlers' installation
+int g_temp_users = 0;
+bool g_handler_ours[kNumCleanupSignals] = {};
+
+void remove_temps_and_reraise(int sig) {
+  for (TempSlot& s : g_temp_slots)
+    if (s.armed.load(std::memory_order_acquire) == 1) ::unlink(s.path);
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);  // blocked while this handler runs; delivered with the default action when it returns
+}
+
+// Arms signal cleanup for `path`: the slot, or -1 when the table is full or the path too long (the file is
+// then still removed on errors, only not on a signal).
+int arm_temp_cleanup(const std::string& path) {
+  std::lock_guard<std::mutex> lock(g_temp_mu);
+  int slot = -1;
+  if (path.size() < sizeof(g_temp_slots[0].path))
+    for (int i = 0; i < kTempSlots && slot < 0; ++i)
+      if (g_temp_slots[i].armed.load(std::memory_order_relaxed) == 0) slot = i;
+  if (slot < 0) return -1;
+  std::memcpy(g_temp_slots[slot].path, path.c_str(), path.size() + 1);
+  g_temp_slots[slot].armed.store(1, std::memory_order_release);
+  if (g_temp_users++ == 0)
+    for (int k = 0; k < kNumCleanupSignals; ++k) {
+      // Only where the process left the default action: a program with its own handler (serve drains on
+      // SIGTERM) or one that ignores the signal (nohup) keeps its choice.
+      struct sigaction old {};
+      g_handler_ours[k] = false;
+      if (::sigaction(kCleanupSignals[k], nullptr, &old) != 0 || (old.sa_flags & SA_SIGINFO) ||
+          old.sa_handler != SIG_DFL)
+        continue;
+      struct sigaction sa {};
+      sa.sa_handler = remove_temps_and_reraise;
+      sigemptyset(&sa.sa_mask);
+      for (int sig : kCleanupSignals) sigaddset(&sa.sa_mask, sig);
+      g_handler_ours[k] = ::sigaction(kCleanupSignals[k], &sa, nullptr) == 0;
+    }
+  return slot;
+}
+
+void disarm_temp_cleanup(int slot) {
+  if (slot < 0) return;
+  std::lock_guard<std::mutex> lock(g_temp_mu);
+  g_temp_slots[slot].armed.store(0, std::memory_order_release);
+  if (--g_temp_users > 0) return;
+  for (int k = 0; k < kNumCleanupSignals; ++k) {
+    struct sigaction cur {};
+    // The default back, unless another handler was installed since.
+    if (g_handler_ours[k] && ::sigaction(kCleanupSignals[k], nullptr, &cur) == 0 && !(cur.sa_flags & SA_SIGINFO) &&
+        cur.sa_handler == remove_temps_and_reraise)
+      ::signal(kCleanupSignals[k], SIG_DFL);
+    g_handler_ours[k] = false;
+  }
+}
+
+// The temp file a write goes to: `<path>.tmp.<12 random hex digits>` beside `path`, created exclusively (never
+// an existing file, never through a symlink). The destructor removes it unless commit() renamed it.
+class TempOutput {
+ public:
+  explicit TempOutput(const std::string& path) : path_(path) {
+    const fs::path p(path);
+    std::string base = p.filename().string();
+    if (base.size() > 200) base.resize(200);  // room for the suffix within a file name's 255 bytes
+    std::random_device rd;
+    int err = 0;
+    for (int attempt = 0; attempt < 16 && fd_ < 0; ++attempt) {
+      const uint64_t r = ((uint64_t(rd()) << 32) ^ rd() ^ (uint64_t(::getpid()) << 20)) & 0xffffffffffffull;
+      char suffix[32];
+      std::snprintf(suffix, sizeof suffix, ".tmp.%012llx", static_cast<unsigned long long>(r));
+      tmp_ = (p.parent_path() / (base + suffix)).string();
+      fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+      err = errno;
+      if (fd_ < 0 && err != EEXIST) break;
+    }
+    if (fd_ < 0) {
+      tmp_.clear();
+      fail(path, ": cannot create a temp file beside it (", std::strerror(err), ")");
+    }
+    slot_ = arm_temp_cleanup(tmp_);
+  }
+  ~TempOutput() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!tmp_.empty()) ::unlink(tmp_.c_str());
+    disarm_temp_cleanup(slot_);
+  }
+  TempOutput(const TempOutput&) = delete;
+  TempOutput& operator=(const TempOutput&) = delete;
+  int fd() const { return fd_; }
+  const std::string& temp_path() const { return tmp_; }
+
+  // The data durable (fsync), then renamed over `path`, then the rename durable (the folder fsync'd). Throws
+  // Error, the temp file then removed by the destructor.
+  void commit() {
+    if (::fsync(fd_) != 0) {
+      const int e = errno;
+      fail(path_, ": fsync of the temp file failed (", std::strerror(e), "; disk full or failing?)");
+    }
+    const int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0) {
+      const int e = errno;
+      fail(path_, ": write failed (", std::strerror(e), "; disk full?)");
+    }
+    if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
+      const int e = errno;
+      fail(path_, ": cannot rename the temp file over it (", std::strerror(e), ")");
+    }
+    tmp_.clear();
+    // Best effort: some file systems refuse to fsync a folder; the data itself is already on disk.
+    const std::string dir = fs::path(path_).parent_path().empty() ? "." : fs::path(path_).parent_path().string();
+    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+      ::fsync(dfd);
+      ::close(dfd);
+    }
+  }
+
+ private:
+  std::string path_, tmp_;
+  int fd_ = -1, slot_ = -1;
+};
+
+std::string hex64(uint64_t v) {
+  char b[17];
+  std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(v));
+  return b;
+}
+
+// The file's data checksum from its tensors' hashes: XXH64 over their little-endian bytes in name order.
+uint64_t combine_tensor_hashes(std::vector<std::pair<std::string_view, uint64_t>> named) {
+  std::sort(named.begin(), named.end());
+  std::string buf;
+  buf.reserve(named.size() * 8);
+  for (const auto& [name, h] : named)
+    for (int i = 0; i < 8; ++i) buf.push_back(char(uint8_t(h >> (8 * i))));
+  return xxh64(buf.data(), buf.size());
+}
 }  // namespace
 
 void save_safetensors_streamed(const std::string& path, const std::vector<PendingTensor>& tensors,
                                const std::map<std::string, std::string>& metadata, size_t align,
                                const std::function<void(size_t, size_t)>& progress, int threads) {
   ERNIE_CHECK(align > 0 && align <= 4096, "save_safetensors: alignment ", std::to_string(align), " out of range");
+  {
+    // rename() would replace a device node, a FIFO or (when empty) a folder: refuse anything but a file.
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+      fail(path, ": exists and is ", file_kind(st.st_mode), ", not a regular file; refusing to replace it");
+  }
+  std::map<std::string, std::string> meta = metadata;
+  meta[kDataChecksumKey] = kDataChecksumPending;
   json h = json::object();
-  if (!metadata.empty()) h["__metadata__"] = metadata;
+  h["__metadata__"] = meta;
   std::vector<size_t> offs;
   size_t off = 0;
   for (const PendingTensor& t : tensors) {
+    ERNIE_CHECK(!h.contains(t.name), path, ": tensor name '", t.name, "' given twice (or reserved)");
     off = (off + align - 1) / align * align;
     offs.push_back(off);
     size_t bytes = size_t(shape_numel(t.shape)) * dtype_size(t.dtype);
@@ -273,10 +583,15 @@ void save_safetensors_streamed(const std::string& path, const std::vector<Pendin
   std::string head(8, '\0');
   for (int i = 0; i < 8; ++i) head[size_t(i)] = char(uint8_t(uint64_t(hs.size()) >> (8 * i)));
   head += hs;
+  // Where the checksum's placeholder value lies in the header: rewritten there, same width, at the end.
+  const std::string entry = std::string("\"") + kDataChecksumKey + "\":\"" + kDataChecksumPending + "\"";
+  const size_t entry_at = head.find(entry);
+  ERNIE_CHECK(entry_at != std::string::npos && head.find(entry, entry_at + 1) == std::string::npos, path,
+              ": internal error: the checksum placeholder is not in the header once");
+  const size_t value_at = entry_at + entry.size() - 1 - std::strlen(kDataChecksumPending);
 
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  ERNIE_CHECK(fd >= 0, path, ": cannot write (", std::strerror(errno), ")");
+  TempOutput out(path);
+  const int fd = out.fd();
   // The final size up front: the gaps between tensors read as zeros, and a full disk fails here (where the
   // file system can reserve space) rather than half way.
   bool ok = ::ftruncate(fd, off_t(data_start + total)) == 0;
@@ -291,6 +606,7 @@ void save_safetensors_streamed(const std::string& path, const std::vector<Pendin
   size_t done = 0;
   int write_errno = ok ? 0 : errno;
   std::atomic<size_t> next{0};
+  std::vector<uint64_t> hashes(tensors.size());
   auto worker = [&] {
     for (size_t i; !failed && (i = next++) < tensors.size();) {
       try {
@@ -299,6 +615,7 @@ void save_safetensors_streamed(const std::string& path, const std::vector<Pendin
                     tensors[i].name, "' was produced as ", dtype_name(t.dtype()), " ", shape_str(t.shape()),
                     ", announced as ", dtype_name(tensors[i].dtype), " ", shape_str(tensors[i].shape));
         Tensor c = t.device().is_cpu() ? t : t.to(kCPU);
+        hashes[i] = xxh64(c.raw(), c.nbytes());
         const bool wrote = pwrite_all(fd, c.raw(), c.nbytes(), data_start + offs[i]);
         std::lock_guard<std::mutex> lock(mu);
         if (!wrote) {
@@ -325,14 +642,121 @@ void save_safetensors_streamed(const std::string& path, const std::vector<Pendin
       worker();
     }
   }
-  if (::close(fd) != 0 && !failed) write_errno = errno, failed = true;
-  ok = !failed;
-  if (!ok) {
-    std::remove(tmp.c_str());
+  if (!failed) {
+    // All data written: the checksum replaces its placeholder, in place.
+    std::vector<std::pair<std::string_view, uint64_t>> named;
+    named.reserve(tensors.size());
+    for (size_t i = 0; i < tensors.size(); ++i) named.emplace_back(tensors[i].name, hashes[i]);
+    const std::string sum = hex64(combine_tensor_hashes(std::move(named)));
+    if (!pwrite_all(fd, sum.data(), sum.size(), value_at)) write_errno = errno ? errno : EIO, failed = true;
+  }
+  if (failed) {  // `out` removes the temp file
     if (error) std::rethrow_exception(error);
     fail(path, ": write failed (", std::strerror(write_errno), "; disk full?)");
   }
-  ERNIE_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, path, ": cannot rename temp file (", std::strerror(errno), ")");
+  out.commit();
+}
+
+// ---- data checksum --------------------------------------------------------------------------------------
+
+namespace {
+constexpr uint64_t kP1 = 0x9E3779B185EBCA87ull, kP2 = 0xC2B2AE3D27D4EB4Full, kP3 = 0x165667B19E3779F9ull,
+                   kP4 = 0x85EBCA77C2B2AE63ull, kP5 = 0x27D4EB2F165667C5ull;
+inline uint64_t rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+inline uint64_t load64(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  if constexpr (std::endian::native == std::endian::big) v = __builtin_bswap64(v);
+  return v;
+}
+inline uint64_t load32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  if constexpr (std::endian::native == std::endian::big) v = __builtin_bswap32(v);
+  return v;
+}
+inline uint64_t xxh_round(uint64_t acc, uint64_t in) { return rotl64(acc + in * kP2, 31) * kP1; }
+inline uint64_t xxh_merge(uint64_t h, uint64_t v) { return (h ^ xxh_round(0, v)) * kP1 + kP4; }
+}  // namespace
+
+// XXH64 as specified by its author (github.com/Cyan4973/xxHash, doc/xxhash_spec.md).
+uint64_t xxh64(const void* data, size_t len, uint64_t seed) {
+  const uint8_t* p = static_cast<const uint8_t*>(data);
+  const uint8_t* const end = p + len;
+  uint64_t h;
+  if (len >= 32) {
+    uint64_t v1 = seed + kP1 + kP2, v2 = seed + kP2, v3 = seed, v4 = seed - kP1;
+    const uint8_t* const limit = end - 32;
+    do {
+      v1 = xxh_round(v1, load64(p));
+      v2 = xxh_round(v2, load64(p + 8));
+      v3 = xxh_round(v3, load64(p + 16));
+      v4 = xxh_round(v4, load64(p + 24));
+      p += 32;
+    } while (p <= limit);
+    h = rotl64(v1, 1) + rotl64(v2, 7) + rotl64(v3, 12) + rotl64(v4, 18);
+    h = xxh_merge(h, v1);
+    h = xxh_merge(h, v2);
+    h = xxh_merge(h, v3);
+    h = xxh_merge(h, v4);
+  } else {
+    h = seed + kP5;
+  }
+  h += uint64_t(len);
+  for (; end - p >= 8; p += 8) h = rotl64(h ^ xxh_round(0, load64(p)), 27) * kP1 + kP4;
+  if (end - p >= 4) {
+    h = rotl64(h ^ (load32(p) * kP1), 23) * kP2 + kP3;
+    p += 4;
+  }
+  for (; p < end; ++p) h = rotl64(h ^ (uint64_t(*p) * kP5), 11) * kP1;
+  h ^= h >> 33;
+  h *= kP2;
+  h ^= h >> 29;
+  h *= kP3;
+  h ^= h >> 32;
+  return h;
+}
+
+const char* checksum_status_name(ChecksumStatus s) {
+  switch (s) {
+    case ChecksumStatus::None: return "none";
+    case ChecksumStatus::Incomplete: return "incomplete";
+    case ChecksumStatus::Malformed: return "malformed";
+    case ChecksumStatus::Ok: return "ok";
+    case ChecksumStatus::Mismatch: return "mismatch";
+    case ChecksumStatus::Unverified: return "not verified";
+  }
+  return "?";
+}
+
+ChecksumStatus checksum_status(const std::map<std::string, std::string>& metadata) {
+  auto it = metadata.find(kDataChecksumKey);
+  if (it == metadata.end()) return ChecksumStatus::None;
+  if (it->second == kDataChecksumPending) return ChecksumStatus::Incomplete;
+  const bool hex = it->second.size() == 16 && std::all_of(it->second.begin(), it->second.end(), [](char c) {
+                     return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+                   });
+  return hex ? ChecksumStatus::Unverified : ChecksumStatus::Malformed;
+}
+
+ChecksumCheck verify_data_checksum(const SafeTensorsFile& f, int threads) {
+  ChecksumCheck r;
+  r.status = checksum_status(f.metadata());
+  if (r.status == ChecksumStatus::None) return r;
+  r.stored = f.metadata().at(kDataChecksumKey);
+  if (r.status != ChecksumStatus::Unverified) return r;
+  const std::vector<TensorInfo>& ts = f.tensors();
+  std::vector<uint64_t> h(ts.size());
+  const uint8_t* data = f.data_section();
+  const int n = std::max(1, threads > 0 ? threads : omp_get_max_threads());
+#pragma omp parallel for schedule(dynamic, 1) num_threads(n)
+  for (int64_t i = 0; i < int64_t(ts.size()); ++i) h[size_t(i)] = xxh64(data + ts[size_t(i)].begin, ts[size_t(i)].end - ts[size_t(i)].begin);
+  std::vector<std::pair<std::string_view, uint64_t>> named;
+  named.reserve(ts.size());
+  for (size_t i = 0; i < ts.size(); ++i) named.emplace_back(ts[i].name, h[i]);
+  r.computed = hex64(combine_tensor_hashes(std::move(named)));
+  r.status = r.computed == r.stored ? ChecksumStatus::Ok : ChecksumStatus::Mismatch;
+  return r;
 }
 
 }  // namespace ernie

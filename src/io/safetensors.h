@@ -26,7 +26,10 @@ std::vector<TensorInfo> parse_safetensors_header(const void* data, size_t file_s
 
 class SafeTensorsFile {
  public:
-  static std::shared_ptr<SafeTensorsFile> open(const std::string& path);
+  // Maps `path`, which must be a regular file: a FIFO, a device, a folder or a symlink loop is an Error at once
+  // (opened with O_NONBLOCK, so a FIFO cannot block). A file whose data checksum was never written (its
+  // writer died: kDataChecksumKey still holds kDataChecksumPending) is refused unless `allow_incomplete`.
+  static std::shared_ptr<SafeTensorsFile> open(const std::string& path, bool allow_incomplete = false);
   ~SafeTensorsFile();
   const std::string& path() const { return path_; }
   size_t file_size() const { return size_; }
@@ -65,8 +68,43 @@ class Checkpoint {
   void add(std::shared_ptr<SafeTensorsFile> f, const std::string& origin);
 };
 
-// Writes tensors (any device; copied to the host) to `path` atomically (temp file + rename). Tensor data
-// is aligned to `align` bytes from the start of the file so it can be mapped and uploaded directly.
+// ---- data checksum ---------------------------------------------------------------------------------------
+// Every file the writers below produce records a checksum of its tensor data in its metadata, under
+// kDataChecksumKey: 16 lowercase hex digits of XXH64 (seed 0) over the 8-byte little-endian XXH64 (seed 0) of
+// each tensor's bytes, taken in byte order of the tensor names. (Bytes between tensors, alignment padding, are
+// not covered.) The header is written first with kDataChecksumPending, a value of the same width, and
+// rewritten in place once the data is on disk, so a file whose writer was killed reads as incomplete.
+inline constexpr const char* kDataChecksumKey = "ernie.data_xxh64";
+inline constexpr const char* kDataChecksumPending = "incomplete------";
+
+// XXH64 (xxHash, 64-bit) of [data, data + len).
+uint64_t xxh64(const void* data, size_t len, uint64_t seed = 0);
+
+enum class ChecksumStatus {
+  None,        // no kDataChecksumKey (a file from another tool): nothing to check
+  Incomplete,  // the placeholder was never replaced: the writer did not finish
+  Malformed,   // a value that is neither the placeholder nor 16 hex digits
+  Ok,
+  Mismatch,  // the data no longer matches: corrupt, truncated and re-padded, or changed since
+  Unverified,  // a checksum is stored but the data was not read (checksum_status())
+};
+const char* checksum_status_name(ChecksumStatus s);  // "none", "incomplete", "malformed", "ok", "mismatch", ...
+struct ChecksumCheck {
+  ChecksumStatus status = ChecksumStatus::None;
+  std::string stored, computed;  // hex; computed only when the data was read
+};
+// From the metadata alone (no data read): None, Incomplete, Malformed or Unverified.
+ChecksumStatus checksum_status(const std::map<std::string, std::string>& metadata);
+// Reads every tensor's bytes (`threads` at once; 0: OpenMP's count) and compares with the stored value.
+ChecksumCheck verify_data_checksum(const SafeTensorsFile& f, int threads = 0);
+
+// Writes tensors (any device; copied to the host) to `path` atomically: a temp file `<path>.tmp.<random>` in the
+// same folder (created exclusively, never through a symlink), fsync'd, renamed over `path`, then the folder
+// fsync'd. The temp file is removed on every error and, while the write runs, on SIGINT, SIGTERM or SIGHUP
+// (where the process left them at their default action; the signal is then re-raised). `path` may be a new
+// file or a regular file (or a symlink, which is replaced); anything else (a device, folder or FIFO) is
+// refused. Tensor data is aligned to `align` bytes from the start of the file so it can be mapped and uploaded
+// directly. The metadata gets kDataChecksumKey (see above).
 void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata = {}, size_t align = 64);
 

@@ -46,6 +46,8 @@ Register reg(70, [](CLI::App& app) {
     opt.format = parse_weight_format(o->dtype);
     ERNIE_CHECK(o->calibrate.empty() || opt.format == WeightFormat::FP8,
                 "--calibrate: static activation scales are for --dtype fp8 (int8 is weight-only, bf16 unquantized)");
+    ModelFolder m = ModelFolder::open(o->model, !o->no_pe);
+    check_convert_output(m, o->out);  // before a long calibration, not after
     if (!o->calibrate.empty()) {
       const std::vector<std::string> prompts = read_prompt_list(o->calibrate);
       CalibrationOptions co;
@@ -67,7 +69,6 @@ Register reg(70, [](CLI::App& app) {
         std::fprintf(stderr, "\ncalibrate: %zu input ranges from %zu prompts in %.1f s\n", opt.dit_input_amax.size(),
                      prompts.size(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
-    ModelFolder m = ModelFolder::open(o->model, !o->no_pe);
     opt.include_pe = !o->no_pe;
     for (auto& k : o->keep) opt.policy.keep.push_back(k);
     opt.policy.keep_first_last_dit_blocks = !o->quantize_all_blocks;
