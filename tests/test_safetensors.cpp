@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "golden.h"
+#include "io/checkpoint.h"
 #include "io/safetensors.h"
 
 namespace fs = std::filesystem;

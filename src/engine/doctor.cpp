@@ -108,8 +108,9 @@ void check_checksums(const ModelFolder& mf, const DoctorOptions& opt, json& m, j
   for (const Component* c : {&mf.transformer_c, &mf.text_encoder_c, &mf.vae_c, mf.pe_c ? &*mf.pe_c : nullptr})
     if (c)
       for (const auto& f : c->ckpt.files())
-        if (std::none_of(files.begin(), files.end(), [&](const auto& g) { return g->path() == f->path(); }))
-          files.push_back(f);
+        if (auto st = std::dynamic_pointer_cast<SafeTensorsFile>(f);
+            st && std::none_of(files.begin(), files.end(), [&](const auto& g) { return g->path() == f->path(); }))
+          files.push_back(st);
   json list = json::array();
   for (const auto& f : files) {
     ChecksumCheck r;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "io/configs.h"
+#include "io/checkpoint.h"
 #include "io/safetensors.h"
 
 namespace ernie {

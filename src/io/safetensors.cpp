@@ -65,30 +65,6 @@ int open_regular(const std::string& path, size_t* size) {
   return fd;
 }
 
-// A small regular file (an index.json), read whole.
-std::string read_small_file(const std::string& path, size_t max_bytes) {
-  size_t size = 0;
-  const int fd = open_regular(path, &size);
-  if (size > max_bytes) {
-    ::close(fd);
-    fail(path, ": ", std::to_string(size), " bytes, more than the ", std::to_string(max_bytes >> 20), " MB allowed");
-  }
-  std::string s(size, '\0');
-  size_t got = 0;
-  while (got < size) {
-    const ssize_t k = ::read(fd, s.data() + got, size - got);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) {
-      const int e = k < 0 ? errno : 0;
-      ::close(fd);
-      fail(path, ": read failed (", e ? std::strerror(e) : "file shrank while read", ")");
-    }
-    got += size_t(k);
-  }
-  ::close(fd);
-  return s;
-}
-
 bool json_space(uint8_t c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
 std::string hex_byte(uint8_t c) {
@@ -293,90 +269,6 @@ Tensor SafeTensorsFile::tensor(const std::string& name) const {
   const TensorInfo* ti = find(name);
   ERNIE_CHECK(ti, path_, ": no tensor named '", name, "'");
   return Tensor::borrow(data_section() + ti->begin, ti->shape, ti->dtype, self_.lock());
-}
-
-// ---- Checkpoint -------------------------------------------------------------------------------------
-
-void Checkpoint::add(std::shared_ptr<SafeTensorsFile> f, const std::string& origin) {
-  size_t idx = files_.size();
-  files_.push_back(f);
-  for (const TensorInfo& ti : f->tensors()) {
-    ERNIE_CHECK(!where_.count(ti.name), origin, ": tensor '", ti.name, "' appears in two files");
-    where_[ti.name] = {idx, &ti};
-  }
-}
-
-Checkpoint Checkpoint::open_file(const std::string& path) {
-  Checkpoint c;
-  if (path.size() > 11 && path.ends_with(".index.json")) {
-    json j = json::parse(read_small_file(path, size_t(100) << 20), nullptr, false);
-    ERNIE_CHECK(!j.is_discarded() && j.is_object(), path, ": not valid JSON");
-    ERNIE_CHECK(j.contains("weight_map") && j["weight_map"].is_object(), path, ": missing object 'weight_map'");
-    std::map<std::string, std::vector<std::string>> by_shard;
-    for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
-      ERNIE_CHECK(it.value().is_string(), path, ": weight_map['", it.key(), "'] is not a file name");
-      std::string shard = it.value().get<std::string>();
-      ERNIE_CHECK(shard.find('/') == std::string::npos && shard != ".." && !shard.empty(), path,
-                  ": weight_map names an invalid shard '", shard, "'");
-      by_shard[shard].push_back(it.key());
-    }
-    std::string dir = fs::path(path).parent_path().string();
-    for (auto& [shard, names] : by_shard) {
-      std::string sp = (fs::path(dir) / shard).string();
-      std::error_code ec;
-      ERNIE_CHECK(fs::exists(fs::symlink_status(sp, ec)), path, ": shard '", shard, "' is named in the index but missing");
-      auto f = SafeTensorsFile::open(sp);
-      for (const std::string& n : names)
-        ERNIE_CHECK(f->find(n), path, ": index puts tensor '", n, "' in '", shard, "' but that shard lacks it");
-      c.add(f, path);
-    }
-  } else {
-    c.add(SafeTensorsFile::open(path), path);
-  }
-  return c;
-}
-
-Checkpoint Checkpoint::open_dir(const std::string& dir) {
-  std::error_code ec;
-  ERNIE_CHECK(fs::is_directory(dir, ec), dir, ": folder is missing", ec ? " (" + ec.message() + ")" : "");
-  std::vector<std::string> index, single;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    std::string n = it->path().filename().string();
-    if (n.ends_with(".safetensors.index.json")) index.push_back(it->path().string());
-    else if (n.ends_with(".safetensors")) single.push_back(it->path().string());
-  }
-  ERNIE_CHECK(!ec, dir, ": cannot list the folder (", ec.message(), ")");
-  std::sort(index.begin(), index.end());
-  std::sort(single.begin(), single.end());
-  ERNIE_CHECK(index.size() <= 1, dir, ": more than one *.safetensors.index.json");
-  if (!index.empty()) return open_file(index[0]);
-  ERNIE_CHECK(!single.empty(), dir, ": no *.safetensors file");
-  Checkpoint c;
-  for (auto& s : single) c.add(SafeTensorsFile::open(s), s);
-  return c;
-}
-
-const TensorInfo* Checkpoint::find(const std::string& name) const {
-  auto it = where_.find(name);
-  return it == where_.end() ? nullptr : it->second.second;
-}
-
-Tensor Checkpoint::tensor(const std::string& name) const {
-  auto it = where_.find(name);
-  ERNIE_CHECK(it != where_.end(), "checkpoint has no tensor '", name, "'");
-  return files_[it->second.first]->tensor(name);
-}
-
-std::vector<const TensorInfo*> Checkpoint::tensors() const {
-  std::vector<const TensorInfo*> v;
-  for (auto& [n, w] : where_) v.push_back(w.second);
-  return v;
-}
-
-size_t Checkpoint::bytes_on_disk() const {
-  size_t s = 0;
-  for (auto& f : files_) s += f->file_size();
-  return s;
 }
 
 // ---- writer -----------------------------------------------------------------------------------------

@@ -8,35 +8,30 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "io/tensor_file.h"
 
 namespace ernie {
 
-struct TensorInfo {
-  std::string name;
-  DType dtype;
-  Shape shape;
-  size_t begin = 0, end = 0;  // byte span inside the data section
-  std::string file;           // which file holds it
-};
 
 // Parses and validates a safetensors header. `file_size` is the size of the whole file. Throws Error
 // naming `what` (usually the path) on any problem. Exposed for the fuzzer.
 std::vector<TensorInfo> parse_safetensors_header(const void* data, size_t file_size, const std::string& what,
                                                  std::map<std::string, std::string>* metadata = nullptr);
 
-class SafeTensorsFile {
+class SafeTensorsFile : public TensorFile {
  public:
   // Maps `path`, which must be a regular file: a FIFO, a device, a folder or a symlink loop is an Error at once
   // (opened with O_NONBLOCK, so a FIFO cannot block). A file whose data checksum was never written (its
   // writer died: kDataChecksumKey still holds kDataChecksumPending) is refused unless `allow_incomplete`.
   static std::shared_ptr<SafeTensorsFile> open(const std::string& path, bool allow_incomplete = false);
-  ~SafeTensorsFile();
-  const std::string& path() const { return path_; }
-  size_t file_size() const { return size_; }
-  const std::vector<TensorInfo>& tensors() const { return infos_; }
+  ~SafeTensorsFile() override;
+  const char* format() const override { return "safetensors"; }
+  const std::string& path() const override { return path_; }
+  size_t file_size() const override { return size_; }
+  const std::vector<TensorInfo>& tensors() const override { return infos_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
-  const TensorInfo* find(const std::string& name) const;
-  Tensor tensor(const std::string& name) const;  // zero-copy view into the mapping
+  const TensorInfo* find(const std::string& name) const override;
+  Tensor tensor(const std::string& name) const override;  // zero-copy view into the mapping
   const uint8_t* data_section() const { return base_ + data_offset_; }
 
  private:
@@ -50,23 +45,6 @@ class SafeTensorsFile {
   std::weak_ptr<SafeTensorsFile> self_;
 };
 
-// All tensors of one component: a single file, several files, or shards named by an index.json.
-class Checkpoint {
- public:
-  static Checkpoint open_dir(const std::string& dir);      // the component folder
-  static Checkpoint open_file(const std::string& path);    // one .safetensors or .index.json
-  bool contains(const std::string& name) const { return where_.count(name) > 0; }
-  const TensorInfo* find(const std::string& name) const;
-  Tensor tensor(const std::string& name) const;  // throws naming the tensor when absent
-  std::vector<const TensorInfo*> tensors() const;
-  const std::vector<std::shared_ptr<SafeTensorsFile>>& files() const { return files_; }
-  size_t bytes_on_disk() const;
-
- private:
-  std::vector<std::shared_ptr<SafeTensorsFile>> files_;
-  std::map<std::string, std::pair<size_t, const TensorInfo*>> where_;
-  void add(std::shared_ptr<SafeTensorsFile> f, const std::string& origin);
-};
 
 // ---- data checksum ---------------------------------------------------------------------------------------
 // Every file the writers below produce records a checksum of its tensor data in its metadata, under
