@@ -91,6 +91,15 @@ typedef struct ernie_memory_options {
                           (earlier ones are still accepted) */
 } ernie_memory_options;
 
+/* Component files that replace those of ernie_options.model_dir (the CLI's --diffusion-model), told apart by
+ * content: the DiT as safetensors (diffusers or ComfyUI names) or GGUF. Set up with ernie_component_files_init
+ * and pass to ernie_load_components; NULL or "" keeps the model's own. */
+typedef struct ernie_component_files {
+  size_t struct_size;          /* sizeof(ernie_component_files), set by ernie_component_files_init; later versions
+                                  only append fields */
+  const char* diffusion_model; /* the DiT */
+} ernie_component_files;
+
 typedef struct ernie_request {
   const char* prompt;          /* UTF-8 (required) */
   const char* negative_prompt; /* NULL or "": the reference's default "" */
@@ -117,12 +126,16 @@ typedef int (*ernie_progress_fn)(const char* phase, int step, int total, double 
 void ernie_options_init(ernie_options* opt);
 void ernie_request_init(ernie_request* req);
 void ernie_memory_options_init(ernie_memory_options* mem);
+void ernie_component_files_init(ernie_component_files* files);
 
 ernie_status ernie_load(const ernie_options* opt, ernie_model** out, char** err);
 /* ernie_load with low-VRAM and VAE tiling options; mem NULL is ernie_load. Bad values (an unknown mode, a
  * negative max_vram_gib, both offload and max_vram_gib, BLOCKS or max_vram_gib on the CPU, a struct_size this
  * library does not know) are ERNIE_ERR_INVALID with a message naming the field. */
 ernie_status ernie_load_ex(const ernie_options* opt, const ernie_memory_options* mem, ernie_model** out, char** err);
+/* ernie_load_ex with component files (mem and files may be NULL). */
+ernie_status ernie_load_components(const ernie_options* opt, const ernie_memory_options* mem,
+                                   const ernie_component_files* files, ernie_model** out, char** err);
 /* The offload mode the model was loaded with (NONE, TEXT_ENCODER or BLOCKS; DEFAULT for NULL). */
 ernie_offload ernie_model_offload(const ernie_model* model);
 ernie_status ernie_generate(ernie_model* model, const ernie_request* req, ernie_progress_fn progress, void* user,

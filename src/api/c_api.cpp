@@ -124,7 +124,18 @@ ernie_status ernie_load(const ernie_options* opt, ernie_model** out, char** err)
   return ernie_load_ex(opt, nullptr, out, err);
 }
 
+void ernie_component_files_init(ernie_component_files* files) {
+  if (!files) return;
+  std::memset(files, 0, sizeof *files);
+  files->struct_size = sizeof *files;
+}
+
 ernie_status ernie_load_ex(const ernie_options* opt, const ernie_memory_options* mem, ernie_model** out, char** err) {
+  return ernie_load_components(opt, mem, nullptr, out, err);
+}
+
+ernie_status ernie_load_components(const ernie_options* opt, const ernie_memory_options* mem,
+                                   const ernie_component_files* files, ernie_model** out, char** err) {
   if (out) *out = nullptr;
   return guarded(err, [&] {
     ERNIE_CHECK(opt && out, "ernie_load: options and out must not be NULL");
@@ -136,9 +147,13 @@ ernie_status ernie_load_ex(const ernie_options* opt, const ernie_memory_options*
                 ": this library takes ", std::to_string(sizeof(ernie_memory_options)), ", ",
                 std::to_string(kSecondVersion), " or ", std::to_string(kFirstVersion),
                 " (set it up with ernie_memory_options_init)");
+    ERNIE_CHECK(!files || files->struct_size == sizeof(ernie_component_files), "ernie_component_files.struct_size ",
+                std::to_string(files ? files->struct_size : 0), ": this library takes ",
+                std::to_string(sizeof(ernie_component_files)), " (set it up with ernie_component_files_init)");
     ERNIE_CHECK(opt->model_dir && *opt->model_dir, "ernie_load: model_dir is required");
     ernie::EngineOptions po;
     po.model = opt->model_dir;
+    if (files && files->diffusion_model) po.files.diffusion_model = files->diffusion_model;
     po.device = opt->device && *opt->device ? opt->device : "cpu";  // the header's documented default
     po.dtype = opt->dtype ? opt->dtype : "";
     ERNIE_CHECK(opt->threads >= 0, "ernie_load: threads must not be negative");

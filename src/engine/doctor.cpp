@@ -162,7 +162,7 @@ DoctorReport run_doctor(const std::string& model_dir, const DoctorOptions& opt) 
     json m;
     m["path"] = model_dir;
     try {
-      ModelFolder mf = ModelFolder::open(model_dir);
+      ModelFolder mf = ModelFolder::open(model_dir, true, opt.files);
       m["variant"] = mf.turbo ? "ERNIE-Image-Turbo" : "ERNIE-Image";
       m["components"] = json::object();
       auto comp = [&](const Component& c) {

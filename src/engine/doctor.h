@@ -3,6 +3,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "io/component_files.h"
+
 namespace ernie {
 
 struct DoctorReport {
@@ -15,6 +17,7 @@ struct DoctorOptions {
   // Without it, only the metadata is read: an incomplete file (its writer never finished) is still reported.
   bool verify = false;
   int threads = 0;  // for --verify; 0: OpenMP's thread count
+  ComponentFiles files;  // --diffusion-model ...: each replaces that component of the model
 };
 
 // `model_dir` may be empty (machine only). Besides the model's configs and tensors, it loads the tokenizers,

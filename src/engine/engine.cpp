@@ -421,7 +421,7 @@ std::unique_ptr<Engine> Engine::open(const EngineOptions& o, const ProgressFn& p
   // 1. validate: every flag, then the model's files (configs, checkpoint headers, tensor shapes).
   MemoryFlags mem;
   Settings s = parse_settings(o, mem);
-  ModelFolder m = ModelFolder::open(o.model, o.pe != PeLoad::Off);
+  ModelFolder m = ModelFolder::open(o.model, o.pe != PeLoad::Off, o.files);
   m.require_ok("text_encoder");
   if (s.load_denoiser) {
     m.require_ok("transformer");

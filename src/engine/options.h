@@ -8,6 +8,7 @@
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "engine/request.h"
+#include "io/component_files.h"
 
 namespace ernie {
 
@@ -26,6 +27,7 @@ enum class PeLoad { Off, IfPresent, Required };
 
 struct EngineOptions {
   std::string model;  // a model folder (diffusers layout) or a converted single file
+  ComponentFiles files;  // each replaces that component of `model`
 
   // ---- the engine flags, one default each (docs/cli.md) ----
   std::string device = "auto";  // auto (the first CUDA GPU when the build has CUDA and one is visible, else

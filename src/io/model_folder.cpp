@@ -240,9 +240,12 @@ std::string resolve_prefix(const Checkpoint& ck, const std::vector<std::string>&
 }
 }  // namespace
 
-ModelFolder ModelFolder::open(const std::string& dir, bool with_pe) {
+ModelFolder ModelFolder::open(const std::string& dir, bool with_pe, const ComponentFiles& files) {
   try {
-    return open_checked(dir, with_pe);
+    ERNIE_CHECK(!dir.empty(), "no model: give --model (a model folder or a converted file)");
+    ModelFolder m = open_checked(dir, with_pe);
+    if (!files.diffusion_model.empty()) m.use_diffusion_model(files.diffusion_model);
+    return m;
   } catch (const fs::filesystem_error& e) {  // a symlink loop, a path too long, permissions
     fail(dir, ": ", e.code().message(), e.path1().empty() ? "" : " (" + e.path1().string() + ")");
   }
@@ -356,6 +359,22 @@ ModelFolder ModelFolder::open_single_file(const std::string& path, bool with_pe)
       if (m.pe_tokenizer_rel.empty() && m.has_file(std::string(rel) + "/tokenizer.json")) m.pe_tokenizer_rel = rel;
   }
   return m;
+}
+
+// The DiT from a file of its own: its tensors bare ("layers.0...", diffusers' and Comfy-Org's diffusion_models
+// files) or under "model.diffusion_model." (ComfyUI's checkpoint prefix), the config still the model's.
+void ModelFolder::use_diffusion_model(const std::string& path) {
+  Component c;
+  c.name = "transformer";
+  c.ckpt = Checkpoint::open_file(path);
+  const std::string probe = "x_embedder.proj.weight";
+  for (const char* p : {"", "model.diffusion_model."})
+    if (c.ckpt.contains(p + probe)) c.prefix = p, c.root = p;
+  ERNIE_CHECK(c.ckpt.contains(c.prefix + probe), path, ": not an ERNIE-Image diffusion model (no '", probe,
+              "', bare or under 'model.diffusion_model.')");
+  check_layers(c, dit.num_layers, "num_layers");
+  c.specs = dit_tensor_specs(dit);
+  transformer_c = std::move(c);
 }
 
 bool ModelFolder::has_file(const std::string& rel) const {

@@ -7,6 +7,7 @@
 
 #include "io/configs.h"
 #include "io/checkpoint.h"
+#include "io/component_files.h"
 #include "io/safetensors.h"
 
 namespace ernie {
@@ -50,11 +51,12 @@ struct Component {
   Tensor input_scale(const std::string& name) const;
 };
 
+
 class ModelFolder {
  public:
   // Opens configs and checkpoints; throws Error on a missing folder, bad JSON, invalid config or a
   // corrupt checkpoint. Tensor-level problems are listed by check(), not thrown.
-  static ModelFolder open(const std::string& dir, bool with_pe = true);
+  static ModelFolder open(const std::string& dir, bool with_pe = true, const ComponentFiles& files = {});
   // The model has a prompt enhancer (pe/), whether or not it was opened with it.
   bool has_prompt_enhancer() const;
   // Every problem: missing, mis-shaped and unexpected tensors, cross-component mismatches.
@@ -84,6 +86,7 @@ class ModelFolder {
  private:
   static ModelFolder open_single_file(const std::string& path, bool with_pe);
   static ModelFolder open_checked(const std::string& dir, bool with_pe);  // open() less its filesystem_error net
+  void use_diffusion_model(const std::string& path);
   std::shared_ptr<SafeTensorsFile> file_;  // set for a converted single-file model
 };
 

@@ -220,7 +220,7 @@ int run(Opts& o) {
   const int rows = o.cfg > 1.f ? 2 : 1;
   const int64_t T = o.prompt_tokens, h = o.height / 16, w = o.width / 16;
   std::optional<ModelFolder> folder;
-  if (!o.random) folder = ModelFolder::open(o.engine.model, false);
+  if (!o.random) folder = ModelFolder::open(o.engine.model, false, o.engine.files);
   Offload mode = mem.offload ? parse_offload(*mem.offload) : o.engine.default_offload;
   {
     const ModelShapes shapes = o.random ? ModelShapes{} : model_shapes(*folder, false);

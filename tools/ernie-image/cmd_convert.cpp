@@ -10,6 +10,7 @@
 #include "generate_util.h"
 #include "engine/calibration.h"
 #include "engine/options.h"
+#include "engine_flags.h"
 
 namespace ernie::cli {
 namespace {
@@ -19,11 +20,13 @@ struct Opts {
   std::vector<std::string> keep;
   bool no_pe = false, quantize_all_blocks = false, keep_text_encoder = false, quiet = false;
   int threads = 0;
+  ComponentFiles files;
 };
 Register reg(70, [](CLI::App& app) {
   auto o = std::make_shared<Opts>();
   auto* c = app.add_subcommand("convert", "Convert a model folder into one fast-loading file (bf16, fp8 or int8 weights)");
   c->add_option("--model,-m", o->model, "model folder (or converted file)")->required();
+  add_component_flags(*c, o->files);
   c->add_option("--output,-o", o->out, "output file (.safetensors)")->required();
   c->add_option("--dtype", o->dtype, "weights: bf16, fp8 (e4m3, per-channel scales) or int8 (per-channel scales)")
       ->check(CLI::IsMember({"bf16", "fp8", "int8"}));
@@ -46,7 +49,9 @@ Register reg(70, [](CLI::App& app) {
     opt.format = parse_weight_format(o->dtype);
     ERNIE_CHECK(o->calibrate.empty() || opt.format == WeightFormat::FP8,
                 "--calibrate: static activation scales are for --dtype fp8 (int8 is weight-only, bf16 unquantized)");
-    ModelFolder m = ModelFolder::open(o->model, !o->no_pe);
+    ERNIE_CHECK(o->calibrate.empty() || !o->files.any(),
+                "--calibrate runs the model folder's own DiT; it does not take --diffusion-model yet");
+    ModelFolder m = ModelFolder::open(o->model, !o->no_pe, o->files);
     check_convert_output(m, o->out);  // before a long calibration, not after
     if (!o->calibrate.empty()) {
       const std::vector<std::string> prompts = read_prompt_list(o->calibrate);

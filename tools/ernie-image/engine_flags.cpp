@@ -5,6 +5,12 @@ namespace ernie::cli {
 void add_model_flag(CLI::App& cmd, EngineOptions& o, bool required) {
   CLI::Option* m = cmd.add_option("--model,-m", o.model, "model folder (diffusers layout) or a converted file");
   if (required) m->required();
+  add_component_flags(cmd, o.files);
+}
+
+void add_component_flags(CLI::App& cmd, ComponentFiles& f) {
+  cmd.add_option("--diffusion-model", f.diffusion_model,
+                 "the DiT from its own file, replacing --model's: safetensors (diffusers or ComfyUI names) or GGUF");
 }
 
 void add_engine_flags(CLI::App& cmd, EngineOptions& o, const std::string& default_offload_why) {

@@ -9,7 +9,9 @@
 namespace ernie::cli {
 
 // --model (a folder or a converted file), required unless a command has another source (bench --random).
-void add_model_flag(CLI::App& cmd, EngineOptions& o, bool required = true);
+void add_model_flag(CLI::App& cmd, EngineOptions& o, bool required = true);  // and add_component_flags
+// --diffusion-model: component files replacing those of --model.
+void add_component_flags(CLI::App& cmd, ComponentFiles& f);
 
 // --device --dtype --quantize --attention --threads --offload --max-vram --vae-tiling --vae-tile. The --offload
 // help names o.default_offload; a front end that changes it (serve) says why in `default_offload_why`.

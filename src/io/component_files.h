@@ -1,0 +1,15 @@
+// Component files given on their own (--diffusion-model, ...): each replaces that component of --model.
+#pragma once
+#include <string>
+
+namespace ernie {
+
+// Formats are told by content, never by name: the DiT as safetensors (names bare, as diffusers and Comfy-Org's
+// diffusion_models files have them, or under ComfyUI's "model.diffusion_model.") or GGUF (any supported GGML
+// type; io/gguf.h).
+struct ComponentFiles {
+  std::string diffusion_model;
+  bool any() const { return !diffusion_model.empty(); }
+};
+
+}  // namespace ernie
