@@ -2,6 +2,8 @@
 // the same image as the folder when it holds the same values.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include "ernie_image.h"
 #include "engine/engine.h"
 #include "golden.h"
@@ -57,6 +59,13 @@ TEST(ComponentFiles, ANonDitFileIsNamed) {
                      "not an ERNIE-Image diffusion model (no 'x_embedder.proj.weight'");
   f.diffusion_model = test::tiny_model() + "/transformer/config.json";
   EXPECT_FALSE(test::error_of([&] { ModelFolder::open(test::tiny_model(), false, f); }).empty());
+  test::TempDir d;
+  f.diffusion_model = d.str() + "/dit.gguf";
+  std::FILE* g = std::fopen(f.diffusion_model.c_str(), "wb");
+  ASSERT_NE(g, nullptr);
+  std::fputs("GGUF\3\0\0\0", g);
+  std::fclose(g);
+  test::expect_error([&] { ModelFolder::open(test::tiny_model(), false, f); }, "a GGUF file; this build does not");
   f.diffusion_model = test::tiny_model() + "/no-such.safetensors";
   test::expect_error([&] { ModelFolder::open(test::tiny_model(), false, f); }, "no-such.safetensors");
 }
