@@ -4,6 +4,7 @@
 
 #include <png.h>
 
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -100,6 +101,10 @@ void free_decoded(Decoded* d) {
 
 constexpr png_uint_32 kMaxSide = 1u << 15;
 constexpr uint64_t kMaxPixels = uint64_t(1) << 26;  // 64 MP decoded (192 MiB): a small file cannot ask for more
+// Chunks other than IDAT are read whole into one buffer (and zTXt/iTXt/iCCP inflated into another), at most
+// kMaxChunkCache of them kept: their memory stays within 16 x 4 MiB, well below the pixels'.
+constexpr uint32_t kMaxChunk = 4u << 20;
+constexpr int kMaxChunkCache = 16;
 
 bool decode_c(Source* src, Decoded* d, Status* st) {
   png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, st, on_error, on_warning);
@@ -111,6 +116,8 @@ bool decode_c(Source* src, Decoded* d, Status* st) {
     return false;
   }
   png_set_read_fn(png, src, source_read);
+  png_set_chunk_malloc_max(png, kMaxChunk);
+  png_set_chunk_cache_max(png, kMaxChunkCache);
   png_read_info(png, info);
   png_uint_32 w = png_get_image_width(png, info), h = png_get_image_height(png, info);
   if (w == 0 || h == 0 || w > kMaxSide || h > kMaxSide || uint64_t(w) * h > kMaxPixels)
@@ -220,8 +227,32 @@ void write_png(const std::string& path, int width, int height, const std::vector
   }
 }
 
+namespace {
+
+// libpng allocates and zeroes a buffer of a chunk's declared length before it reads the chunk, so a 73-byte
+// file declaring a 2 GB tEXt chunk cost 2 GB (issue 21). The chunk lengths are checked here first, against
+// the bytes really there and, but for IDAT (which libpng streams), against kMaxChunk.
+void check_chunk_lengths(const std::vector<uint8_t>& b, const std::string& what) {
+  for (size_t pos = 8; pos + 12 <= b.size();) {  // length, type, data, CRC
+    const uint32_t len = png_get_uint_32(&b[pos]);
+    std::string type(b.begin() + long(pos) + 4, b.begin() + long(pos) + 8);
+    for (char& c : type)
+      if (!std::isalpha(static_cast<unsigned char>(c))) c = '?';
+    const size_t left = b.size() - pos - 12;
+    ERNIE_CHECK(len <= left, what, ": corrupt PNG (chunk '", type, "' at byte ", std::to_string(pos), " declares ",
+                std::to_string(len), " bytes of data, the file has ", std::to_string(left), " left)");
+    ERNIE_CHECK(type == "IDAT" || len <= kMaxChunk, what, ": PNG chunk '", type, "' holds ", std::to_string(len),
+                " bytes (at most 4 MiB outside the image data)");
+    if (type == "IEND") return;
+    pos += 12 + len;
+  }
+}
+
+}  // namespace
+
 PngImage decode_png(const std::vector<uint8_t>& bytes, const std::string& what) {
   ERNIE_CHECK(bytes.size() >= 8 && png_sig_cmp(bytes.data(), 0, 8) == 0, what, ": not a PNG file");
+  check_chunk_lengths(bytes, what);
   Source src{bytes.data(), bytes.size(), 0};
   Decoded d;
   Status st;
