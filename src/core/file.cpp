@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -24,6 +25,16 @@ int open_regular_file(const std::string& path, size_t* size) {
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL, 0) & ~O_NONBLOCK);
   if (size) *size = size_t(st.st_size);
   return fd;
+}
+
+std::string read_file_head(const std::string& path, size_t n) {
+  size_t size = 0;
+  const int fd = open_regular_file(path, &size);
+  std::string head(n, '\0');
+  const ssize_t got = ::pread(fd, head.data(), n, 0);
+  ::close(fd);
+  head.resize(size_t(std::max<ssize_t>(got, 0)));
+  return head;
 }
 
 std::string read_regular_file(const std::string& path, size_t max_bytes) {

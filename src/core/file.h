@@ -10,6 +10,9 @@ namespace ernie {
 // the descriptor (the caller closes it) and its size. Throws Error naming the path.
 int open_regular_file(const std::string& path, size_t* size);
 
+// Its first `n` bytes (fewer when the file is shorter), to tell a format by its magic.
+std::string read_file_head(const std::string& path, size_t n);
+
 // The whole file, at most `max_bytes` (a larger file is an Error saying so).
 std::string read_regular_file(const std::string& path, size_t max_bytes);
 

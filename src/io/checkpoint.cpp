@@ -1,9 +1,6 @@
 #include "io/checkpoint.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -17,12 +14,7 @@ using json = nlohmann::json;
 namespace ernie {
 
 std::shared_ptr<TensorFile> open_tensor_file(const std::string& path) {
-  size_t size = 0;
-  const int fd = open_regular_file(path, &size);
-  char magic[4] = {};
-  const ssize_t n = ::pread(fd, magic, sizeof magic, 0);
-  ::close(fd);
-  ERNIE_CHECK(n != 4 || std::memcmp(magic, "GGUF", 4) != 0, path,
+  ERNIE_CHECK(read_file_head(path, 4) != "GGUF", path,
               ": a GGUF file; this build does not read GGUF yet (give a safetensors file)");
   return SafeTensorsFile::open(path);
 }

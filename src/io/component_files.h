@@ -4,9 +4,9 @@
 
 namespace ernie {
 
-// Formats are told by content, never by name: the DiT as safetensors (names bare, as diffusers and Comfy-Org's
-// diffusion_models files have them, or under ComfyUI's "model.diffusion_model.") or GGUF (any supported GGML
-// type; io/gguf.h).
+// Formats are told by content, never by name: the DiT as safetensors, its names bare (as diffusers and
+// Comfy-Org's diffusion_models files have them) or under ComfyUI's "model.diffusion_model.". A GGUF file is
+// named as one and refused (not read yet).
 struct ComponentFiles {
   std::string diffusion_model;
   bool any() const { return !diffusion_model.empty(); }

@@ -1,7 +1,5 @@
 #include "io/model_folder.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -205,12 +203,7 @@ void check_layers(const Component& dit, const Component& te, const Component& va
 
 // Files people pass as --model that are not models: named, instead of a safetensors header error.
 void sniff_not_a_model(const std::string& path) {
-  size_t size = 0;
-  const int fd = open_regular_file(path, &size);
-  unsigned char b[8] = {};
-  const ssize_t n = ::pread(fd, b, sizeof b, 0);
-  ::close(fd);
-  const std::string head(reinterpret_cast<const char*>(b), size_t(std::max<ssize_t>(n, 0)));
+  const std::string head = read_file_head(path, 8);
   ERNIE_CHECK(head.rfind("\x89PNG", 0) != 0, path, ": a PNG image, not a model (give a model folder or a file "
               "written by `ernie-image convert`)");
   ERNIE_CHECK(head.rfind("\xff\xd8\xff", 0) != 0, path, ": a JPEG image, not a model");

@@ -51,7 +51,6 @@ struct Component {
   Tensor input_scale(const std::string& name) const;
 };
 
-
 class ModelFolder {
  public:
   // Opens configs and checkpoints; throws Error on a missing folder, bad JSON, invalid config or a

@@ -12,7 +12,6 @@
 
 namespace ernie {
 
-
 // Parses and validates a safetensors header. `file_size` is the size of the whole file. Throws Error
 // naming `what` (usually the path) on any problem. Exposed for the fuzzer.
 std::vector<TensorInfo> parse_safetensors_header(const void* data, size_t file_size, const std::string& what,
@@ -44,7 +43,6 @@ class SafeTensorsFile : public TensorFile {
   std::map<std::string, std::string> metadata_;
   std::weak_ptr<SafeTensorsFile> self_;
 };
-
 
 // ---- data checksum ---------------------------------------------------------------------------------------
 // Every file the writers below produce records a checksum of its tensor data in its metadata, under
