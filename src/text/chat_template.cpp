@@ -7,12 +7,11 @@
 #include <ctime>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <optional>
-#include <sstream>
 
 #include "core/error.h"
+#include "core/file.h"
 #include "core/json.h"
 #include "text/jinja_ast.h"
 #include "text/py_str.h"
@@ -169,6 +168,24 @@ constexpr int64_t kMaxIterations = 10'000'000;
 constexpr size_t kMaxOutput = size_t(256) << 20;
 constexpr size_t kMaxSequence = 1'000'000;
 
+// Bytes (as footprint() counts them) that one render may copy into new lists, dicts and namespaces. Real
+// templates copy a few messages; 32 MiB is thousands of times that.
+constexpr size_t kMaxBuilt = size_t(32) << 20;
+
+// About the bytes `v` holds (32 per element, plus its strings' lengths), counted until it passes `limit`.
+// Values nesting deeper than `depth` levels are an error: printing, comparing and copying them all recurse.
+size_t footprint(const ojson& v, int depth, size_t limit, Pos p) {
+  if (v.is_string()) return 32 + v.get_ref<const std::string&>().size();
+  if (!v.is_structured()) return 32;
+  if (depth <= 0) error_at(p, "value nested deeper than " + std::to_string(kMaxValueDepth) + " levels (the depth limit)");
+  size_t n = 32;
+  for (const auto& [k, x] : v.items()) {
+    if (n > limit) break;
+    n += (v.is_object() ? k.size() : 0) + footprint(x, depth - 1, limit - std::min(n, limit), p);
+  }
+  return n;
+}
+
 enum class Flow { Normal, Break, Continue };
 
 class Renderer {
@@ -186,6 +203,19 @@ class Renderer {
   std::string out_;
   int64_t iterations_ = 0;
   int loop_depth_ = 0;
+  size_t built_ = 0;  // bytes adopt() let into new values so far
+
+  // `v` copied `times` times into a new list, dict or namespace. Such values stay within kMaxValueDepth, and
+  // all of them together, over the whole render, within kMaxBuilt: `{% set ns.x = [ns.x] %}` in a loop would
+  // nest deeper every turn, `{% set ns.x = [ns.x, ns.x] %}` would double its size.
+  const ojson& adopt(const ojson& v, Pos p, size_t times = 1, int depth = kMaxValueDepth - 1) {
+    const size_t left = times > 0 ? (kMaxBuilt - built_) / times : kMaxBuilt;
+    const size_t n = footprint(v, depth, left, p);
+    if (times > 0 && n > left)
+      error_at(p, "the template built values of more than " + std::to_string(kMaxBuilt >> 20) + " MiB (the size limit)");
+    built_ += n * times;
+    return v;
+  }
 
   // ---- statements ----
 
@@ -206,19 +236,7 @@ class Renderer {
     switch (n.kind) {
       case Node::Text: emit(n.text, n.pos); return Flow::Normal;
       case Node::Output: emit(to_str(eval(*n.expr)), n.pos); return Flow::Normal;
-      case Node::Set: {
-        Value v = eval(*n.expr);
-        if (!n.set_attr) {
-          frames_.back()[n.targets[0]] = std::move(v);
-          return Flow::Normal;
-        }
-        Value* ns = lookup_ref(n.targets[0]);
-        if (!ns || ns->k != Value::Namespace)
-          error_at(n.pos, "'set " + n.targets[0] + "." + n.targets[1] + "' needs '" + n.targets[0] +
-                              "' to be a namespace() object");
-        ns->v[n.targets[1]] = std::move(v.v);
-        return Flow::Normal;
-      }
+      case Node::Set: exec_set(n); return Flow::Normal;
       case Node::If:
         for (const auto& [cond, body] : n.branches)
           if (!cond || truthy(eval(*cond))) return exec(body);
@@ -252,7 +270,24 @@ class Renderer {
     return items;
   }
 
-  Flow exec_for(const Node& n) {
+  // The renderer recurses exec(Body) -> exec(Node) -> exec(Body) once per nested block, and eval() -> filter,
+  // binary, call ... -> eval() once per level of an expression: those frames stay small (sanitizer builds
+  // give every local its own slot), the work that does not recurse is in out-of-line functions.
+  [[gnu::noinline]] void exec_set(const Node& n) {
+    Value v = eval(*n.expr);
+    if (!n.set_attr) {
+      frames_.back()[n.targets[0]] = std::move(v);
+      return;
+    }
+    Value* ns = lookup_ref(n.targets[0]);
+    if (!ns || ns->k != Value::Namespace)
+      error_at(n.pos, "'set " + n.targets[0] + "." + n.targets[1] + "' needs '" + n.targets[0] +
+                          "' to be a namespace() object");
+    adopt(v.v, n.pos);
+    ns->v[n.targets[1]] = std::move(v.v);
+  }
+
+  [[gnu::noinline]] Flow exec_for(const Node& n) {
     std::vector<ojson> all = iterate(eval(*n.expr), n.expr->pos);
     frames_.emplace_back();
     auto bind = [&](const ojson& item) {
@@ -324,22 +359,10 @@ class Renderer {
     switch (e.kind) {
       case Expr::Literal: return J(e.value);
       case Expr::Name: return lookup(e.name);
-      case Expr::List: {
-        ojson l = ojson::array();
-        for (const auto& a : e.args) l.push_back(defined(eval(*a), a->pos).v);
-        return J(std::move(l));
-      }
-      case Expr::Dict: {
-        ojson d = ojson::object();
-        for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
-          Value k = eval(*e.args[i]);
-          if (!is_str(k)) error_at(e.args[i]->pos, "dict keys must be strings here, not " + type_name(k));
-          d[as_str(k)] = defined(eval(*e.args[i + 1]), e.args[i + 1]->pos).v;
-        }
-        return J(std::move(d));
-      }
-      case Expr::GetAttr: return get_attr(eval(*e.args[0]), e.name, e.pos);
-      case Expr::GetItem: return get_item(eval(*e.args[0]), eval(*e.args[1]), e.pos);
+      case Expr::List: return list(e);
+      case Expr::Dict: return dict(e);
+      case Expr::GetAttr: return get_attr(e);
+      case Expr::GetItem: return get_item(e);
       case Expr::Slice: return slice(e);
       case Expr::Call: return call(e);
       case Expr::Filter: return filter(e);
@@ -358,7 +381,35 @@ class Renderer {
     return v;
   }
 
-  Value get_attr(const Value& obj, const std::string& name, Pos p) {
+  [[gnu::noinline]] Value list(const Expr& e) {
+    ojson l = ojson::array();
+    for (const auto& a : e.args) {
+      Value v = eval(*a);
+      l.push_back(adopt(defined(v, a->pos).v, a->pos));
+    }
+    return J(std::move(l));
+  }
+  [[gnu::noinline]] Value dict(const Expr& e) {
+    ojson d = ojson::object();
+    for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
+      Value k = eval(*e.args[i]);
+      if (!is_str(k)) error_at(e.args[i]->pos, "dict keys must be strings here, not " + type_name(k));
+      Value v = eval(*e.args[i + 1]);
+      d[as_str(k)] = adopt(defined(v, e.args[i + 1]->pos).v, e.args[i + 1]->pos);
+    }
+    return J(std::move(d));
+  }
+  [[gnu::noinline]] Value get_attr(const Expr& e) {
+    Value obj = eval(*e.args[0]);
+    return get_attr(obj, e.name, e.pos);
+  }
+  [[gnu::noinline]] Value get_item(const Expr& e) {
+    Value obj = eval(*e.args[0]);
+    Value key = eval(*e.args[1]);
+    return get_item(obj, key, e.pos);
+  }
+
+  [[gnu::noinline]] Value get_attr(const Value& obj, const std::string& name, Pos p) {
     if (obj.undef()) error_at(p, "cannot read attribute '" + name + "' of an undefined value");
     if (obj.v.is_object()) {
       auto it = obj.v.find(name);
@@ -367,7 +418,7 @@ class Renderer {
     return Value::undefined();
   }
 
-  Value get_item(const Value& obj, const Value& key, Pos p) {
+  [[gnu::noinline]] Value get_item(const Value& obj, const Value& key, Pos p) {
     if (obj.undef()) error_at(p, "cannot index an undefined value");
     const ojson& v = obj.v;
     if (v.is_object()) {
@@ -394,7 +445,7 @@ class Renderer {
     return Value::undefined();
   }
 
-  Value slice(const Expr& e) {
+  [[gnu::noinline]] Value slice(const Expr& e) {
     Value obj = eval(*e.args[0]);
     auto part = [&](int k) { return e.args[size_t(k)] ? eval(*e.args[size_t(k)]) : J(nullptr); };
     Value a = part(1), b = part(2), c = part(3);
@@ -449,10 +500,19 @@ class Renderer {
     return as_str(*v);
   }
 
-  Value call(const Expr& e) {
+  [[gnu::noinline]] Value call(const Expr& e) {
     const Expr& callee = *e.args[0];
     Args a = eval_args(e, 1);
-    if (callee.kind == Expr::Name && !lookup_ref(callee.name)) {
+    if (callee.kind == Expr::Name && !lookup_ref(callee.name)) return function(callee, a, e);
+    if (callee.kind == Expr::GetAttr) {
+      Value obj = eval(*callee.args[0]);
+      return method(obj, callee.name, a, e.pos);
+    }
+    error_at(e.pos, "this expression cannot be called");
+  }
+
+  [[gnu::noinline]] Value function(const Expr& callee, const Args& a, const Expr& e) {
+    {
       const std::string& f = callee.name;
       if (f == "raise_exception") {
         check_arity(a, 1, 1, "raise_exception()", e.pos);
@@ -464,7 +524,7 @@ class Renderer {
           if (a.pos.size() > 1 || !is_dict(a.pos[0])) error_at(e.pos, "namespace() takes keyword arguments or one dict");
           ns = a.pos[0].v;
         }
-        for (auto& [k, v] : a.kw) ns[k] = defined(v, e.pos).v;
+        for (auto& [k, v] : a.kw) ns[k] = adopt(defined(v, e.pos).v, e.pos);
         return {std::move(ns), Value::Namespace};
       }
       if (f == "range") return range(a, e.pos);
@@ -480,8 +540,6 @@ class Renderer {
       }
       error_at(callee.pos, "unknown function '" + f + "' (supported: raise_exception, namespace, range, strftime_now)");
     }
-    if (callee.kind == Expr::GetAttr) return method(eval(*callee.args[0]), callee.name, a, e.pos);
-    error_at(e.pos, "this expression cannot be called");
   }
 
   Value range(const Args& a, Pos p) {
@@ -504,7 +562,7 @@ class Renderer {
     return J(std::move(out));
   }
 
-  Value method(const Value& obj, const std::string& m, const Args& a, Pos p) {
+  [[gnu::noinline]] Value method(const Value& obj, const std::string& m, const Args& a, Pos p) {
     if (obj.undef()) error_at(p, "cannot call method '" + m + "' of an undefined value");
     std::string what = type_name(obj) + "." + m + "()";
     if (is_str(obj)) {
@@ -540,12 +598,13 @@ class Renderer {
         check_arity(a, 2, 3, what, p);
         std::string from = str_arg(a, 0, "old", what, p), to = str_arg(a, 1, "new", what, p);
         int64_t count = a.pos.size() == 3 && is_int(a.pos[2]) ? as_int(a.pos[2].v) : -1;
-        return J(replace(s, from, to, count));
+        return J(replace(s, from, to, count, p));
       }
     }
     if (is_dict(obj) || obj.k == Value::Namespace) {
       if (m == "items" || m == "keys" || m == "values") {
         check_arity(a, 0, 0, what, p);
+        if (m == "items") adopt(obj.v, p);  // [[k, v], ...] is one level deeper than the dict
         ojson out = ojson::array();
         for (const auto& [k, v] : obj.v.items()) {
           if (m == "items") out.push_back(ojson::array({k, v}));
@@ -604,7 +663,8 @@ class Renderer {
     }
   }
 
-  static std::string replace(const std::string& s, const std::string& from, const std::string& to, int64_t count) {
+  static std::string replace(const std::string& s, const std::string& from, const std::string& to, int64_t count,
+                             Pos p) {
     if (from.empty()) return s;  // Python inserts between characters; not needed by templates
     std::string out;
     size_t i = 0;
@@ -613,6 +673,7 @@ class Renderer {
       size_t j = s.find(from, i);
       if (j == std::string::npos) break;
       out += s.substr(i, j - i) + to;
+      if (out.size() > kMaxOutput) error_at(p, "string is larger than 256 MiB");
       i = j + from.size();
       ++n;
     }
@@ -621,9 +682,13 @@ class Renderer {
 
   // ---- filters ----
 
-  Value filter(const Expr& e) {
+  [[gnu::noinline]] Value filter(const Expr& e) {
     Value x = eval(*e.args[0]);
     Args a = eval_args(e, 1);
+    return apply_filter(e, std::move(x), a);
+  }
+
+  [[gnu::noinline]] Value apply_filter(const Expr& e, Value x, const Args& a) {
     const std::string& f = e.name;
     std::string what = "filter '" + f + "'";
     Pos p = e.pos;
@@ -668,6 +733,7 @@ class Renderer {
       bool first = true;
       for (const ojson& item : iterate(x, p)) {
         out += (first ? "" : sep) + py::str(item);
+        if (out.size() > kMaxOutput) error_at(p, "string is larger than 256 MiB");
         first = false;
       }
       return J(out);
@@ -717,9 +783,13 @@ class Renderer {
 
   // ---- tests ----
 
-  bool test(const Expr& e) {
+  [[gnu::noinline]] bool test(const Expr& e) {
     Value x = eval(*e.args[0]);
     Args a = eval_args(e, 1);
+    return apply_test(e, x, a);
+  }
+
+  [[gnu::noinline]] bool apply_test(const Expr& e, const Value& x, const Args& a) {
     const std::string& t = e.name;
     check_arity(a, 0, 0, "test '" + t + "'", e.pos);
     if (t == "defined") return !x.undef();
@@ -747,9 +817,9 @@ class Renderer {
 
   // ---- operators ----
 
-  Value unary(const Expr& e) {
-    if (e.name == "not") return J(!truthy(eval(*e.args[0])));
+  [[gnu::noinline]] Value unary(const Expr& e) {
     Value x = eval(*e.args[0]);
+    if (e.name == "not") return J(!truthy(x));
     if (!is_num(x)) error_at(e.pos, "bad operand type for unary " + e.name + ": '" + type_name(x) + "'");
     if (e.name == "+") return is_int(x) ? J(as_int(x.v)) : x;
     if (is_int(x)) {
@@ -764,7 +834,7 @@ class Renderer {
     error_at(p, "unsupported operand types for " + op + ": '" + type_name(a) + "' and '" + type_name(b) + "'");
   }
 
-  Value binary(const Expr& e) {
+  [[gnu::noinline]] Value binary(const Expr& e) {
     const std::string& op = e.name;
     if (op == "and") {
       Value a = eval(*e.args[0]);
@@ -775,7 +845,10 @@ class Renderer {
       return truthy(a) ? a : eval(*e.args[1]);
     }
     Value a = eval(*e.args[0]), b = eval(*e.args[1]);
-    Pos p = e.pos;
+    return binary_op(op, a, b, e.pos);
+  }
+
+  [[gnu::noinline]] Value binary_op(const std::string& op, const Value& a, const Value& b, Pos p) {
     if (op == "~") {
       std::string s = to_str(a) + to_str(b);
       if (s.size() > kMaxOutput) error_at(p, "string is larger than 256 MiB");
@@ -846,6 +919,8 @@ class Renderer {
         return J(as_str(a) + as_str(b));
       }
       if (is_list(a) && is_list(b)) {
+        adopt(a.v, p, 1, kMaxValueDepth);
+        adopt(b.v, p, 1, kMaxValueDepth);
         ojson l = a.v;
         for (const auto& x : b.v) l.push_back(x);
         return J(std::move(l));
@@ -867,6 +942,7 @@ class Renderer {
       for (int64_t i = 0; i < n; ++i) out += as_str(s);
       return J(out);
     }
+    adopt(s.v, p, size_t(n), kMaxValueDepth);
     ojson out = ojson::array();
     for (int64_t i = 0; i < n; ++i)
       for (const auto& x : s.v) out.push_back(x);
@@ -883,8 +959,19 @@ ChatTemplate::~ChatTemplate() = default;
 ChatTemplate::ChatTemplate(ChatTemplate&&) noexcept = default;
 ChatTemplate& ChatTemplate::operator=(ChatTemplate&&) noexcept = default;
 
+namespace {
+// The caller's values are printed, compared and copied recursively, like the template's own.
+void check_depth(const nlohmann::ordered_json& v, int depth) {
+  if (!v.is_structured()) return;
+  ERNIE_CHECK(depth > 0, "chat template context: a value nested deeper than ", std::to_string(jinja::kMaxValueDepth),
+              " levels (the depth limit)");
+  for (const auto& x : v) check_depth(x, depth - 1);
+}
+}  // namespace
+
 std::string ChatTemplate::render(const nlohmann::ordered_json& context) const {
   ERNIE_CHECK(context.is_object(), "chat template context must be an object, not ", context.type_name());
+  check_depth(context, jinja::kMaxValueDepth);
   jinja::Renderer r(context);
   return r.run(*body_);
 }
@@ -935,13 +1022,8 @@ std::string load_chat_template(const std::string& tokenizer_dir) {
   namespace fs = std::filesystem;
   std::optional<std::string> jinja;
   fs::path jinja_file = fs::path(tokenizer_dir) / "chat_template.jinja";
-  if (fs::exists(jinja_file)) {
-    std::ifstream f(jinja_file, std::ios::binary);
-    ERNIE_CHECK(f, jinja_file.string(), ": cannot read");
-    std::stringstream ss;
-    ss << f.rdbuf();
-    jinja = ss.str();
-  }
+  // A regular file of at most 16 MiB (real templates are a few KiB): a FIFO or a device here is an error.
+  if (fs::exists(jinja_file)) jinja = read_regular_file(jinja_file.string(), size_t(16) << 20);
   fs::path cfg_path = fs::path(tokenizer_dir) / "tokenizer_config.json";
   nlohmann::json cfg = (!jinja && fs::exists(cfg_path)) ? read_json_file(cfg_path.string()) : nlohmann::json();
   return select_chat_template(jinja, cfg, tokenizer_dir);

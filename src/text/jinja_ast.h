@@ -17,6 +17,17 @@ struct Pos {
 // "chat template line 3, column 14: <what>"
 [[noreturn]] void error_at(Pos p, const std::string& what);
 
+// Depth limits: templates come from downloaded model files, so every recursion over them (the parser,
+// the renderer, the tree's destructor) is bounded. Real chat templates stay far below these (a few
+// levels of blocks, expressions a few dozen levels deep); the parser rejects anything deeper with an
+// Error naming line and column, so a tree it returns is at most this deep.
+constexpr int kMaxBlockDepth = 128;    // {% if %} / {% for %} blocks inside one another
+constexpr int kMaxExprDepth = 256;     // height of one expression's tree (a + b + c ... adds one per operator)
+constexpr int kMaxExprNesting = 128;   // sub-expressions inside one another as the parser recurses into them:
+                                       // ( ), [ ], { }, arguments, subscripts, `not`, unary signs, `else` arms
+// Values the renderer builds ([x], {'k': x}, namespace(a=x) in a loop) nest at most this deep.
+constexpr int kMaxValueDepth = 512;
+
 struct Expr;
 using ExprP = std::unique_ptr<Expr>;
 
@@ -41,6 +52,7 @@ struct Expr {
   nlohmann::ordered_json value;  // Literal
   std::string name;              // Name, GetAttr, Filter, Test; the operator for Unary/Binary
   bool negated = false;          // Test: "is not"
+  int depth = 0;                 // height of this subtree (1 for a leaf), set by the parser; <= kMaxExprDepth
   std::vector<ExprP> args;
   std::vector<std::pair<std::string, ExprP>> kwargs;  // Call, Filter
 };

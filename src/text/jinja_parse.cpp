@@ -107,6 +107,8 @@ class Lexer {
   std::string src_;
   std::vector<size_t> line_starts_;
   std::vector<Token> toks_;
+  size_t last_off_ = 0;  // pos_of's previous offset and the column it found there
+  int last_col_ = 1;
 
   void normalize() {
     std::string s;
@@ -126,13 +128,23 @@ class Lexer {
       if (src_[i] == '\n') line_starts_.push_back(i + 1);
   }
 
-  Pos pos_of(size_t off) const {
+  // Columns count code points, as an editor shows them. Tokens are made in source order, so the column
+  // is counted on from the previous call's offset when that lies on the same line before `off`: counting
+  // from the line's start every time made a template on one long line quadratic to lex.
+  Pos pos_of(size_t off) {
+    off = std::min(off, src_.size());
     size_t line = std::upper_bound(line_starts_.begin(), line_starts_.end(), off) - line_starts_.begin();
     size_t ls = line_starts_[line - 1];
-    // Columns count code points, as an editor shows them.
+    size_t from = ls;
     int col = 1;
-    for (size_t i = ls; i < off && i < src_.size(); ++i)
+    if (last_off_ >= ls && last_off_ <= off) {
+      from = last_off_;
+      col = last_col_;
+    }
+    for (size_t i = from; i < off; ++i)
       if ((static_cast<unsigned char>(src_[i]) & 0xC0) != 0x80) ++col;
+    last_off_ = off;
+    last_col_ = col;
     return {int(line), col};
   }
 
@@ -313,7 +325,8 @@ class Parser {
  private:
   std::vector<Token> t_;
   size_t i_ = 0;
-  int depth_ = 0;
+  int depth_ = 0;        // nesting of sub-expressions being parsed (the recursion of parse_expression)
+  int block_depth_ = 0;  // {% if %} / {% for %} blocks open around the current position
 
   static Node mk(Node::Kind k, Pos p) {
     Node n;
@@ -397,7 +410,19 @@ class Parser {
     }
   }
 
-  void parse_statement(Body& body) {
+  // One more open {% if %} or {% for %} for the guard's lifetime; deeper than kMaxBlockDepth is an error.
+  struct BlockGuard {
+    Parser& p;
+    BlockGuard(Parser& p_, Pos at) : p(p_) {
+      if (++p.block_depth_ > kMaxBlockDepth) {
+        --p.block_depth_;
+        error_at(at, "blocks nested deeper than " + std::to_string(kMaxBlockDepth) + " levels (the depth limit)");
+      }
+    }
+    ~BlockGuard() { --p.block_depth_; }
+  };
+
+  [[gnu::noinline]] void parse_statement(Body& body) {
     Pos at = next().pos;  // "{%"
     if (peek().type != T::Name) error_at(peek().pos, "expected a tag name after '{%', found " + describe(peek()));
     const Token& w = next();
@@ -405,8 +430,10 @@ class Parser {
     if (word == "set") {
       body.push_back(parse_set(at));
     } else if (word == "if") {
+      BlockGuard g(*this, at);
       body.push_back(parse_if(at));
     } else if (word == "for") {
+      BlockGuard g(*this, at);
       body.push_back(parse_for(at));
     } else if (word == "break" || word == "continue") {
       expect(T::BlockEnd, "'%}'");
@@ -421,7 +448,7 @@ class Parser {
     }
   }
 
-  Node parse_set(Pos at) {
+  [[gnu::noinline]] Node parse_set(Pos at) {
     Node n = mk(Node::Set, at);
     n.targets.push_back(expect_name());
     if (is_op(".")) {
@@ -437,13 +464,19 @@ class Parser {
     return n;
   }
 
-  Node parse_if(Pos at) {
+  // The stop words live outside the frames: parse_body -> parse_statement -> parse_if/parse_for recurse once
+  // per nested block, so their frames are kept small (they are large under sanitizers).
+  static inline const std::set<std::string> kIfStops = {"elif", "else", "endif"}, kEndif = {"endif"},
+                                            kForStops = {"else", "endfor"}, kEndfor = {"endfor"};
+  static inline const std::string kIfName = "{% if %}", kForName = "{% for %}";
+
+  [[gnu::noinline]] Node parse_if(Pos at) {
     Node n = mk(Node::If, at);
     ExprP cond = parse_expression();
     expect(T::BlockEnd, "'%}'");
     while (true) {
       std::string stop;
-      Body b = parse_body({"elif", "else", "endif"}, "{% if %}", at, &stop);
+      Body b = parse_body(kIfStops, kIfName, at, &stop);
       n.branches.emplace_back(std::move(cond), std::move(b));
       if (stop == "elif") {
         cond = parse_expression();
@@ -451,7 +484,7 @@ class Parser {
       } else if (stop == "else") {
         expect(T::BlockEnd, "'%}'");
         std::string end;
-        Body eb = parse_body({"endif"}, "{% if %}", at, &end);
+        Body eb = parse_body(kEndif, kIfName, at, &end);
         n.branches.emplace_back(nullptr, std::move(eb));
         expect(T::BlockEnd, "'%}'");
         return n;
@@ -462,7 +495,7 @@ class Parser {
     }
   }
 
-  Node parse_for(Pos at) {
+  [[gnu::noinline]] Node parse_for(Pos at) {
     Node n = mk(Node::For, at);
     n.targets.push_back(expect_name());
     while (is_op(",")) {
@@ -479,10 +512,10 @@ class Parser {
     if (is_name("recursive")) error_at(peek().pos, "recursive for loops are not supported");
     expect(T::BlockEnd, "'%}'");
     std::string stop;
-    n.body = parse_body({"else", "endfor"}, "{% for %}", at, &stop);
+    n.body = parse_body(kForStops, kForName, at, &stop);
     if (stop == "else") {
       expect(T::BlockEnd, "'%}'");
-      n.else_body = parse_body({"endfor"}, "{% for %}", at, &stop);
+      n.else_body = parse_body(kEndfor, kForName, at, &stop);
     }
     expect(T::BlockEnd, "'%}'");
     return n;
@@ -490,10 +523,23 @@ class Parser {
 
   // ---- expressions (Jinja's precedence, lowest first) ----
 
+  // Two bounds keep every recursion over an expression bounded: DepthGuard bounds the parser's own recursion
+  // to kMaxExprNesting (each nested sub-expression: parentheses, brackets, arguments, subscripts, a `not` or
+  // sign; about ten frames each), and seal() bounds to kMaxExprDepth the height of the tree it builds, which
+  // loops can grow without recursing (a + b + c ..., x | f | g ..., x.a.b[0] ...), and which the renderer
+  // and the destructor walk recursively.
+  [[noreturn]] static void too_deep(Pos p) {
+    error_at(p, "expression more than " + std::to_string(kMaxExprDepth) +
+                    " levels deep (the depth limit: each operator, filter, call or subscript in a chain adds one)");
+  }
   struct DepthGuard {
     Parser& p;
     explicit DepthGuard(Parser& p_) : p(p_) {
-      if (++p.depth_ > 200) error_at(p.peek().pos, "expression is nested too deeply");
+      if (++p.depth_ > kMaxExprNesting) {
+        --p.depth_;
+        error_at(p.peek().pos, "expression nested deeper than " + std::to_string(kMaxExprNesting) +
+                                   " levels (the depth limit for brackets, arguments, subscripts and unary operators)");
+      }
     }
     ~DepthGuard() { --p.depth_; }
   };
@@ -504,12 +550,26 @@ class Parser {
     e->pos = p;
     return e;
   }
+  // Called on every node once its children are in: records its height, rejects one over the limit.
+  static ExprP seal(ExprP e) {
+    int h = 0;
+    auto child = [&](const ExprP& c) {
+      if (!c) return;
+      ERNIE_CHECK(c->depth > 0, "chat template parser: an expression node was not sealed");
+      h = std::max(h, c->depth);
+    };
+    for (const ExprP& a : e->args) child(a);
+    for (const auto& kv : e->kwargs) child(kv.second);
+    e->depth = h + 1;
+    if (e->depth > kMaxExprDepth) too_deep(e->pos);
+    return e;
+  }
   static ExprP binary(const std::string& op, ExprP a, ExprP b, Pos p) {
     ExprP e = make(Expr::Binary, p);
     e->name = op;
     e->args.push_back(std::move(a));
     e->args.push_back(std::move(b));
-    return e;
+    return seal(std::move(e));
   }
 
   ExprP parse_expression() {
@@ -526,7 +586,7 @@ class Parser {
       } else {
         c->args.push_back(nullptr);
       }
-      return c;
+      return seal(std::move(c));
     }
     return e;
   }
@@ -548,13 +608,13 @@ class Parser {
     return e;
   }
   ExprP parse_not() {
-    DepthGuard g(*this);
     if (is_name("not")) {
+      DepthGuard g(*this);
       Pos p = next().pos;
       ExprP e = make(Expr::Unary, p);
       e->name = "not";
       e->args.push_back(parse_not());
-      return e;
+      return seal(std::move(e));
     }
     return parse_compare();
   }
@@ -615,13 +675,14 @@ class Parser {
     return e;
   }
   ExprP parse_unary(bool with_filter) {
-    DepthGuard g(*this);
     ExprP e;
     if (is_op("-") || is_op("+")) {
+      DepthGuard g(*this);
       const Token& t = next();
       e = make(Expr::Unary, t.pos);
       e->name = t.text;
       e->args.push_back(parse_unary(false));
+      e = seal(std::move(e));
     } else {
       e = parse_primary();
     }
@@ -643,21 +704,21 @@ class Parser {
           e->kind = Expr::Name;
           e->name = t.text;
         }
-        return e;
+        return seal(std::move(e));
       }
       case T::String: {
         ExprP e = make(Expr::Literal, t.pos);
         std::string s;
         while (peek().type == T::String) s += next().text;  // adjacent literals concatenate
         e->value = s;
-        return e;
+        return seal(std::move(e));
       }
       case T::Int:
       case T::Float: {
         next();
         ExprP e = make(Expr::Literal, t.pos);
         e->value = t.number;
-        return e;
+        return seal(std::move(e));
       }
       case T::Op:
         if (t.text == "(") {
@@ -671,7 +732,7 @@ class Parser {
               if (is_op(")")) break;
               l->args.push_back(parse_expression());
             }
-            e = std::move(l);
+            e = seal(std::move(l));
           }
           expect_op(")");
           return e;
@@ -685,7 +746,7 @@ class Parser {
             next();
           }
           expect_op("]");
-          return l;
+          return seal(std::move(l));
         }
         if (t.text == "{") {
           next();
@@ -698,7 +759,7 @@ class Parser {
             next();
           }
           expect_op("}");
-          return d;
+          return seal(std::move(d));
         }
         break;
       default: break;
@@ -723,7 +784,7 @@ class Parser {
     expect_op(")");
   }
 
-  ExprP parse_postfix(ExprP e) {
+  [[gnu::noinline]] ExprP parse_postfix(ExprP e) {
     while (true) {
       if (is_op(".")) {
         Pos p = next().pos;
@@ -732,14 +793,14 @@ class Parser {
           ExprP idx = make(Expr::Literal, peek().pos);
           idx->value = next().number;
           g->args.push_back(std::move(e));
-          g->args.push_back(std::move(idx));
-          e = std::move(g);
+          g->args.push_back(seal(std::move(idx)));
+          e = seal(std::move(g));
           continue;
         }
         ExprP g = make(Expr::GetAttr, p);
         g->name = expect_name();
         g->args.push_back(std::move(e));
-        e = std::move(g);
+        e = seal(std::move(g));
       } else if (is_op("[")) {
         Pos p = next().pos;
         ExprP parts[3];
@@ -759,19 +820,19 @@ class Parser {
           g->args.push_back(std::move(parts[1]));
           g->args.push_back(std::move(parts[2]));
         }
-        e = std::move(g);
+        e = seal(std::move(g));
       } else if (is_op("(")) {
         ExprP c = make(Expr::Call, peek().pos);
         c->args.push_back(std::move(e));
         parse_call_args(*c);
-        e = std::move(c);
+        e = seal(std::move(c));
       } else {
         return e;
       }
     }
   }
 
-  ExprP parse_filters(ExprP e) {
+  [[gnu::noinline]] ExprP parse_filters(ExprP e) {
     while (true) {
       if (is_op("|")) {
         Pos p = next().pos;
@@ -779,7 +840,7 @@ class Parser {
         f->name = expect_name();
         f->args.push_back(std::move(e));
         if (is_op("(")) parse_call_args(*f);
-        e = std::move(f);
+        e = seal(std::move(f));
       } else if (is_name("is")) {
         Pos p = next().pos;
         ExprP t = make(Expr::Test, p);
@@ -798,7 +859,7 @@ class Parser {
                      (a.type == T::Name && !stop.count(a.text));
           if (arg) t->args.push_back(parse_primary());
         }
-        e = std::move(t);
+        e = seal(std::move(t));
       } else {
         return e;
       }
