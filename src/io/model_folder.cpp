@@ -207,8 +207,8 @@ void sniff_not_a_model(const std::string& path) {
   ERNIE_CHECK(head.rfind("\x89PNG", 0) != 0, path, ": a PNG image, not a model (give a model folder or a file "
               "written by `ernie-image convert`)");
   ERNIE_CHECK(head.rfind("\xff\xd8\xff", 0) != 0, path, ": a JPEG image, not a model");
-  ERNIE_CHECK(head.rfind("GGUF", 0) != 0, path, ": a GGUF file; GGUF models do not load yet (give a model folder "
-              "or a file written by `ernie-image convert`)");
+  ERNIE_CHECK(head.rfind("GGUF", 0) != 0, path, ": a GGUF file; a GGUF DiT is given with --diffusion-model, and --model "
+              "is still a model folder or a file written by `ernie-image convert`");
   ERNIE_CHECK(head.rfind("PK\x03\x04", 0) != 0, path, ": a zip archive (a PyTorch .pt/.ckpt?), not a model");
 }
 
