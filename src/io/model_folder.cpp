@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/file.h"
 #include "core/json.h"
+#include "io/gguf_quants.h"
 #include "io/model_file.h"
 
 namespace fs = std::filesystem;
@@ -161,7 +162,8 @@ size_t Component::stored_bytes() const {
 std::string Component::dominant_dtype() const {
   std::map<std::string, size_t> by;
   for (const TensorInfo* t : ckpt.tensors())
-    if (t->name.rfind(prefix, 0) == 0) by[dtype_name(t->dtype)] += size_t(shape_numel(t->shape));
+    if (t->name.rfind(prefix, 0) == 0)
+      by[t->ggml_type >= 0 ? ggml_type(uint32_t(t->ggml_type))->name : dtype_name(t->dtype)] += size_t(shape_numel(t->shape));
   std::string best = "-";
   size_t n = 0;
   for (auto& [k, c] : by)
