@@ -253,4 +253,4 @@ TEST_P(GgufDit, MatchesTheReferenceRun) {
   EXPECT_LE(max_pixel_diff(res.images[0].rgb, want_img.to_vector()), 1);
 }
 
-INSTANTIATE_TEST_SUITE_P(Variants, GgufDit, ::testing::Values("folder", "Q8_0", "Q4_K", "Q5_1", "BF16"));
+INSTANTIATE_TEST_SUITE_P(Gguf, GgufDit, ::testing::Values("folder", "Q8_0", "Q4_K", "Q5_1", "BF16"));
