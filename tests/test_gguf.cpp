@@ -254,3 +254,13 @@ TEST_P(GgufDit, MatchesTheReferenceRun) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Gguf, GgufDit, ::testing::Values("folder", "Q8_0", "Q4_K", "Q5_1", "BF16"));
+
+TEST(Gguf, ANonDitGgufIsNamed) {
+  ComponentFiles f;
+  f.diffusion_model = gguf_dir() + "/text_encoder-F16.gguf";
+  test::expect_error([&] { ModelFolder::open(gguf_dir() + "/tiny256/model", false, f); },
+                     "not an ERNIE-Image diffusion model (no 'x_embedder.proj.weight'");
+  f.diffusion_model = gguf_dir() + "/dit-Q8_0.gguf";  // a 256-wide DiT where the tiny model's is 64 wide
+  const ModelFolder m = ModelFolder::open(test::tiny_model(), false, f);
+  EXPECT_NE(test::fatal_problems(m).find("has shape"), std::string::npos) << test::fatal_problems(m);
+}
