@@ -167,6 +167,8 @@ TEST(Gguf, HostileHeadersAreRefused) {
   expect_refused(with([](GgufSpec& s) { s.tensors[1].ne = {31, 1}; }), "row length 31 is not a multiple");
   expect_refused(with([](GgufSpec& s) { s.tensors[0].ne = {uint64_t(1) << 62, 8}; }), "overflows");
   expect_refused(with([](GgufSpec& s) { s.tensors[0].ne = {~uint64_t(0), 1}; }), "negative or corrupt");
+  // An empty tensor whose other dimensions' product overflows (found by fuzzing: shape_numel overflowed).
+  expect_refused(with([](GgufSpec& s) { s.tensors[0].ne = {0, uint64_t(1) << 40, uint64_t(1) << 40}; }), "overflows");
   expect_refused(with([](GgufSpec& s) { s.tensors[1].offset = 0; }), "overlap");
   expect_refused(with([](GgufSpec& s) { s.alignment = 24; }), "not a power of two");
   expect_refused(with([](GgufSpec& s) { s.alignment = 0; }), "not a power of two");

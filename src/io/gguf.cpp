@@ -159,15 +159,22 @@ TensorInfo read_tensor_info(Cursor& c, size_t index) {
   const uint64_t nd = c.uint(4, "the dimension count of tensor '" + ti.name + "'");
   ERNIE_CHECK(nd >= 1 && nd <= kMaxDims, who, " has ", to_string(nd), " dimensions (GGUF allows 1 to 4)");
   uint64_t ne[kMaxDims];
-  int64_t numel = 1;
+  // The product of the non-zero dimensions must fit, so that no partial product in any order (shape_numel
+  // multiplies outermost first) overflows, even when another dimension is 0.
+  int64_t nonzero = 1, numel = 1;
   for (uint64_t d = 0; d < nd; ++d) {
     ne[d] = c.uint(8, "the dimensions of tensor '" + ti.name + "'");
     ERNIE_CHECK(ne[d] <= uint64_t(std::numeric_limits<int64_t>::max()), who, ": dimension ", to_string(d), " is ",
                 to_string(ne[d]), " (negative or corrupt)");
-    ERNIE_CHECK(ne[d] == 0 || numel <= std::numeric_limits<int64_t>::max() / int64_t(ne[d]), who,
+    if (ne[d] == 0) {
+      numel = 0;
+      continue;
+    }
+    ERNIE_CHECK(nonzero <= std::numeric_limits<int64_t>::max() / int64_t(ne[d]), who,
                 ": its element count overflows (corrupt dimensions)");
-    numel *= int64_t(ne[d]);
+    nonzero *= int64_t(ne[d]);
   }
+  if (numel) numel = nonzero;
   for (uint64_t d = nd; d-- > 0;) ti.shape.push_back(int64_t(ne[d]));  // torch order: innermost last
   const uint32_t type_id = uint32_t(c.uint(4, "the type of tensor '" + ti.name + "'"));
   const GgmlType* t = ggml_type(type_id);
