@@ -145,7 +145,10 @@ const uint8_t* u8(std::string_view s) { return reinterpret_cast<const uint8_t*>(
 std::string supported_types() {
   std::string s;
   for (uint32_t id = 0; id < 64; ++id)
-    if (const GgmlType* t = ggml_type(id); t && (t->plain || t->decode)) s += (s.empty() ? "" : " ") + std::string(t->name);
+    if (const GgmlType* t = ggml_type(id); t && (t->plain || t->decode)) {
+      if (!s.empty()) s += ' ';
+      s += t->name;
+    }
   return s;
 }
 
