@@ -92,7 +92,7 @@ typedef struct ernie_memory_options {
 } ernie_memory_options;
 
 /* Component files that replace those of ernie_options.model_dir (the CLI's --diffusion-model), told apart by
- * content: the DiT as safetensors (diffusers or ComfyUI names; GGUF is not read yet). Set up with ernie_component_files_init
+ * content: the DiT as safetensors or GGUF (diffusers or ComfyUI names). Set up with ernie_component_files_init
  * and pass to ernie_load_components; NULL or "" keeps the model's own. */
 typedef struct ernie_component_files {
   size_t struct_size;          /* sizeof(ernie_component_files), set by ernie_component_files_init; later versions

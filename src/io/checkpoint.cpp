@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/file.h"
+#include "io/gguf.h"
 #include "io/safetensors.h"
 
 namespace fs = std::filesystem;
@@ -14,8 +15,7 @@ using json = nlohmann::json;
 namespace ernie {
 
 std::shared_ptr<TensorFile> open_tensor_file(const std::string& path) {
-  ERNIE_CHECK(read_file_head(path, 4) != "GGUF", path,
-              ": a GGUF file; this build does not read GGUF yet (give a safetensors file)");
+  if (read_file_head(path, 4) == "GGUF") return GgufFile::open(path);
   return SafeTensorsFile::open(path);
 }
 

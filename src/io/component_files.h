@@ -4,9 +4,8 @@
 
 namespace ernie {
 
-// Formats are told by content, never by name: the DiT as safetensors, its names bare (as diffusers and
-// Comfy-Org's diffusion_models files have them) or under ComfyUI's "model.diffusion_model.". A GGUF file is
-// named as one and refused (not read yet).
+// Formats are told by content, never by name: the DiT as safetensors or GGUF (io/gguf.h), its names bare (as
+// diffusers and Comfy-Org's diffusion_models files have them) or under ComfyUI's "model.diffusion_model.".
 struct ComponentFiles {
   std::string diffusion_model;
   bool any() const { return !diffusion_model.empty(); }

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/file.h"
 #include "core/json.h"
+#include "io/gguf_quants.h"
 #include "io/model_file.h"
 
 namespace fs = std::filesystem;
@@ -161,7 +162,8 @@ size_t Component::stored_bytes() const {
 std::string Component::dominant_dtype() const {
   std::map<std::string, size_t> by;
   for (const TensorInfo* t : ckpt.tensors())
-    if (t->name.rfind(prefix, 0) == 0) by[dtype_name(t->dtype)] += size_t(shape_numel(t->shape));
+    if (t->name.rfind(prefix, 0) == 0)
+      by[t->ggml_type >= 0 ? ggml_type(uint32_t(t->ggml_type))->name : dtype_name(t->dtype)] += size_t(shape_numel(t->shape));
   std::string best = "-";
   size_t n = 0;
   for (auto& [k, c] : by)
@@ -207,8 +209,8 @@ void sniff_not_a_model(const std::string& path) {
   ERNIE_CHECK(head.rfind("\x89PNG", 0) != 0, path, ": a PNG image, not a model (give a model folder or a file "
               "written by `ernie-image convert`)");
   ERNIE_CHECK(head.rfind("\xff\xd8\xff", 0) != 0, path, ": a JPEG image, not a model");
-  ERNIE_CHECK(head.rfind("GGUF", 0) != 0, path, ": a GGUF file; GGUF models do not load yet (give a model folder "
-              "or a file written by `ernie-image convert`)");
+  ERNIE_CHECK(head.rfind("GGUF", 0) != 0, path, ": a GGUF file; a GGUF DiT is given with --diffusion-model, and --model "
+              "is still a model folder or a file written by `ernie-image convert`");
   ERNIE_CHECK(head.rfind("PK\x03\x04", 0) != 0, path, ": a zip archive (a PyTorch .pt/.ckpt?), not a model");
 }
 

@@ -10,7 +10,7 @@ void add_model_flag(CLI::App& cmd, EngineOptions& o, bool required) {
 
 void add_component_flags(CLI::App& cmd, ComponentFiles& f) {
   cmd.add_option("--diffusion-model", f.diffusion_model,
-                 "the DiT from its own file, replacing --model's: safetensors, diffusers or ComfyUI names (GGUF not yet)");
+                 "the DiT from its own file, replacing --model's: safetensors or GGUF, diffusers or ComfyUI names");
 }
 
 void add_engine_flags(CLI::App& cmd, EngineOptions& o, const std::string& default_offload_why) {
