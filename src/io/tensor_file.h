@@ -24,7 +24,8 @@ class TensorFile {
   virtual size_t file_size() const = 0;
   virtual const std::vector<TensorInfo>& tensors() const = 0;
   virtual const TensorInfo* find(const std::string& name) const = 0;
-  // A zero-copy view into the file's mapping. Throws naming the tensor when absent.
+  // A zero-copy view into the file's mapping (a copy where the data is not aligned to its elements). Throws
+  // naming the tensor when absent.
   virtual Tensor tensor(const std::string& name) const = 0;
 };
 
