@@ -473,7 +473,9 @@ void save_safetensors_streamed(const std::string& path, const std::vector<Pendin
   for (size_t i = 0; i < tensors.size(); ++i) {
     const PendingTensor& t = tensors[i];
     ERNIE_CHECK(!h.contains(t.name), path, ": tensor name '", t.name, "' given twice (or reserved)");
-    h[t.name] = {{"dtype", dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offs[i], offs[i] + items[i].bytes}}};
+    h[t.name] = {{"dtype", dtype_name(t.dtype)},
+                 {"shape", t.shape},
+                 {"data_offsets", {offs[i], offs[i] + items[i].bytes}}};
     total += items[i].bytes;
   }
   std::string hs = h.dump();

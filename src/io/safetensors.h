@@ -52,8 +52,9 @@ class SafeTensorsFile : public TensorFile {
 // Every file the writers below produce records a checksum of its tensor data in its metadata, under
 // kDataChecksumKey: 16 lowercase hex digits of XXH64 (seed 0) over the 8-byte little-endian XXH64 (seed 0) of
 // each tensor's bytes, taken in byte order of the tensor names. (Bytes between tensors, which older writers left
-// as alignment padding, are not covered.) The header is written first with kDataChecksumPending, a value of the same width, and
-// rewritten in place once the data is on disk, so a file whose writer was killed reads as incomplete.
+// as alignment padding, are not covered.) The header is written first with kDataChecksumPending, a value of the
+// same width, and rewritten in place once the data is on disk, so a file whose writer was killed reads as
+// incomplete.
 inline constexpr const char* kDataChecksumKey = "ernie.data_xxh64";
 inline constexpr const char* kDataChecksumPending = "incomplete------";
 

@@ -17,7 +17,8 @@ std::vector<std::string> safetensors_spec_problems(const SafeTensorsFile& f) {
   const size_t n = f.header_size();
   const uint8_t* header = f.data_section() - n;
   if (n == 0 || header[0] != '{')
-    out.push_back(at + "the JSON header does not start with '{' (the reference library refuses it: invalid header start)");
+    out.push_back(at +
+                  "the JSON header does not start with '{' (the reference library refuses it: invalid header start)");
   if (n % 8 != 0)
     out.push_back(at + "header length " + std::to_string(n) +
                   " is not a multiple of 8 (the reference writer always pads it so; some readers assume it)");
@@ -64,9 +65,13 @@ std::vector<std::string> safetensors_spec_problems(const SafeTensorsFile& f) {
 std::vector<size_t> safetensors_data_layout(const std::vector<LayoutItem>& items, size_t align) {
   ERNIE_CHECK(align >= 8 && align <= 4096 && (align & (align - 1)) == 0, "safetensors layout: alignment ",
               std::to_string(align), " is not a power of two from 8 to 4096");
+  for (const LayoutItem& it : items)
+    ERNIE_CHECK(it.elem > 0 && it.elem <= 8 && (it.elem & (it.elem - 1)) == 0, "safetensors layout: tensor '",
+                it.name, "' has element size ", std::to_string(it.elem));
   std::vector<size_t> order(items.size());
   std::iota(order.begin(), order.end(), size_t(0));
-  auto rank = [&](size_t i) { return items[i].bytes % align == 0 ? size_t(0) : 8 / std::min<size_t>(items[i].elem, 8); };
+  // 0 for the align-sized, then 1, 2, 4, 8 for element sizes 8, 4, 2, 1.
+  auto rank = [&](size_t i) { return items[i].bytes % align == 0 ? size_t(0) : 8 / items[i].elem; };
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     const size_t ra = rank(a), rb = rank(b);
     if (ra != rb) return ra < rb;
@@ -75,8 +80,6 @@ std::vector<size_t> safetensors_data_layout(const std::vector<LayoutItem>& items
   std::vector<size_t> offs(items.size());
   size_t off = 0;
   for (size_t i : order) {
-    ERNIE_CHECK(items[i].elem > 0 && items[i].elem <= 8 && (items[i].elem & (items[i].elem - 1)) == 0,
-                "safetensors layout: tensor '", items[i].name, "' has element size ", std::to_string(items[i].elem));
     offs[i] = off;
     off += items[i].bytes;
   }

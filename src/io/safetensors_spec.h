@@ -19,7 +19,7 @@ std::vector<std::string> safetensors_spec_problems(const SafeTensorsFile& f);
 
 // The writer's data layout: where each tensor of `bytes` (its byte size) and `elem` (its element size)
 // starts in the data section, with the spans contiguous from 0. Tensors whose size is a multiple of `align`
-// come first in `names` order, so each starts at a multiple of `align`; the others follow by decreasing
+// come first in name order, so each starts at a multiple of `align`; the others follow by decreasing
 // element size (then name), so each starts at a multiple of its element size (element sizes are powers of
 // two up to 8, `align` a power of two of at least 8). The returned offsets are in input order.
 struct LayoutItem {
