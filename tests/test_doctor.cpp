@@ -57,6 +57,8 @@ TEST(Doctor, ConvertedFp8File) {
   convert_model(ModelFolder::open(test::tiny_model()), f, opt);
   DoctorReport r = run_doctor(f);
   EXPECT_EQ(r.problems, 0) << r.json.dump(2);
+  EXPECT_EQ(r.json["warnings"].size(), 0u) << r.json.dump(2);  // spec-clean (io/safetensors_spec.h) among others
+  EXPECT_EQ(r.json["model"]["spec_clean_files"], 1);
   const json& c = r.json["model"]["components"];
   size_t sum = 0;
   for (const char* k : {"transformer", "text_encoder", "vae", "pe"}) sum += c[k]["bytes_on_disk"].get<size_t>();

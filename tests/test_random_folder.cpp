@@ -13,6 +13,7 @@
 #include "golden.h"
 #include "engine/doctor.h"
 #include "engine/convert.h"
+#include "io/safetensors_spec.h"
 #include "models/random_folder.h"
 #include "models/random_weights.h"
 
@@ -137,6 +138,16 @@ TEST(RandomFolder, OpensChecksCleanAndDoctorIsHappy) {
     const Tensor emb = m.text_encoder_c.tensor("embed_tokens.weight");
     EXPECT_EQ(emb.to_vector(), random_weights::mistral_tensor("embed_tokens.weight", emb.shape(), o.seed).to_vector());
     EXPECT_EQ(m.vae_c.tensor("bn.running_var").to_vector(), std::vector<float>(size_t(4 * 8), 1.f));
+
+    // Every file valid for the reference safetensors library (doctor warns otherwise; below).
+    size_t files = 0;
+    for (const auto& e : fs::recursive_directory_iterator(dir))
+      if (e.path().extension() == ".safetensors") {
+        const auto probs = safetensors_spec_problems(*SafeTensorsFile::open(e.path().string()));
+        EXPECT_TRUE(probs.empty()) << probs[0];
+        ++files;
+      }
+    EXPECT_EQ(files, st.files);
 
     DoctorReport r = run_doctor(dir);
     EXPECT_EQ(r.problems, 0) << r.json.dump(2);

@@ -11,6 +11,7 @@
 #include "io/model_folder.h"
 #include "io/model_tokenizer.h"
 #include "io/safetensors.h"
+#include "io/safetensors_spec.h"
 #include "ops/tuning_cache.h"
 #include "text/chat_template.h"
 #include "text/pe_prompt.h"
@@ -102,8 +103,8 @@ void check_text_side(const ModelFolder& mf, json& m, json& problems, json& warni
   m["text"] = t;
 }
 
-// Each safetensors file the model reads: its data checksum (io/safetensors.h), read and compared with --verify.
-void check_checksums(const ModelFolder& mf, const DoctorOptions& opt, json& m, json& problems) {
+// Each safetensors file the model reads, once (a converted file backs every component).
+std::vector<std::shared_ptr<SafeTensorsFile>> model_files(const ModelFolder& mf) {
   std::vector<std::shared_ptr<SafeTensorsFile>> files;
   for (const Component* c : {&mf.transformer_c, &mf.text_encoder_c, &mf.vae_c, mf.pe_c ? &*mf.pe_c : nullptr})
     if (c)
@@ -111,8 +112,25 @@ void check_checksums(const ModelFolder& mf, const DoctorOptions& opt, json& m, j
         if (auto st = std::dynamic_pointer_cast<SafeTensorsFile>(f);
             st && std::none_of(files.begin(), files.end(), [&](const auto& g) { return g->path() == f->path(); }))
           files.push_back(st);
+  return files;
+}
+
+// Files that load here but that the reference safetensors library would refuse (io/safetensors_spec.h):
+// warnings, since this program still reads them.
+void check_spec(const ModelFolder& mf, json& m, json& warnings) {
+  size_t clean = 0;
+  for (const auto& f : model_files(mf)) {
+    const std::vector<std::string> p = safetensors_spec_problems(*f);
+    for (const std::string& w : p) warnings.push_back(w);
+    clean += p.empty();
+  }
+  m["spec_clean_files"] = clean;
+}
+
+// Each safetensors file the model reads: its data checksum (io/safetensors.h), read and compared with --verify.
+void check_checksums(const ModelFolder& mf, const DoctorOptions& opt, json& m, json& problems) {
   json list = json::array();
-  for (const auto& f : files) {
+  for (const auto& f : model_files(mf)) {
     ChecksumCheck r;
     r.status = checksum_status(f->metadata());
     if (opt.verify && r.status == ChecksumStatus::Unverified) r = verify_data_checksum(*f, opt.threads);
@@ -188,6 +206,7 @@ DoctorReport run_doctor(const std::string& model_dir, const DoctorOptions& opt) 
       }
       check_text_side(mf, m, j["problems"], j["warnings"]);
       check_checksums(mf, opt, m, j["problems"]);
+      check_spec(mf, m, j["warnings"]);
       // Device memory at 1024x1024 with guidance (2 rows), a 256-token prompt, bf16 (8-bit weights where the
       // file stores them so), per low-VRAM mode.
       GenerationShape shape;

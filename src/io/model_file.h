@@ -1,6 +1,8 @@
 // The converted single-file model's format: one safetensors file holding every component's tensors (named
 // "<component>/<original name>"), the component configs, tokenizers and chat template (as metadata
-// entries "file:<relative path>"), with tensor data 64-byte aligned for direct upload. Linear weights may
+// entries "file:<relative path>"), laid out as io/safetensors.h's writer does: spans contiguous (the
+// reference library's rule), every tensor whose size is a multiple of 64 bytes 64-byte aligned for direct
+// upload (all large weights), the few others aligned to their element size. Linear weights may
 // be quantized (fp8 e4m3 or int8, symmetric, one fp32 scale per output channel in "<name>_scale").
 // Writing one is engine/convert.h; which weights are 8-bit, models/quant_policy.h.
 #pragma once

@@ -21,6 +21,7 @@
 #include <unordered_set>
 
 #include "core/error.h"
+#include "io/safetensors_spec.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -268,7 +269,12 @@ const TensorInfo* SafeTensorsFile::find(const std::string& name) const {
 Tensor SafeTensorsFile::tensor(const std::string& name) const {
   const TensorInfo* ti = find(name);
   ERNIE_CHECK(ti, path_, ": no tensor named '", name, "'");
-  return Tensor::borrow(data_section() + ti->begin, ti->shape, ti->dtype, self_.lock());
+  const uint8_t* p = data_section() + ti->begin;
+  if (reinterpret_cast<uintptr_t>(p) % dtype_size(ti->dtype) == 0)
+    return Tensor::borrow(p, ti->shape, ti->dtype, self_.lock());
+  Tensor t = Tensor::empty(ti->shape, ti->dtype);  // misaligned for its elements: copied
+  if (ti->end > ti->begin) std::memcpy(t.raw(), p, ti->end - ti->begin);
+  return t;
 }
 
 // ---- writer -----------------------------------------------------------------------------------------
@@ -446,7 +452,8 @@ uint64_t combine_tensor_hashes(std::vector<std::pair<std::string_view, uint64_t>
 void save_safetensors_streamed(const std::string& path, const std::vector<PendingTensor>& tensors,
                                const std::map<std::string, std::string>& metadata, size_t align,
                                const std::function<void(size_t, size_t)>& progress, int threads) {
-  ERNIE_CHECK(align > 0 && align <= 4096, "save_safetensors: alignment ", std::to_string(align), " out of range");
+  ERNIE_CHECK(align >= 8 && align <= 4096 && (align & (align - 1)) == 0, "save_safetensors: alignment ",
+              std::to_string(align), " is not a power of two from 8 to 4096");
   {
     // rename() would replace a device node, a FIFO or (when empty) a folder: refuse anything but a file.
     struct stat st {};
@@ -457,19 +464,22 @@ void save_safetensors_streamed(const std::string& path, const std::vector<Pendin
   meta[kDataChecksumKey] = kDataChecksumPending;
   json h = json::object();
   h["__metadata__"] = meta;
-  std::vector<size_t> offs;
-  size_t off = 0;
-  for (const PendingTensor& t : tensors) {
+  // Contiguous spans (the reference library's rule), ordered for alignment: io/safetensors_spec.h.
+  std::vector<LayoutItem> items;
+  for (const PendingTensor& t : tensors)
+    items.push_back({t.name, size_t(shape_numel(t.shape)) * dtype_size(t.dtype), dtype_size(t.dtype)});
+  const std::vector<size_t> offs = safetensors_data_layout(items, align);
+  size_t total = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const PendingTensor& t = tensors[i];
     ERNIE_CHECK(!h.contains(t.name), path, ": tensor name '", t.name, "' given twice (or reserved)");
-    off = (off + align - 1) / align * align;
-    offs.push_back(off);
-    size_t bytes = size_t(shape_numel(t.shape)) * dtype_size(t.dtype);
-    h[t.name] = {{"dtype", dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {off, off + bytes}}};
-    off += bytes;
+    h[t.name] = {{"dtype", dtype_name(t.dtype)},
+                 {"shape", t.shape},
+                 {"data_offsets", {offs[i], offs[i] + items[i].bytes}}};
+    total += items[i].bytes;
   }
-  const size_t total = off;
   std::string hs = h.dump();
-  // Pad the header with spaces so the data section starts on an `align` boundary.
+  // Pad the header with spaces so the data section starts on an `align` boundary (N then a multiple of 8).
   const size_t data_start = (8 + hs.size() + align - 1) / align * align;
   hs.append(data_start - 8 - hs.size(), ' ');
   std::string head(8, '\0');
@@ -484,14 +494,14 @@ void save_safetensors_streamed(const std::string& path, const std::vector<Pendin
 
   TempOutput out(path);
   const int fd = out.fd();
-  // The final size up front: the gaps between tensors read as zeros, and a full disk fails here (where the
-  // file system can reserve space) rather than half way.
+  // The final size up front: a full disk fails here (where the file system can reserve space) rather than
+  // half way.
   bool ok = ::ftruncate(fd, off_t(data_start + total)) == 0;
   if (ok && ::fallocate(fd, 0, 0, off_t(data_start + total)) != 0)
     ok = errno == EOPNOTSUPP || errno == ENOSYS;  // not supported by this file system: space is taken as written
   ok = ok && pwrite_all(fd, head.data(), head.size(), 0);
   // Tensors are produced and written by `threads` workers (OpenMP threads), each taking the next tensor in
-  // file order and writing it at its own offset, so at most `threads` produced tensors are held at once.
+  // the caller's order and writing it at its own offset, so at most `threads` produced tensors are held at once.
   std::atomic<bool> failed{!ok};
   std::exception_ptr error;
   std::mutex mu;

@@ -30,8 +30,12 @@ class SafeTensorsFile : public TensorFile {
   const std::vector<TensorInfo>& tensors() const override { return infos_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   const TensorInfo* find(const std::string& name) const override;
-  Tensor tensor(const std::string& name) const override;  // zero-copy view into the mapping
+  // A zero-copy view into the mapping, or, for a tensor whose data does not start at a multiple of its
+  // element size (a foreign file; ours never), an aligned copy. Only element alignment is needed here: the
+  // CPU ops index elements, uploads copy bytes.
+  Tensor tensor(const std::string& name) const override;
   const uint8_t* data_section() const { return base_ + data_offset_; }
+  size_t header_size() const { return data_offset_ - 8; }  // N: the JSON header's bytes, padding included
 
  private:
   SafeTensorsFile() = default;
@@ -47,9 +51,10 @@ class SafeTensorsFile : public TensorFile {
 // ---- data checksum ---------------------------------------------------------------------------------------
 // Every file the writers below produce records a checksum of its tensor data in its metadata, under
 // kDataChecksumKey: 16 lowercase hex digits of XXH64 (seed 0) over the 8-byte little-endian XXH64 (seed 0) of
-// each tensor's bytes, taken in byte order of the tensor names. (Bytes between tensors, alignment padding, are
-// not covered.) The header is written first with kDataChecksumPending, a value of the same width, and
-// rewritten in place once the data is on disk, so a file whose writer was killed reads as incomplete.
+// each tensor's bytes, taken in byte order of the tensor names. (Bytes between tensors, which older writers left
+// as alignment padding, are not covered.) The header is written first with kDataChecksumPending, a value of the
+// same width, and rewritten in place once the data is on disk, so a file whose writer was killed reads as
+// incomplete.
 inline constexpr const char* kDataChecksumKey = "ernie.data_xxh64";
 inline constexpr const char* kDataChecksumPending = "incomplete------";
 
@@ -79,8 +84,12 @@ ChecksumCheck verify_data_checksum(const SafeTensorsFile& f, int threads = 0);
 // fsync'd. The temp file is removed on every error and, while the write runs, on SIGINT, SIGTERM or SIGHUP
 // (where the process left them at their default action; the signal is then re-raised). `path` may be a new
 // file or a regular file (or a symlink, which is replaced); anything else (a device, folder or FIFO) is
-// refused. Tensor data is aligned to `align` bytes from the start of the file so it can be mapped and uploaded
-// directly. The metadata gets kDataChecksumKey (see above).
+// refused. The file is spec-clean for the reference safetensors library (io/safetensors_spec.h): the tensors'
+// spans are contiguous from 0 to the end of the file, and the header is padded with spaces so the data
+// section starts at a multiple of `align` (a power of two, 8 to 4096). Tensors whose byte size is a multiple
+// of `align` come first (name order), so each starts `align`-aligned for direct upload; then the others by
+// decreasing element size (then name), each starting at least at a multiple of its element size. The
+// metadata gets kDataChecksumKey (see above).
 void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata = {}, size_t align = 64);
 

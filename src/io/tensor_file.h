@@ -25,8 +25,9 @@ class TensorFile {
   virtual size_t file_size() const = 0;
   virtual const std::vector<TensorInfo>& tensors() const = 0;
   virtual const TensorInfo* find(const std::string& name) const = 0;
-  // A tensor stored as a plain dtype is a zero-copy view into the mapping; a block-quantized one comes back
-  // de-quantized to F32 on the host. Throws naming the tensor when absent.
+  // A tensor stored as a plain dtype is a zero-copy view into the mapping (a copy where the data is not aligned
+  // to its elements); a block-quantized one comes back de-quantized to F32 on the host. Throws naming the
+  // tensor when absent.
   virtual Tensor tensor(const std::string& name) const = 0;
 };
 
