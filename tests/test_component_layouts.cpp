@@ -6,6 +6,7 @@
 #include <regex>
 
 #include "ernie_image.h"
+#include "engine/convert.h"
 #include "engine/engine.h"
 #include "golden.h"
 #include "golden_cases.h"
@@ -317,4 +318,22 @@ TEST(ComponentLayouts, TheCApiTakesAllFourWithoutAModel) {
   ASSERT_NE(err, nullptr);
   EXPECT_NE(std::string(err).find("missing: --tokenizer"), std::string::npos) << err;
   ernie_free_string(err);
+}
+
+TEST(ComponentLayouts, ConvertWritesComponentFilesWithoutModelAsTheFolderWouldBe) {
+  test::TempDir d;
+  ComponentFiles f;
+  f.diffusion_model = tiny(kDit);
+  f.text_encoder = write_hf_text_encoder(d);
+  f.vae = write_ldm_vae(d);
+  f.tokenizer = tiny(kTok);
+  const std::string from_files = d.str() + "/files.safetensors", from_folder = d.str() + "/folder.safetensors";
+  ConvertOptions co;
+  co.include_pe = false;
+  convert_model(ModelFolder::open("", false, f), from_files, co);
+  convert_model(ModelFolder::open(test::tiny_model(), false), from_folder, co);
+  const ModelFolder m = ModelFolder::open(from_files, false);
+  EXPECT_EQ(test::fatal_problems(m), "");
+  EXPECT_EQ(m.vae_c.tensor("decoder.mid_block.attentions.0.to_q.weight").shape(), (Shape{64, 64}));
+  expect_same(generate(from_files, {}), generate(from_folder, {}), "converted from component files");
 }
