@@ -3,8 +3,8 @@
 namespace ernie::cli {
 
 void add_model_flag(CLI::App& cmd, EngineOptions& o, bool required) {
-  // Not CLI11-required: --diffusion-model, --text-encoder, --vae and --tokenizer together stand in for it, and
-  // the engine names what is missing.
+  // Not CLI11-required, whatever `required` says: --diffusion-model, --text-encoder, --vae and --tokenizer
+  // together stand in for it, and the engine names what is missing.
   (void)required;
   cmd.add_option("--model,-m", o.model,
                  "model folder (diffusers layout) or a converted file; may be left out when --diffusion-model, "
