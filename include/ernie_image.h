@@ -91,13 +91,19 @@ typedef struct ernie_memory_options {
                           (earlier ones are still accepted) */
 } ernie_memory_options;
 
-/* Component files that replace those of ernie_options.model_dir (the CLI's --diffusion-model), told apart by
- * content: the DiT as safetensors or GGUF (diffusers or ComfyUI names). Set up with ernie_component_files_init
- * and pass to ernie_load_components; NULL or "" keeps the model's own. */
+/* Component files that replace those of ernie_options.model_dir (the CLI's --diffusion-model, --text-encoder,
+ * --vae, --tokenizer), told apart by content: safetensors with diffusers, ComfyUI or LDM/BFL names, and the DiT
+ * as GGUF too. Set up with ernie_component_files_init and pass to ernie_load_components; NULL or "" keeps the
+ * model's own. With all four set, ernie_options.model_dir may be NULL or "": the configs are then read off the
+ * files' shapes. */
 typedef struct ernie_component_files {
   size_t struct_size;          /* sizeof(ernie_component_files), set by ernie_component_files_init; later versions
                                   only append fields */
   const char* diffusion_model; /* the DiT */
+  /* Added in the second version of this struct (the first, ending here, is still accepted). */
+  const char* text_encoder;    /* the text encoder (HF "model." names, or the diffusers text_encoder's) */
+  const char* vae;             /* the VAE (diffusers or LDM/BFL layout) */
+  const char* tokenizer;       /* a tokenizer.json file */
 } ernie_component_files;
 
 typedef struct ernie_request {

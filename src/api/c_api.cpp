@@ -147,13 +147,24 @@ ernie_status ernie_load_components(const ernie_options* opt, const ernie_memory_
                 ": this library takes ", std::to_string(sizeof(ernie_memory_options)), ", ",
                 std::to_string(kSecondVersion), " or ", std::to_string(kFirstVersion),
                 " (set it up with ernie_memory_options_init)");
-    ERNIE_CHECK(!files || files->struct_size == sizeof(ernie_component_files), "ernie_component_files.struct_size ",
-                std::to_string(files ? files->struct_size : 0), ": this library takes ",
-                std::to_string(sizeof(ernie_component_files)), " (set it up with ernie_component_files_init)");
-    ERNIE_CHECK(opt->model_dir && *opt->model_dir, "ernie_load: model_dir is required");
+    constexpr size_t kFirstFiles = offsetof(ernie_component_files, text_encoder);  // diffusion_model only
+    ERNIE_CHECK(!files || files->struct_size == sizeof(ernie_component_files) || files->struct_size == kFirstFiles,
+                "ernie_component_files.struct_size ", std::to_string(files ? files->struct_size : 0),
+                ": this library takes ", std::to_string(sizeof(ernie_component_files)), " or ",
+                std::to_string(kFirstFiles), " (set it up with ernie_component_files_init)");
     ernie::EngineOptions po;
-    po.model = opt->model_dir;
-    if (files && files->diffusion_model) po.files.diffusion_model = files->diffusion_model;
+    if (files) {
+      auto str = [](const char* p) { return std::string(p ? p : ""); };
+      po.files.diffusion_model = str(files->diffusion_model);
+      if (files->struct_size >= sizeof(ernie_component_files)) {
+        po.files.text_encoder = str(files->text_encoder);
+        po.files.vae = str(files->vae);
+        po.files.tokenizer = str(files->tokenizer);
+      }
+    }
+    ERNIE_CHECK((opt->model_dir && *opt->model_dir) || po.files.any(),
+                "ernie_load: model_dir is required (or every component as a file: ernie_component_files)");
+    po.model = opt->model_dir ? opt->model_dir : "";
     po.device = opt->device && *opt->device ? opt->device : "cpu";  // the header's documented default
     po.dtype = opt->dtype ? opt->dtype : "";
     ERNIE_CHECK(opt->threads >= 0, "ernie_load: threads must not be negative");

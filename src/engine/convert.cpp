@@ -8,8 +8,11 @@
 #include <memory>
 #include <mutex>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "models/random_folder.h"
 
 namespace fs = std::filesystem;
 
@@ -94,6 +97,19 @@ ConvertStats convert_model(const ModelFolder& m, const std::string& out, const C
   for (const char* rel : {"model_index.json", "transformer/config.json", "text_encoder/config.json", "vae/config.json",
                           "scheduler/scheduler_config.json", "tokenizer/tokenizer.json", "tokenizer/tokenizer_config.json"})
     if (m.has_file(rel)) meta[std::string("file:") + rel] = m.read_file(rel);
+  if (m.from_files) {  // component files without --model: the configs read off their shapes
+    meta["file:transformer/config.json"] = dit_config_json(m.dit);
+    meta["file:text_encoder/config.json"] = text_encoder_config_json(m.text_encoder);
+    meta["file:vae/config.json"] = vae_config_json(m.vae);
+    const SchedulerConfig& sc = m.scheduler;
+    meta["file:scheduler/scheduler_config.json"] =
+        nlohmann::json{{"_class_name", "FlowMatchEulerDiscreteScheduler"}, {"num_train_timesteps", sc.num_train_timesteps},
+                       {"shift", sc.shift}, {"use_dynamic_shifting", sc.use_dynamic_shifting},
+                       {"base_shift", sc.base_shift}, {"max_shift", sc.max_shift},
+                       {"base_image_seq_len", sc.base_image_seq_len}, {"max_image_seq_len", sc.max_image_seq_len},
+                       {"time_shift_type", sc.time_shift_type}, {"invert_sigmas", sc.invert_sigmas}}
+            .dump(2);
+  }
   if (opt.include_pe && m.pe_c)
     for (const char* rel : {"pe/config.json", "pe/generation_config.json", "pe_tokenizer/tokenizer.json",
                             "pe_tokenizer/tokenizer_config.json", "pe_tokenizer/chat_template.jinja", "pe/tokenizer.json",
@@ -110,8 +126,11 @@ ConvertStats convert_model(const ModelFolder& m, const std::string& out, const C
       bool at_root = s.name[0] == '@';
       std::string local = at_root ? s.name.substr(1) : s.name;
       std::string rel = at_root ? local : own_prefix + local;
-      const TensorInfo* ti = c->ckpt.find(c->root + rel);
+      const TensorInfo* ti = c->ckpt.find(at_root ? c->root + rel : c->stored_name(local));
       if (!ti) continue;  // optional and absent (required ones were checked above)
+      // Written under our names and shapes whatever the source's layout (an LDM VAE's 1x1 attention convolutions
+      // become the Linear weights they are).
+      const Shape shape = c->conv_as_linear.count(local) ? s.shape : ti->shape;
       std::string dst = c->name + "/" + rel;
       bool q8 = opt.format != WeightFormat::BF16 && ti->shape.size() == 2 &&
                 opt.policy.quantized(c->name, local, m.dit.num_layers);
@@ -143,7 +162,7 @@ ConvertStats convert_model(const ModelFolder& m, const std::string& out, const C
       } else {
         bool to_bf16 = dtype_is_float(ti->dtype) || c->is_quantized(local);
         DType dt = to_bf16 ? DType::BF16 : ti->dtype;
-        tensors.push_back({dst, dt, ti->shape, [=] {
+        tensors.push_back({dst, dt, shape, [=] {
                              Tensor t = source();
                              return to_bf16 ? t.cast(DType::BF16) : t;
                            }});

@@ -176,12 +176,13 @@ DoctorReport run_doctor(const std::string& model_dir, const DoctorOptions& opt) 
   j["problems"] = json::array();
   j["warnings"] = json::array();
 
-  if (!model_dir.empty()) {
+  if (!model_dir.empty() || opt.files.any()) {
     json m;
-    m["path"] = model_dir;
+    m["path"] = model_dir.empty() ? std::string("(component files)") : model_dir;
     try {
       ModelFolder mf = ModelFolder::open(model_dir, true, opt.files);
       m["variant"] = mf.turbo ? "ERNIE-Image-Turbo" : "ERNIE-Image";
+      if (mf.from_files) m["configs"] = "read off the component files' tensor shapes (released values elsewhere)";
       m["components"] = json::object();
       auto comp = [&](const Component& c) {
         const double bf16 = double(c.params()) * 2;
@@ -191,6 +192,8 @@ DoctorReport run_doctor(const std::string& model_dir, const DoctorOptions& opt) 
                                    {"files", c.ckpt.files().size()},
                                    {"prefix", c.prefix},
                                    {"bf16_gib", bf16 / kGiB}};
+        if (!c.source.empty()) m["components"][c.name]["file"] = c.source;
+        if (!c.layout.empty()) m["components"][c.name]["layout"] = c.layout;
         return bf16;
       };
       for (const Component* c : {&mf.transformer_c, &mf.text_encoder_c, &mf.vae_c}) comp(*c);
@@ -289,7 +292,11 @@ std::string format_doctor(const json& j) {
                       std::to_string(c["params"].get<size_t>()).c_str(), c["dtype"].get<std::string>().c_str(),
                       human_bytes(double(c["bytes_on_disk"].get<size_t>())).c_str());
         o << line;
+        if (c.contains("file"))
+          o << "                from " << c["file"].get<std::string>()
+            << (c.contains("layout") ? " (" + c["layout"].get<std::string>() + " layout)" : std::string()) << "\n";
       }
+    if (m.contains("configs")) o << "  configs " << m["configs"].get<std::string>() << "\n";
     if (m.contains("files")) {
       size_t none = 0;
       for (const json& f : m["files"]) {

@@ -66,8 +66,9 @@ struct Settings {
 // Every flag, before the model is opened.
 Settings parse_settings(const EngineOptions& o, MemoryFlags& mem) {
   Settings s;
-  ERNIE_CHECK(!o.model.empty(), "--model: no model given (a model folder or a converted file)");
-  s.model_dir = o.model;
+  ERNIE_CHECK(!o.model.empty() || o.files.any(), "--model: no model given (a model folder or a converted file, or "
+              "every component as a file: --diffusion-model, --text-encoder, --vae and --tokenizer)");
+  s.model_dir = o.model.empty() ? o.files.diffusion_model : o.model;
   s.device = parse_device_option(o.device);
   ERNIE_CHECK(s.device.is_cpu() || ops::cuda_built(), "--device ", s.device.str(), ": this build has no CUDA backend");
   ERNIE_CHECK(s.device.is_cpu() || s.device.index < ops::cuda_device_count(), "--device ", s.device.str(), ": ",
@@ -427,11 +428,11 @@ std::unique_ptr<Engine> Engine::open(const EngineOptions& o, const ProgressFn& p
     m.require_ok("transformer");
     m.require_ok("vae");
   }
-  ERNIE_CHECK(o.pe != PeLoad::Required || m.pe_c.has_value(), o.model,
+  ERNIE_CHECK(o.pe != PeLoad::Required || m.pe_c.has_value(), m.root,
               ": --pe needs a prompt enhancer (pe/ folder), this model has none");
   s.load_pe = o.pe != PeLoad::Off && m.pe_c.has_value();
   if (s.load_pe) {
-    ERNIE_CHECK(!m.pe_tokenizer_rel.empty(), o.model,
+    ERNIE_CHECK(!m.pe_tokenizer_rel.empty(), m.root,
                 ": the prompt enhancer has no tokenizer (pe_tokenizer/tokenizer.json or pe/tokenizer.json)");
     m.require_ok("pe");
   }

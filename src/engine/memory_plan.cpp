@@ -57,7 +57,7 @@ Stored8bit stored_8bit(const ModelFolder& m) {
   // A middle layer's MLP projection of each model.
   auto stored = [](const Component& c, int layers) -> std::optional<DType> {
     const std::string name = "layers." + std::to_string(layers / 2) + ".mlp.up_proj.weight";
-    const TensorInfo* info = layers > 0 && c.is_quantized(name) ? c.ckpt.find(c.prefix + name) : nullptr;
+    const TensorInfo* info = layers > 0 && c.is_quantized(name) ? c.ckpt.find(c.stored_name(name)) : nullptr;
     return info ? std::optional<DType>(info->dtype) : std::nullopt;
   };
   return {stored(m.transformer_c, m.dit.num_layers),

@@ -5,13 +5,16 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/file.h"
 #include "core/json.h"
+#include "io/component_configs.h"
 #include "io/gguf_quants.h"
+#include "io/key_layouts.h"
 #include "io/model_file.h"
 
 namespace fs = std::filesystem;
@@ -233,17 +236,67 @@ std::string resolve_prefix(const Checkpoint& ck, const std::vector<std::string>&
     if (ck.contains(p + "embed_tokens.weight")) return p;
   return candidates.front();
 }
+
+// The language-model prefixes a text encoder file may use: HF causal-LM names (Comfy-Org's text_encoders files),
+// the diffusers text_encoder's Mistral3Model ones, bare.
+const std::vector<std::string> kTextEncoderPrefixes = {"model.", "language_model.model.", "model.language_model.", ""};
+const char* const kDitProbe = "x_embedder.proj.weight";
+
+// What a tensor file given as the wrong component looks like, by the names it holds.
+std::string looks_like(const Checkpoint& ck) {
+  for (const char* p : {"", "model.diffusion_model."})
+    if (ck.contains(std::string(p) + kDitProbe)) return "it looks like an ERNIE-Image DiT (give it as --diffusion-model)";
+  for (const std::string& p : kTextEncoderPrefixes)
+    if (ck.contains(p + "embed_tokens.weight") && ck.contains(p + "layers.0.self_attn.q_proj.weight"))
+      return "it looks like a text encoder (give it as --text-encoder)";
+  if (ck.contains("decoder.conv_in.weight") || ck.contains("encoder.conv_in.weight"))
+    return "it looks like a VAE (give it as --vae)";
+  const auto all = ck.tensors();
+  return all.empty() ? std::string("it holds no tensors")
+                     : "it holds none of the known layouts' names (its first tensor is '" + all.front()->name + "')";
+}
+
+template <class F>
+int count_while(F name, int limit) {
+  int n = 0;
+  while (n < limit && name(n)) ++n;
+  return n;
+}
 }  // namespace
 
 ModelFolder ModelFolder::open(const std::string& dir, bool with_pe, const ComponentFiles& files) {
   try {
-    ERNIE_CHECK(!dir.empty(), "no model: give --model (a model folder or a converted file)");
+    if (dir.empty()) return open_files(files);
     ModelFolder m = open_checked(dir, with_pe);
-    if (!files.diffusion_model.empty()) m.use_diffusion_model(files.diffusion_model);
+    m.use_files(files, false);
     return m;
   } catch (const fs::filesystem_error& e) {  // a symlink loop, a path too long, permissions
-    fail(dir, ": ", e.code().message(), e.path1().empty() ? "" : " (" + e.path1().string() + ")");
+    fail(dir.empty() ? files.diffusion_model : dir, ": ", e.code().message(),
+         e.path1().empty() ? "" : " (" + e.path1().string() + ")");
   }
+}
+
+ModelFolder ModelFolder::open_files(const ComponentFiles& files) {
+  ERNIE_CHECK(files.any(), "no model: give --model (a model folder or a converted file), or every component as a "
+              "file of its own: --diffusion-model, --text-encoder, --vae and --tokenizer");
+  std::string missing;
+  for (const std::string& f : files.missing()) missing += (missing.empty() ? "" : ", ") + f;
+  ERNIE_CHECK(missing.empty(), "no --model, so every component must come from a file of its own; missing: ", missing,
+              " (or give --model for the components not given)");
+  ModelFolder m;
+  m.root = fs::absolute(files.diffusion_model).lexically_normal().string();
+  m.from_files = true;
+  m.turbo = false;  // ERNIE-Image's defaults (50 steps, cfg 4); Turbo runs take --steps 8 --cfg 1
+  m.scheduler = released_scheduler_config();
+  m.use_files(files, true);
+  return m;
+}
+
+void ModelFolder::use_files(const ComponentFiles& files, bool infer) {
+  if (!files.text_encoder.empty()) use_text_encoder(files.text_encoder, infer);
+  if (!files.vae.empty()) use_vae(files.vae, infer);
+  if (!files.diffusion_model.empty()) use_diffusion_model(files.diffusion_model, infer);
+  if (!files.tokenizer.empty()) use_tokenizer(files.tokenizer);
 }
 
 ModelFolder ModelFolder::open_checked(const std::string& dir, bool with_pe) {
@@ -357,22 +410,111 @@ ModelFolder ModelFolder::open_single_file(const std::string& path, bool with_pe)
 }
 
 // The DiT from a file of its own: its tensors bare ("layers.0...", diffusers' and Comfy-Org's diffusion_models
-// files) or under "model.diffusion_model." (ComfyUI's checkpoint prefix), the config still the model's.
-void ModelFolder::use_diffusion_model(const std::string& path) {
+// files) or under "model.diffusion_model." (ComfyUI's checkpoint prefix); the config the model's, or (`infer`)
+// read off the shapes.
+void ModelFolder::use_diffusion_model(const std::string& path, bool infer) {
   Component c;
   c.name = "transformer";
+  c.source = path;
   c.ckpt = Checkpoint::open_file(path);
-  const std::string probe = "x_embedder.proj.weight";
+  const std::string probe = kDitProbe;
   for (const char* p : {"", "model.diffusion_model."})
     if (c.ckpt.contains(p + probe)) c.prefix = p, c.root = p;
   ERNIE_CHECK(c.ckpt.contains(c.prefix + probe), path, ": not an ERNIE-Image diffusion model (no '", probe,
-              "', bare or under 'model.diffusion_model.')");
+              "', bare or under 'model.diffusion_model.'); ", looks_like(c.ckpt));
+  if (infer) dit = infer_dit_config([&](const std::string& n) { return c.ckpt.find(c.stored_name(n)); }, path);
   check_layers(c, dit.num_layers, "num_layers");
   c.specs = dit_tensor_specs(dit);
   transformer_c = std::move(c);
 }
 
+// The text encoder from a file of its own: the language model's names under one of kTextEncoderPrefixes (an
+// lm_head, a tekken_model or a vision tower beside them are listed by check() and ignored).
+void ModelFolder::use_text_encoder(const std::string& path, bool infer) {
+  Component c;
+  c.name = "text_encoder";
+  c.source = path;
+  c.ckpt = Checkpoint::open_file(path);
+  bool found = false;
+  for (const std::string& p : kTextEncoderPrefixes)
+    if (!found && c.ckpt.contains(p + "embed_tokens.weight")) c.prefix = p, found = true;
+  ERNIE_CHECK(found, path, ": not a text encoder (no 'embed_tokens.weight' under 'model.', 'language_model.model.', "
+              "'model.language_model.' or bare); ", looks_like(c.ckpt));
+  if (infer)
+    text_encoder = infer_mistral_config([&](const std::string& n) { return c.ckpt.find(c.stored_name(n)); }, path);
+  check_layers(c, text_encoder.num_hidden_layers, "num_hidden_layers");
+  c.specs = mistral_tensor_specs(text_encoder, false);
+  text_encoder_c = std::move(c);
+}
+
+// The VAE from a file of its own, in the diffusers layout or the LDM/BFL one (key_layouts.h), told apart by the
+// first encoder resnet's name.
+void ModelFolder::use_vae(const std::string& path, bool infer) {
+  Component c;
+  c.name = "vae";
+  c.source = path;
+  c.ckpt = Checkpoint::open_file(path);
+  const Checkpoint& ck = c.ckpt;
+  const bool diffusers = ck.contains("encoder.down_blocks.0.resnets.0.conv1.weight");
+  const bool ldm = ck.contains("encoder.down.0.block.0.conv1.weight");
+  ERNIE_CHECK(diffusers || ldm, path, ": not a Flux2 VAE (no 'encoder.down_blocks.0.resnets.0.conv1.weight' of the "
+              "diffusers layout or 'encoder.down.0.block.0.conv1.weight' of the LDM/BFL one); ", looks_like(ck));
+  std::function<std::string(const std::string&)> stored = [](const std::string& n) { return n; };
+  if (!diffusers) {
+    c.layout = vae_layout_name(VaeLayout::Ldm);
+    const int nb = count_while([&](int b) { return ck.contains("encoder.down." + I(b) + ".block.0.conv1.weight"); }, 8);
+    const bool bfl_quant = ck.contains("encoder.quant_conv.weight") || ck.contains("decoder.post_quant_conv.weight");
+    stored = [nb, bfl_quant](const std::string& n) { return ldm_vae_name(n, nb, bfl_quant); };
+  }
+  if (infer) vae = infer_vae_config([&](const std::string& n) { return ck.find(stored(n)); }, path);
+  check_layers(c, int64_t(vae.block_out_channels.size()) * (vae.layers_per_block + 1), "layers_per_block");
+  c.specs = vae_tensor_specs(vae);
+  if (!diffusers)
+    for (const TensorSpec& s : c.specs) {
+      const std::string n = stored(s.name);
+      if (n != s.name) c.renames[s.name] = n;
+      if (vae_attention_weight(s.name)) c.conv_as_linear.insert(s.name);
+    }
+  vae_c = std::move(c);
+}
+
+// The tokenizer from its tokenizer.json (a folder holding one is taken too); a tokenizer_config.json beside it
+// is read as the folder's would be.
+void ModelFolder::use_tokenizer(const std::string& path) {
+  std::error_code ec;
+  fs::path p = fs::absolute(path).lexically_normal();
+  if (fs::is_directory(p, ec) && fs::is_regular_file(p / "tokenizer.json", ec)) p /= "tokenizer.json";
+  ERNIE_CHECK(fs::is_regular_file(p, ec), path, ": ", fs::exists(p, ec) ? "not a file" : "not found",
+              " (--tokenizer takes a tokenizer.json file)");
+  const std::string head = read_file_head(p.string(), 16);
+  const size_t first = head.find_first_not_of(" \t\r\n\xef\xbb\xbf");
+  ERNIE_CHECK(first != std::string::npos && head[first] == '{', path, ": not a tokenizer.json (a JSON object)",
+              head.size() >= 9 && head[8] == '{' ? "; it is a safetensors tensor file" :
+              head.rfind("GGUF", 0) == 0 ? "; it is a GGUF file" : "");
+  tokenizer_file = p.string();
+  tokenizer_dir = tokenizer_file;
+}
+
+std::string Component::stored_name(const std::string& name) const {
+  auto it = renames.find(name);
+  return prefix + (it == renames.end() ? name : it->second);
+}
+
+namespace {
+// --tokenizer's file for "tokenizer/tokenizer.json", and the files beside it for "tokenizer/...".
+std::string tokenizer_override(const std::string& tokenizer_file, const std::string& rel) {
+  if (tokenizer_file.empty() || rel.rfind("tokenizer/", 0) != 0) return "";
+  if (rel == "tokenizer/tokenizer.json") return tokenizer_file;
+  return (fs::path(tokenizer_file).parent_path() / rel.substr(10)).string();
+}
+}  // namespace
+
 bool ModelFolder::has_file(const std::string& rel) const {
+  if (std::string f = tokenizer_override(tokenizer_file, rel); !f.empty()) {
+    std::error_code ec;
+    return fs::is_regular_file(f, ec);
+  }
+  if (from_files) return false;
   if (file_) return file_->metadata().count("file:" + rel) > 0;
   return fs::is_regular_file(fs::path(root) / rel);
 }
@@ -385,6 +527,8 @@ bool ModelFolder::has_prompt_enhancer() const {
 }
 
 std::string ModelFolder::read_file(const std::string& rel) const {
+  if (std::string f = tokenizer_override(tokenizer_file, rel); !f.empty()) return read_regular_file(f, kMaxJsonFileBytes);
+  ERNIE_CHECK(!from_files, rel, ": not available: the model is component files, without --model");
   if (file_) {
     auto it = file_->metadata().find("file:" + rel);
     ERNIE_CHECK(it != file_->metadata().end(), root, ": converted model has no embedded '", rel, "'");
@@ -399,19 +543,21 @@ Tensor Component::tensor(const std::string& name) const {
 }
 
 std::pair<Tensor, Tensor> Component::quantized(const std::string& name) const {
-  Tensor t = ckpt.tensor(prefix + name);
+  const std::string full = stored_name(name);
+  Tensor t = ckpt.tensor(full);
+  if (conv_as_linear.count(name) && t.ndim() == 4) t = t.reshape({t.dim(0), t.dim(1)});  // [O, I, 1, 1]
   if (!is_quantized(name)) return {t, Tensor()};
-  return {t, ckpt.tensor(prefix + name + "_scale")};
+  return {t, ckpt.tensor(full + "_scale")};
 }
 
 Tensor Component::input_scale(const std::string& name) const {
-  const std::string full = prefix + name + "_input_scale";
+  const std::string full = stored_name(name) + "_input_scale";
   if (!ckpt.contains(full)) return Tensor();
   const Tensor s = ckpt.tensor(full).to_f32();
   ERNIE_CHECK(s.numel() == 1 && std::isfinite(s.f32()[0]) && s.f32()[0] > 0.f, full,
               ": a static activation scale must be one finite positive value");
-  ERNIE_CHECK(is_quantized(name) && ckpt.find(prefix + name)->dtype == DType::F8_E4M3, full,
-              ": a static activation scale belongs to an fp8 weight, and '", prefix + name, "' is not one");
+  ERNIE_CHECK(is_quantized(name) && ckpt.find(stored_name(name))->dtype == DType::F8_E4M3, full,
+              ": a static activation scale belongs to an fp8 weight, and '", stored_name(name), "' is not one");
   return s;
 }
 
@@ -420,7 +566,7 @@ void check_component(const Component& c, std::vector<Problem>& out) {
   std::map<std::string, const TensorSpec*> want;
   for (const TensorSpec& s : c.specs) {
     // "@name" means: outside the language-model prefix (lm_head sits next to "model.").
-    std::string full = s.name[0] == '@' ? c.root + s.name.substr(1) : c.prefix + s.name;
+    std::string full = s.name[0] == '@' ? c.root + s.name.substr(1) : c.stored_name(s.name);
     want[full] = &s;
     const TensorInfo* ti = c.ckpt.find(full);
     if (!ti) {
@@ -441,20 +587,24 @@ void check_component(const Component& c, std::vector<Problem>& out) {
         out.push_back({c.name, "static activation scale '" + full + "_input_scale' " + shape_str(is->shape) + " " +
                                    dtype_name(is->dtype) + " must be one F32 value of an fp8 weight"});
     }
-    if (ti->shape != s.shape)
+    const bool conv1x1 = c.conv_as_linear.count(s.name) && s.shape.size() == 2 &&
+                         ti->shape == Shape{s.shape[0], s.shape[1], 1, 1};
+    if (ti->shape != s.shape && !conv1x1)
       out.push_back({c.name, "tensor '" + full + "' has shape " + shape_str(ti->shape) + ", the config implies " +
                                  shape_str(s.shape) + " (" + ti->file + ")"});
     if (!dtype_is_float(ti->dtype) && s.name != "bn.num_batches_tracked" && !want.count(full + "_scale"))
       out.push_back({c.name, "tensor '" + full + "' has non-float dtype " + std::string(dtype_name(ti->dtype))});
   }
   size_t unexpected = 0;
-  std::string example;
+  std::string names;
   for (const TensorInfo* ti : c.ckpt.tensors()) {
     if (want.count(ti->name) || ti->name.rfind(c.root, 0) != 0) continue;
-    if (++unexpected == 1) example = ti->name;
+    if (++unexpected <= 3) names += (unexpected > 1 ? ", '" : "'") + ti->name + "'";
   }
   if (unexpected)
-    out.push_back({c.name, std::to_string(unexpected) + " unexpected tensor(s) ignored (e.g. '" + example + "')",
+    out.push_back({c.name, std::to_string(unexpected) + " unexpected tensor(s) ignored (" +
+                               (unexpected <= 3 ? names : "e.g. " + names) + ")" +
+                               (c.source.empty() ? "" : " in " + c.source),
                    false});
 }
 }  // namespace
@@ -479,8 +629,13 @@ std::vector<Problem> ModelFolder::check() const {
 }
 
 void ModelFolder::require_ok(const std::string& component) const {
+  const Component* c = component == "transformer" ? &transformer_c : component == "text_encoder" ? &text_encoder_c
+                       : component == "vae" ? &vae_c : nullptr;
   for (const Problem& p : check())
-    if (p.fatal && p.component == component) fail(root, "/", component, ": ", p.message);
+    if (p.fatal && p.component == component) {
+      if (c && !c->source.empty()) fail(c->source, " (", component, "): ", p.message);
+      fail(root, "/", component, ": ", p.message);
+    }
 }
 
 }  // namespace ernie

@@ -1,7 +1,9 @@
 // A released model folder (diffusers layout): model_index.json, component configs, checkpoints, and
 // the complete list of tensors each config implies, checked against what is on disk.
 #pragma once
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -37,6 +39,14 @@ struct Component {
   std::string prefix;  // full tensor-name prefix: root + the model's own ("language_model.model.")
   Checkpoint ckpt;
   std::vector<TensorSpec> specs;
+  // A component from a file of its own (--vae ...): that file, and its name layout when not ours ("ldm").
+  std::string source, layout;
+  // Spec names stored under another name (without prefix), and Linear weights stored as 1x1 convolutions
+  // [O, I, 1, 1] (the same bytes; read back as [O, I]).
+  std::map<std::string, std::string> renames;
+  std::set<std::string> conv_as_linear;
+  // The full stored name of a spec name: prefix + its name in the file.
+  std::string stored_name(const std::string& name) const;
   size_t params() const;
   size_t stored_bytes() const;  // its tensors' bytes as stored (in a converted file: its share of the file)
   std::string dominant_dtype() const;  // dtype holding most parameters
@@ -45,7 +55,7 @@ struct Component {
   Tensor tensor(const std::string& name) const;
   // {q, scale} when `name` is stored quantized, else {tensor, undefined}.
   std::pair<Tensor, Tensor> quantized(const std::string& name) const;
-  bool is_quantized(const std::string& name) const { return ckpt.contains(prefix + name + "_scale"); }
+  bool is_quantized(const std::string& name) const { return ckpt.contains(stored_name(name) + "_scale"); }
   // The static activation scale of an fp8 weight ("<name>_input_scale", F32 [1], from convert --calibrate),
   // checked finite and positive; undefined when there is none.
   Tensor input_scale(const std::string& name) const;
@@ -54,7 +64,8 @@ struct Component {
 class ModelFolder {
  public:
   // Opens configs and checkpoints; throws Error on a missing folder, bad JSON, invalid config or a
-  // corrupt checkpoint. Tensor-level problems are listed by check(), not thrown.
+  // corrupt checkpoint. Tensor-level problems are listed by check(), not thrown. `files` replace components of
+  // `dir`; with `dir` empty they must be complete, and the configs are read off their shapes (component_configs.h).
   static ModelFolder open(const std::string& dir, bool with_pe = true, const ComponentFiles& files = {});
   // The model has a prompt enhancer (pe/), whether or not it was opened with it.
   bool has_prompt_enhancer() const;
@@ -81,11 +92,18 @@ class ModelFolder {
   // read_file("tokenizer/tokenizer.json") serves them).
   std::string tokenizer_dir, pe_tokenizer_dir;
   std::string pe_tokenizer_rel;  // "pe_tokenizer" or "pe": where the PE tokenizer files are; empty when absent
+  std::string tokenizer_file;    // --tokenizer: the tokenizer.json served as "tokenizer/tokenizer.json"
+  bool from_files = false;       // no --model: every component from its own file, configs read off their shapes
 
  private:
   static ModelFolder open_single_file(const std::string& path, bool with_pe);
   static ModelFolder open_checked(const std::string& dir, bool with_pe);  // open() less its filesystem_error net
-  void use_diffusion_model(const std::string& path);
+  static ModelFolder open_files(const ComponentFiles& files);  // no --model
+  void use_files(const ComponentFiles& files, bool infer);
+  void use_diffusion_model(const std::string& path, bool infer);
+  void use_text_encoder(const std::string& path, bool infer);
+  void use_vae(const std::string& path, bool infer);
+  void use_tokenizer(const std::string& path);
   std::shared_ptr<SafeTensorsFile> file_;  // set for a converted single-file model
 };
 

@@ -192,7 +192,7 @@ MistralModel MistralModel::load(const Component& comp, const MistralConfig& cfg,
   const std::string where = comp.dir.empty() ? comp.name : comp.dir;
   auto source = [&](const std::string& name, const Shape& shape) {
     const bool outside = name[0] == '@';  // '@': next to the language model ("lm_head.weight")
-    const std::string full = outside ? comp.root + name.substr(1) : comp.prefix + name;
+    const std::string full = outside ? comp.root + name.substr(1) : comp.stored_name(name);
     ERNIE_CHECK(comp.ckpt.contains(full), comp.name, ": missing tensor '", full, "' ", shape_str(shape), " in ",
                 where);
     if (!outside && comp.is_quantized(name)) {

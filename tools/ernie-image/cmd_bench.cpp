@@ -186,7 +186,8 @@ int report(const Opts& o, const nlohmann::json& j) {
 }
 
 int run(Opts& o) {
-  ERNIE_CHECK(o.random != !o.engine.model.empty(), "bench: give exactly one of --model DIR or --random");
+  const bool model = !o.engine.model.empty() || o.engine.files.any();
+  ERNIE_CHECK(o.random != model, "bench: give exactly one of --model DIR (or the component files) or --random");
   ERNIE_CHECK(o.width > 0 && o.height > 0 && o.width % 16 == 0 && o.height % 16 == 0, "bench: -W/-H ", std::to_string(o.width), "x",
               std::to_string(o.height), " must be positive multiples of 16");
   ERNIE_CHECK(o.steps >= 1 && o.repeat >= 1 && o.prompt_tokens >= 1 && o.cfg >= 0, "bench: steps, repeat and "

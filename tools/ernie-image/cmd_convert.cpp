@@ -25,7 +25,8 @@ struct Opts {
 Register reg(70, [](CLI::App& app) {
   auto o = std::make_shared<Opts>();
   auto* c = app.add_subcommand("convert", "Convert a model folder into one fast-loading file (bf16, fp8 or int8 weights)");
-  c->add_option("--model,-m", o->model, "model folder (or converted file)")->required();
+  c->add_option("--model,-m", o->model,
+                 "model folder (or converted file); may be left out when every component is given as a file");
   add_component_flags(*c, o->files);
   c->add_option("--output,-o", o->out, "output file (.safetensors)")->required();
   c->add_option("--dtype", o->dtype, "weights: bf16, fp8 (e4m3, per-channel scales) or int8 (per-channel scales)")

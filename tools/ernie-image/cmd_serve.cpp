@@ -49,7 +49,7 @@ int run(Opts& o) {
   std::unique_ptr<Engine> engine = Engine::open(o.engine, printer.fn());
   printer.finish();
   const EngineInfo& info = engine->info();
-  std::fprintf(stderr, "loaded %s on %s (offload %s)\n", o.engine.model.c_str(), info.device.str().c_str(),
+  std::fprintf(stderr, "loaded %s on %s (offload %s)\n", engine->model_dir().c_str(), info.device.str().c_str(),
                offload_name(info.memory.mode));
   if (info.memory.limit_bytes)
     std::fprintf(stderr, "--max-vram %s: --offload %s%s (estimated peak %s for one default-size image)\n",

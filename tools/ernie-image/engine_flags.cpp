@@ -3,14 +3,27 @@
 namespace ernie::cli {
 
 void add_model_flag(CLI::App& cmd, EngineOptions& o, bool required) {
-  CLI::Option* m = cmd.add_option("--model,-m", o.model, "model folder (diffusers layout) or a converted file");
-  if (required) m->required();
+  // Not CLI11-required, whatever `required` says: --diffusion-model, --text-encoder, --vae and --tokenizer
+  // together stand in for it, and the engine names what is missing.
+  (void)required;
+  cmd.add_option("--model,-m", o.model,
+                 "model folder (diffusers layout) or a converted file; may be left out when --diffusion-model, "
+                 "--text-encoder, --vae and --tokenizer are all given");
   add_component_flags(cmd, o.files);
 }
 
 void add_component_flags(CLI::App& cmd, ComponentFiles& f) {
   cmd.add_option("--diffusion-model", f.diffusion_model,
                  "the DiT from its own file, replacing --model's: safetensors or GGUF, diffusers or ComfyUI names");
+  cmd.add_option("--text-encoder,--llm", f.text_encoder,
+                 "the text encoder from its own file, replacing --model's: safetensors with HF names under 'model.' "
+                 "(Comfy-Org's ministral-3-3b) or the diffusers text_encoder's");
+  cmd.add_option("--vae", f.vae,
+                 "the VAE from its own file, replacing --model's: safetensors in the diffusers or the original "
+                 "BFL/LDM layout (Comfy-Org's flux2_ae)");
+  cmd.add_option("--tokenizer", f.tokenizer,
+                 "the tokenizer from its tokenizer.json file, replacing --model's (a tokenizer_config.json beside "
+                 "it is read too)");
 }
 
 void add_engine_flags(CLI::App& cmd, EngineOptions& o, const std::string& default_offload_why) {
