@@ -87,7 +87,8 @@ int run(Opts& o, const CLI::App& c) {
                  "not recorded in the PNG\n", double(r.cfg));
   if (o.verbose && !o.quiet) {
     const EngineInfo& in = engine->info();
-    std::fprintf(stderr, "settings: model %s, device %s, dtype %s, offload %s, %dx%d, %d steps, cfg %g, %d image(s), seed %s\n",
+    std::fprintf(stderr,
+                 "settings: model %s, device %s, dtype %s, offload %s, %dx%d, %d steps, cfg %g, %d image(s), seed %s\n",
                  model_display_name(engine->model_dir()).c_str(), in.device.str().c_str(), dtype_name(in.dtype),
                  offload_name(in.memory.mode), r.width, r.height, r.steps, double(r.cfg), r.num_images,
                  seed ? std::to_string(*seed).c_str() : "none (the noise file records none)");
