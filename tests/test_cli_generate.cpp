@@ -351,9 +351,12 @@ TEST(CliMessages, NotAModel) {
 }
 
 TEST(CliMessages, DidYouMean) {
-  auto r = run_cli("generat --model x -p y");
+  auto r = run_cli("genrate --model x -p y");
   EXPECT_NE(r.status, 0);
-  EXPECT_NE(r.out.find("did you mean 'generate'"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("unknown subcommand 'genrate'; did you mean 'generate'?"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("subcommands: generate, encode, enhance, serve"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("random-model"), std::string::npos) << r.out;  // hidden
+  EXPECT_EQ(r.out.find("A subcommand is required"), std::string::npos) << r.out;
   r = run_cli(tiny_gen("--stpes 3 -o /tmp/never.png"));
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.out.find("did you mean --steps"), std::string::npos) << r.out;
@@ -400,4 +403,26 @@ TEST(CliMessages, BenchOnTheCpuNeedsNoDtype) {
                    "--prompt-tokens 8 --threads 1 --json");
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("\"dtype\": \"f32\""), std::string::npos) << r.out;
+}
+
+// `ernie-image --version` prints the CMake project version; -v/--verbose prints the resolved settings.
+TEST(CliMessages, VersionAndVerbose) {
+  auto v = run_cli("--version");
+  EXPECT_EQ(v.status, 0);
+  EXPECT_EQ(v.out, std::string(ERNIE_VERSION) + "\n");
+  TempDir d;
+  auto r = run_cli(tiny_gen("-v --seed 7 -o '" + d.str() + "/a.png'"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("device cpu, dtype F32, offload "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("16x16, 2 steps, cfg 4, 1 image(s), seed 7"), std::string::npos) << r.out;
+  EXPECT_EQ(run_cli(tiny_gen("--verbose --quiet --seed 7 -o '" + d.str() + "/b.png'")).out, "");
+}
+
+// A seed that is not -1 or a 64-bit integer is an error before anything loads, naming the flag.
+TEST(CliMessages, BadSeeds) {
+  for (const char* s : {"-2", "1.5", "abc", "18446744073709551616", "123456789012345678901234"}) {
+    auto r = run_cli(tiny_gen(std::string("--seed ") + s + " -o /tmp/never.png"));
+    EXPECT_EQ(r.status, 1) << s;
+    EXPECT_NE(r.out.find("error: --seed"), std::string::npos) << r.out;
+  }
 }

@@ -159,3 +159,12 @@ TEST(Pipeline, PromptEnhancerRevisesPromptRepeatably) {
   // Without the enhancer loaded, asking for it is an error before any compute.
   EXPECT_THROW(tiny_pipeline().generate(r), Error);
 }
+
+// A use_pe request to an engine opened without the prompt enhancer (serve --no-pe) says so; it does not claim
+// the model has no pe/ folder (the tiny model has one).
+TEST(Pipeline, PromptEnhancerNotLoadedNamesNoPe) {
+  GenerateRequest r;
+  r.prompt = "a cat";
+  r.use_pe = true;
+  test::expect_error([&] { tiny_pipeline().resolve(r); }, "it was not loaded (started with --no-pe");
+}

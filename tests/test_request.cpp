@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "golden.h"
+#include "engine/metadata.h"
 #include "engine/request.h"
 #include "engine/noise.h"
 
@@ -114,4 +115,43 @@ TEST(Noise, IsStandardNormal) {
   var /= double(v.size());
   EXPECT_NEAR(mean, 0.0, 0.02);
   EXPECT_NEAR(var, 1.0, 0.02);
+}
+
+// Seeds (issue 26): -1 is random, every other value is a 64-bit integer, anything else is an error naming it.
+TEST(Request, SeedParsing) {
+  EXPECT_FALSE(parse_seed("-1").has_value());
+  EXPECT_EQ(parse_seed("0"), 0u);
+  EXPECT_EQ(parse_seed("18446744073709551615"), UINT64_MAX);
+  for (const char* bad : {"-2", "-18446744073709551615", "1.5", "1e3", "abc", "", " 3", "+3", "0x10", "3 "})
+    test::expect_error([&] { parse_seed(bad); }, "a seed is -1 (random) or an integer from 0 to");
+  test::expect_error([] { parse_seed("18446744073709551616"); }, "out of range");
+  test::expect_error([] { parse_seed(std::string(21, '1')); }, "a seed is -1 (random)");
+  test::expect_error([] { parse_seed("-5", "-s"); }, "-s '-5'");
+}
+
+// Image k of a batch records seed + k, the seed that drew it, in both metadata chunks (issue 26: the server
+// wrote the batch's seed on every image); noise from a file without a seed records none.
+TEST(Request, BatchImageMetadataCarriesItsOwnSeed) {
+  GenerateResult res;
+  res.resolved = req(16, 16);
+  res.resolved.seed = 42;
+  res.images.resize(2);
+  const ImageMeta m = image_meta(res, 1, "tiny", res.resolved.seed);
+  EXPECT_EQ(m.seed, 43u);
+  EXPECT_NE(a1111_parameters(m).find("Seed: 43, Size: 16x16"), std::string::npos) << a1111_parameters(m);
+  EXPECT_NE(a1111_parameters(m).find("Batch size: 2, Batch pos: 1"), std::string::npos);
+  EXPECT_EQ(meta_json(m)["seed"], 43u);
+  const ImageMeta none = image_meta(res, 1, "tiny", std::nullopt);
+  EXPECT_TRUE(meta_json(none)["seed"].is_null());
+  EXPECT_EQ(a1111_parameters(none).find("Seed:"), std::string::npos);
+}
+
+// At cfg <= 1 no negative row runs, so the negative prompt is dropped (not recorded as if it had been used).
+TEST(Request, NegativePromptDroppedWithoutGuidance) {
+  GenerateRequest r = req(16, 16);
+  r.negative_prompt = "blurry";
+  r.cfg = 1.0f;
+  EXPECT_EQ(resolve_request(r, tiny_limits()).negative_prompt, "");
+  r.cfg = 2.0f;
+  EXPECT_EQ(resolve_request(r, tiny_limits()).negative_prompt, "blurry");
 }

@@ -9,6 +9,12 @@
 
 namespace ernie {
 
+ImageMeta image_meta(const GenerateResult& res, int k, const std::string& model, std::optional<uint64_t> seed) {
+  if (seed) *seed += uint64_t(k);
+  return {res.resolved, res.revised_prompt, model, seed, k, int(res.images.size()), res.vae_tiled, res.dit_weights,
+          res.attention_fp8};
+}
+
 std::string engine_version() { return std::string("ernie-image ") + ERNIE_VERSION; }
 
 namespace {

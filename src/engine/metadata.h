@@ -24,6 +24,10 @@ struct ImageMeta {
   bool attention_fp8 = false;        // the DiT ran fp8 attention (GenerateResult)
 };
 
+// The metadata of image k of `res`: its seed is seed + k (image k of a batch is drawn from seed + k), or none
+// when the noise came from a file that records no seed. Every front end writes its PNGs through this.
+ImageMeta image_meta(const GenerateResult& res, int k, const std::string& model, std::optional<uint64_t> seed);
+
 std::string engine_version();  // "ernie-image 0.1.0"
 std::string a1111_parameters(const ImageMeta& m);
 nlohmann::json meta_json(const ImageMeta& m);

@@ -394,16 +394,7 @@ void JobQueue::run_batch(const std::shared_ptr<Batch>& b) {
       const GenerateResult& r = results[i];
       for (size_t k = 0; k < r.images.size(); ++k) {
         const Image& im = r.images[k];
-        ImageMeta meta;
-        meta.request = r.resolved;
-        meta.revised_prompt = r.revised_prompt;
-        meta.model = opt_.model_name;
-        meta.seed = r.resolved.seed + uint64_t(k);  // image k of a batch is drawn from seed + k
-        meta.batch_index = int(k);
-        meta.batch_size = int(r.images.size());
-        meta.vae_tiled = r.vae_tiled;
-        meta.dit_weights = r.dit_weights;
-        meta.attention_fp8 = r.attention_fp8;
+        const ImageMeta meta = image_meta(r, int(k), opt_.model_name, r.resolved.seed);
         std::vector<uint8_t> bytes = encode_png(im.width, im.height, im.rgb, png_metadata(meta));
         pngs[i].emplace_back(bytes.begin(), bytes.end());
       }

@@ -129,6 +129,7 @@ def test_generations(srv, binary, model, size):
     if s != 200:
         return
     check(isinstance(j["created"], int) and len(j["data"]) == 1 and j["seed"] == 1234, f"generation fields {list(j)}")
+    check(j.get("truncated") is False, f"a short prompt is not truncated: {j.get('truncated')}")
     png = base64.b64decode(j["data"][0]["b64_json"])
     pw, ph, text, _ = png_info(png)
     check((pw, ph) == (w, h), f"PNG is {pw}x{ph}, want {size}")
@@ -258,6 +259,14 @@ def test_jobs(srv, size):
     s, j = srv.json("GET", f"/v1/jobs/{job}", headers=AUTH)
     check(s == 200 and j["status"] == "succeeded" and j["images_available"] == 1 and j["step"] == j["total"] == 4,
           f"GET job -> {s} {j}")
+    # A prompt over the tokenizer's limit (2048 tokens) is cut, and the job and the response say so.
+    long_body = {"prompt": "cat " * 2100, "size": size, "steps": 1, "seed": 5}
+    s, lj = srv.json("POST", "/v1/images/generations", long_body, AUTH)
+    check(s == 200 and lj.get("truncated") is True, f"long prompt: {s} truncated={lj.get('truncated')}")
+    long_job = submit(srv, long_body)
+    lj = wait_status(srv, long_job, ("succeeded",))
+    check(lj.get("truncated") is True, f"long prompt job: truncated={lj.get('truncated')}")
+    srv.request("DELETE", f"/v1/jobs/{long_job}", headers=AUTH)
     s, h, png = srv.request("GET", f"/v1/jobs/{job}/images/0", headers=AUTH)
     check(s == 200 and h["content-type"] == "image/png" and png_info(png)[:2] == tuple(map(int, size.split("x"))),
           f"GET image -> {s} {h.get('content-type')}")

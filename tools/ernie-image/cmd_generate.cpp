@@ -26,7 +26,7 @@ struct Opts {
   std::string prompt, negative, out = "out.png", init_latents, save_latents, progress = "bar", seed = "-1";
   int width = 0, height = 0, steps = 0, batch = 1;
   float cfg = kCfgDefault;
-  bool quiet = false, pe = false;
+  bool quiet = false, verbose = false, pe = false;
 };
 
 int run(Opts& o, const CLI::App& c) {
@@ -85,6 +85,14 @@ int run(Opts& o, const CLI::App& c) {
   if (!o.negative.empty() && r.negative_prompt.empty() && !o.quiet)
     std::fprintf(stderr, "warning: the negative prompt is ignored at cfg %g (guidance off; it takes cfg > 1) and "
                  "not recorded in the PNG\n", double(r.cfg));
+  if (o.verbose && !o.quiet) {
+    const EngineInfo& in = engine->info();
+    std::fprintf(stderr,
+                 "settings: model %s, device %s, dtype %s, offload %s, %dx%d, %d steps, cfg %g, %d image(s), seed %s\n",
+                 model_display_name(engine->model_dir()).c_str(), in.device.str().c_str(), dtype_name(in.dtype),
+                 offload_name(in.memory.mode), r.width, r.height, r.steps, double(r.cfg), r.num_images,
+                 seed ? std::to_string(*seed).c_str() : "none (the noise file records none)");
+  }
   if (!o.save_latents.empty() && !r.init_latents)
     r.init_latents = initial_noise(latent_shape(r, engine->limits()), r.seed);
 
@@ -96,8 +104,7 @@ int run(Opts& o, const CLI::App& c) {
 
   const std::string model_name = model_display_name(engine->model_dir());
   for (int b = 0; b < r.num_images; ++b) {
-    ImageMeta meta{res.resolved, res.revised_prompt, model_name, seed ? std::optional<uint64_t>(*seed + b) : std::nullopt,
-                   b, r.num_images, res.vae_tiled, res.dit_weights, res.attention_fp8};
+    const ImageMeta meta = image_meta(res, b, model_name, seed);
     const Image& img = res.images[size_t(b)];
     write_png(outs[size_t(b)], img.width, img.height, img.rgb, png_metadata(meta));
   }
@@ -133,6 +140,8 @@ Register reg(10, [](CLI::App& app) {
   c->add_option("--init-latents", o->init_latents, "safetensors file with tensor `latents` [B, C, H/s, W/s]: the initial noise");
   c->add_option("--save-latents", o->save_latents, "write the initial noise (tensor `latents`) to this safetensors file");
   c->add_flag("--quiet,-q", o->quiet, "print nothing but errors");
+  c->add_flag("--verbose,-v", o->verbose, "also print the resolved settings (device, dtype, offload, size, steps, "
+                                          "cfg, seed) before generating");
   c->add_option("--progress", o->progress, "bar (default) or json (one JSON object per line on stderr)");
   c->add_flag("--pe", o->pe, "rewrite the prompt with the model's prompt enhancer first");
   add_engine_flags(*c, o->engine);

@@ -42,35 +42,40 @@ std::string closest(const std::string& word, const std::vector<std::string>& nam
   return best;
 }
 
-// "did you mean" for a mistyped command or flag (CLI11 only says what it did not expect).
-void suggest(const CLI::App& app, int argc, char** argv) {
-  std::vector<std::string> commands;
-  for (const CLI::App* sub : app.get_subcommands({})) commands.push_back(sub->get_name());
-  if (argc < 2 || argv[1][0] == '-') return;
+// "did you mean" for a mistyped command or flag (CLI11 only says what it did not expect). Returns whether it
+// printed the error itself.
+bool suggest(const CLI::App& app, int argc, char** argv) {
+  if (argc < 2 || argv[1][0] == '-') return false;
   const std::string cmd = argv[1];
   const CLI::App* sub = nullptr;
-  for (const CLI::App* s : app.get_subcommands({}))
+  std::vector<std::string> commands;  // the listed ones (random-model is hidden)
+  for (const CLI::App* s : app.get_subcommands({})) {
     if (s->get_name() == cmd) sub = s;
+    if (!s->get_group().empty()) commands.push_back(s->get_name());
+  }
   if (!sub) {
     const std::string c = closest(cmd, commands);
     std::string all;
     for (const std::string& n : commands) all += (all.empty() ? "" : ", ") + n;
-    std::fprintf(stderr, "error: unknown command '%s'%s (commands: %s)\n", cmd.c_str(),
+    std::fprintf(stderr, "error: unknown subcommand '%s'%s\nsubcommands: %s (ernie-image --help)\n", cmd.c_str(),
                  c.empty() ? "" : ("; did you mean '" + c + "'?").c_str(), all.c_str());
-    return;
+    return true;
   }
   std::vector<std::string> flags;
   for (const CLI::Option* o : sub->get_options())
     for (const std::string& n : o->get_lnames()) flags.push_back("--" + n);
+  bool printed = false;
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
-    if (a.rfind("--", 0) != 0) continue;
+    if (a.rfind("--", 0) != 0 || a == "--") continue;
     a = a.substr(0, a.find('='));
     if (std::find(flags.begin(), flags.end(), a) != flags.end()) continue;
     const std::string c = closest(a, flags);
     std::fprintf(stderr, "error: %s has no flag %s%s\n", cmd.c_str(), a.c_str(),
                  c.empty() ? "" : ("; did you mean " + c + "?").c_str());
+    printed = true;
   }
+  return printed;
 }
 
 }  // namespace
@@ -92,7 +97,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() != 0) suggest(app, argc, argv);
+    if (e.get_exit_code() != 0 && suggest(app, argc, argv)) return e.get_exit_code();
     return app.exit(e);
   }
   for (auto& [sub, run] : runs) {
