@@ -35,10 +35,10 @@ std::string fmt_duration(double s) {
   return buf;
 }
 
-// tqdm's clock: 00:07, 03:16, 1:02:03; "?" when unknown.
+// tqdm's clock (whole seconds, truncated): 00:07, 03:16, 1:02:03; "?" when unknown.
 std::string fmt_clock(double s) {
   if (!(s >= 0) || !std::isfinite(s)) return "?";
-  long t = long(std::lround(s));
+  long t = long(s);
   char buf[32];
   if (t >= 3600) std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", t / 3600, (t / 60) % 60, t % 60);
   else std::snprintf(buf, sizeof buf, "%02ld:%02ld", t / 60, t % 60);
