@@ -136,7 +136,7 @@ void ProgressPrinter::operator()(const Progress& p) {
 }
 
 void ProgressPrinter::message(const std::string& level, const std::string& text) {
-  if (mode_ == ProgressMode::Quiet || !out_) return;
+  if (!out_) return;
   if (mode_ == ProgressMode::Json) return event({{"event", level}, {"message", text}});
   end_phase();  // a note never overwrites the bar
   std::fprintf(out_, "%s%s\n", level == "info" ? "" : (level + ": ").c_str(), text.c_str());

@@ -25,8 +25,8 @@ class ProgressPrinter {
   ProgressMode mode() const { return mode_; }
   void operator()(const Progress& p);
   void finish();  // ends the bar's line
-  // A note for the user: Json prints {"event": level, "message": text}; Bar and Plain print
-  // "level: text" ("info": the text alone); Quiet prints nothing.
+  // A note for the user: Json prints {"event": level, "message": text}; the other modes (Quiet too: it
+  // means no progress, `-q` leaves the call out) print "level: text" ("info": the text alone).
   void message(const std::string& level, const std::string& text);
   void event(const nlohmann::json& j);  // Json only: one line (other modes print nothing)
   // A function that forwards to this printer (the printer must outlive it).

@@ -79,12 +79,12 @@ int run(Opts& o, const CLI::App& c) {
   ProgressPrinter printer(pmode, json ? stdout : stderr);
   auto engine = Engine::open(o.engine, printer.fn());
   const OffloadChoice& oc = engine->info().memory;
-  if (oc.limit_bytes)
+  if (oc.limit_bytes && !o.quiet)
     printer.message("info", "--max-vram " + gib_str(oc.limit_bytes) + ": --offload " + offload_name(oc.mode) +
                                 (oc.vae_tiling ? " with a tiled VAE decode" : "") + " (estimated peak " +
                                 gib_str(oc.estimate_bytes) + ")");
   GenerateRequest r = engine->resolve(req);
-  if (!o.negative.empty() && r.negative_prompt.empty()) {
+  if (!o.negative.empty() && r.negative_prompt.empty() && !o.quiet) {
     char cfg[32];
     std::snprintf(cfg, sizeof cfg, "%g", double(r.cfg));
     printer.message("warning", std::string("the negative prompt is ignored at cfg ") + cfg +
@@ -95,7 +95,7 @@ int run(Opts& o, const CLI::App& c) {
 
   GenerateResult res = engine->generate(r, printer.fn());
   printer.finish();
-  if (res.prompt_truncated)
+  if (res.prompt_truncated && !o.quiet)
     printer.message("warning", "the prompt was cut to the tokenizer's limit of " +
                                    std::to_string(engine->max_prompt_tokens()) + " tokens");
 
