@@ -107,7 +107,7 @@ TEST(Progress, JsonLinesOnly) {
     ProgressPrinter pr(ProgressMode::Json, f);
     feed(pr, 2);
     pr.message("warning", "bad \xff byte");  // invalid UTF-8 is replaced, not thrown
-    pr.event({{"event", "done"}, {"images", nlohmann::json::array()}});
+    pr.event({{"event", "done"}, {"images", nlohmann::ordered_json::array()}});
   }
   std::vector<std::string> l = lines_of(read_all(f));
   std::fclose(f);

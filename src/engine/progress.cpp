@@ -80,7 +80,7 @@ std::string ProgressPrinter::format_plain(const Progress& p, double rate, double
 }
 
 std::string ProgressPrinter::format_json(const Progress& p, double rate, double eta) {
-  nlohmann::json j = {{"event", "progress"}, {"phase", p.phase}, {"step", p.step}, {"total", p.total},
+  nlohmann::ordered_json j = {{"event", "progress"}, {"phase", p.phase}, {"step", p.step}, {"total", p.total},
                       {"elapsed_s", round3(p.elapsed_s)}};
   if (rate > 0) {
     j["it_s"] = round3(rate);
@@ -95,7 +95,7 @@ bool ProgressPrinter::plain_due(int step, int total, int last_printed) {
   return int64_t(step) * 20 / total > int64_t(last_printed) * 20 / total;
 }
 
-std::string ProgressPrinter::json_line(const nlohmann::json& j) {
+std::string ProgressPrinter::json_line(const nlohmann::ordered_json& j) {
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
@@ -143,7 +143,7 @@ void ProgressPrinter::message(const std::string& level, const std::string& text)
   std::fflush(out_);
 }
 
-void ProgressPrinter::event(const nlohmann::json& j) {
+void ProgressPrinter::event(const nlohmann::ordered_json& j) {
   if (mode_ != ProgressMode::Json || !out_) return;
   std::fprintf(out_, "%s\n", json_line(j).c_str());
   std::fflush(out_);

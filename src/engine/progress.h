@@ -28,7 +28,7 @@ class ProgressPrinter {
   // A note for the user: Json prints {"event": level, "message": text}; the other modes (Quiet too: it
   // means no progress, `-q` leaves the call out) print "level: text" ("info": the text alone).
   void message(const std::string& level, const std::string& text);
-  void event(const nlohmann::json& j);  // Json only: one line (other modes print nothing)
+  void event(const nlohmann::ordered_json& j);  // keys in the order given: "event" first  // Json only: one line (other modes print nothing)
   // A function that forwards to this printer (the printer must outlive it).
   ProgressFn fn() {
     return [this](const Progress& p) { (*this)(p); };
@@ -41,7 +41,7 @@ class ProgressPrinter {
   // Plain mode prints a step when this says so: every step of a short loop (20 or fewer), else the first,
   // the last and one each 5 % of the total. `last_printed` is the step printed before in this phase (0: none).
   static bool plain_due(int step, int total, int last_printed);
-  static std::string json_line(const nlohmann::json& j);  // one line; invalid UTF-8 replaced, never thrown
+  static std::string json_line(const nlohmann::ordered_json& j);  // one line; invalid UTF-8 replaced, never thrown
 
  private:
   ProgressMode mode_;

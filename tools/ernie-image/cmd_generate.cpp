@@ -4,6 +4,7 @@
 // Parse flags -> Engine::open -> generate -> write PNGs. Everything a user can get wrong is checked before
 // the weights are loaded (the output paths here, the rest by Engine::open).
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <random>
 
@@ -112,12 +113,14 @@ int run(Opts& o, const CLI::App& c) {
     save_safetensors(o.save_latents, {{"latents", r.init_latents->to_f32()}}, md);
   }
   if (json) {
-    nlohmann::json images = nlohmann::json::array();
+    using oj = nlohmann::ordered_json;
+    oj images = oj::array();
     for (int b = 0; b < r.num_images; ++b)
-      images.push_back({{"path", outs[size_t(b)]}, {"seed", seed ? nlohmann::json(*seed + b) : nlohmann::json()}});
-    nlohmann::json done = {{"event", "done"}, {"images", images},
-                           {"timings", {{"encode_s", res.encode_s}, {"denoise_s", res.denoise_s},
-                                        {"decode_s", res.decode_s}, {"s_per_step", res.denoise_s / r.steps}}}};
+      images.push_back({{"path", outs[size_t(b)]}, {"seed", seed ? oj(*seed + b) : oj()}});
+    auto ms = [](double s) { return std::round(s * 1000) / 1000; };
+    oj done = {{"event", "done"}, {"images", images},
+               {"timings", {{"encode_s", ms(res.encode_s)}, {"denoise_s", ms(res.denoise_s)},
+                            {"decode_s", ms(res.decode_s)}, {"s_per_step", ms(res.denoise_s / r.steps)}}}};
     if (r.use_pe) done["revised_prompt"] = res.revised_prompt;
     printer.event(done);
   } else if (!o.quiet) {

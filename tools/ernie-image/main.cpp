@@ -77,7 +77,7 @@ void suggest(const CLI::App& app, int argc, char** argv) {
 // A command's error, as text on stderr or (json_errors) a JSON line on stdout; returns the exit status.
 int report(const std::string& message) {
   if (json_errors) {
-    nlohmann::json j = {{"event", "error"}, {"message", message}};
+    nlohmann::ordered_json j = {{"event", "error"}, {"message", message}};
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     std::fflush(stdout);
   } else {
