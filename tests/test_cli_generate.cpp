@@ -3,6 +3,7 @@
 // message and no file written.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -161,16 +162,62 @@ TEST(CliGenerate, InitLatentsRecordTheirOwnSeed) {
   EXPECT_NE(other.out.find("was drawn from seed 5"), std::string::npos) << other.out;
 }
 
+namespace {
+
+// stdout and stderr to files of `d` (stderr is then not a terminal: `auto` progress prints plain lines).
+struct SplitRun {
+  int status = -1;
+  std::string out, err;
+};
+SplitRun run_split(const std::string& args, const TempDir& d) {
+  const std::string o = d.str() + "/stdout.txt", e = d.str() + "/stderr.txt";
+  int st = std::system((std::string(ERNIE_CLI) + " " + args + " >'" + o + "' 2>'" + e + "'").c_str());
+  auto text = [](const std::string& p) { std::vector<char> b = bytes_of(p); return std::string(b.begin(), b.end()); };
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, text(o), text(e)};
+}
+
+std::vector<std::string> lines_of(const std::string& s) {
+  std::vector<std::string> v;
+  std::istringstream in(s);
+  for (std::string l; std::getline(in, l);) v.push_back(l);
+  return v;
+}
+
+}  // namespace
+
+TEST(CliGenerate, PlainProgressLinesWhenStderrIsAFile) {
+  TempDir d;
+  auto r = run_split("generate --model '" + test::tiny_model() + "' -p 'a cat' -W 16 -H 16 --steps 3 --threads 1 "
+                     "-o '" + d.str() + "/a.png'", d);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, d.str() + "/a.png\n");
+  EXPECT_EQ(r.err.find('\r'), std::string::npos) << r.err;  // no bar redrawn in place
+  std::vector<std::string> denoise;
+  for (const std::string& l : lines_of(r.err))
+    if (l.rfind("denoise ", 0) == 0) denoise.push_back(l.substr(0, l.find(" [")));
+  EXPECT_EQ(denoise, (std::vector<std::string>{"denoise 1/3", "denoise 2/3", "denoise 3/3"})) << r.err;
+  for (const char* want : {"\nload 1/1 [", "\nencode ", "\ndecode 1/1 [", "]\n", "\nseed: "})
+    EXPECT_NE(("\n" + r.err).find(want), std::string::npos) << want << " in\n" << r.err;
+}
+
+// --progress json: JSON lines only, on stdout, ending with the done record; nothing on stderr.
 TEST(CliGenerate, ProgressJsonLines) {
   TempDir d;
-  auto r = run_cli(tiny_gen("--progress json -o '" + d.str() + "/a.png'"));
-  ASSERT_EQ(r.status, 0) << r.out;
+  const std::string out = d.str() + "/a.png";
+  auto r = run_split(tiny_gen("--progress json --seed 5 -o '" + out + "'"), d);
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_EQ(r.err, "");
+  std::vector<nlohmann::json> events;
+  for (const std::string& line : lines_of(r.out)) {
+    ASSERT_TRUE(nlohmann::json::accept(line)) << line;
+    events.push_back(nlohmann::json::parse(line));
+  }
+  ASSERT_FALSE(events.empty());
   std::vector<std::string> phases;
   int denoise_last = -1;
-  std::istringstream in(r.out);
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty() || line[0] != '{') continue;
-    auto j = nlohmann::json::parse(line);
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    const nlohmann::json& j = events[i];
+    ASSERT_EQ(j["event"], "progress") << j;
     std::string ph = j["phase"];
     if (phases.empty() || phases.back() != ph) phases.push_back(ph);
     if (ph == "denoise") denoise_last = j["step"];
@@ -178,6 +225,36 @@ TEST(CliGenerate, ProgressJsonLines) {
   // The CLI offloads the text encoder: it loads for the encoding, the denoiser after it.
   EXPECT_EQ(phases, (std::vector<std::string>{"load", "encode", "load", "denoise", "decode"})) << r.out;
   EXPECT_EQ(denoise_last, 2);
+  const nlohmann::json& done = events.back();
+  EXPECT_EQ(done["event"], "done") << done;
+  ASSERT_EQ(done["images"].size(), 1u) << done;
+  EXPECT_EQ(done["images"][0]["path"], out);
+  EXPECT_EQ(done["images"][0]["seed"], 5);
+  EXPECT_TRUE(done["timings"]["denoise_s"].is_number()) << done;
+  EXPECT_TRUE(fs::exists(out));
+}
+
+TEST(CliGenerate, ProgressJsonBatchRecordsEachSeed) {
+  TempDir d;
+  auto r = run_split(tiny_gen("--progress json --batch 2 -o '" + d.str() + "/b_%d.png'"), d);  // a random seed
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_EQ(r.err, "");
+  nlohmann::json done = nlohmann::json::parse(lines_of(r.out).back());
+  ASSERT_EQ(done["images"].size(), 2u) << done;
+  EXPECT_EQ(done["images"][1]["path"], d.str() + "/b_1.png");
+  EXPECT_EQ(done["images"][1]["seed"].get<uint64_t>(), done["images"][0]["seed"].get<uint64_t>() + 1);
+}
+
+TEST(CliGenerate, ProgressJsonError) {
+  TempDir d;
+  auto r = run_split("generate --model '" + d.str() + "/nomodel' -p 'a cat' --progress json -o '" + d.str() + "/x.png'", d);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err, "");
+  std::vector<std::string> l = lines_of(r.out);
+  ASSERT_EQ(l.size(), 1u) << r.out;
+  nlohmann::json j = nlohmann::json::parse(l[0]);
+  EXPECT_EQ(j["event"], "error");
+  EXPECT_NE(j["message"].get<std::string>().find("model folder not found"), std::string::npos) << j;
 }
 
 struct BadCase {

@@ -1,9 +1,10 @@
 // ernie-image generate --model DIR -p PROMPT [-n NEGATIVE] [-W 1024 -H 1024] [--steps N] [--cfg S] [--seed N]
-//   [--batch N] [-o out.png] [--init-latents F] [--save-latents F] [--quiet] [--progress bar|json] [--pe]
+//   [--batch N] [-o out.png] [--init-latents F] [--save-latents F] [--quiet] [--progress auto|bar|plain|json|none] [--pe]
 //   [engine flags]
 // Parse flags -> Engine::open -> generate -> write PNGs. Everything a user can get wrong is checked before
 // the weights are loaded (the output paths here, the rest by Engine::open).
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <random>
 
@@ -23,16 +24,18 @@ namespace {
 
 struct Opts {
   EngineOptions engine;
-  std::string prompt, negative, out = "out.png", init_latents, save_latents, progress = "bar", seed = "-1";
+  std::string prompt, negative, out = "out.png", init_latents, save_latents, progress = "auto", seed = "-1";
   int width = 0, height = 0, steps = 0, batch = 1;
   float cfg = kCfgDefault;
   bool quiet = false, verbose = false, pe = false;
 };
 
 int run(Opts& o, const CLI::App& c) {
+  ProgressMode pmode = o.quiet ? ProgressMode::Quiet : parse_progress_mode(o.progress);
+  const bool json = pmode == ProgressMode::Json;  // JSON lines only, on stdout; errors too (main)
+  json_errors = json;
   std::optional<uint64_t> seed = parse_seed(o.seed);  // nullopt: random (-1, the default)
   const bool seed_given = seed.has_value();
-  ProgressMode pmode = o.quiet ? ProgressMode::Quiet : parse_progress_mode(o.progress);
 
   // 0 means "the model's default" inside a request; on the command line an explicit 0 is a mistake.
   if (c.count("--steps")) ERNIE_CHECK(o.steps >= 1, "steps ", std::to_string(o.steps), " must be at least 1");
@@ -74,24 +77,29 @@ int run(Opts& o, const CLI::App& c) {
 
   o.engine.pe = o.pe ? PeLoad::Required : PeLoad::Off;
   o.engine.plan_for = req;
-  ProgressPrinter printer(pmode);
+  ProgressPrinter printer(pmode, json ? stdout : stderr);
   auto engine = Engine::open(o.engine, printer.fn());
   const OffloadChoice& oc = engine->info().memory;
-  if (!o.quiet && oc.limit_bytes)
-    std::fprintf(stderr, "--max-vram %s: --offload %s%s (estimated peak %s)\n", gib_str(oc.limit_bytes).c_str(),
-                 offload_name(oc.mode), oc.vae_tiling ? " with a tiled VAE decode" : "",
-                 gib_str(oc.estimate_bytes).c_str());
+  if (oc.limit_bytes && !o.quiet)
+    printer.message("info", "--max-vram " + gib_str(oc.limit_bytes) + ": --offload " + offload_name(oc.mode) +
+                                (oc.vae_tiling ? " with a tiled VAE decode" : "") + " (estimated peak " +
+                                gib_str(oc.estimate_bytes) + ")");
   GenerateRequest r = engine->resolve(req);
-  if (!o.negative.empty() && r.negative_prompt.empty() && !o.quiet)
-    std::fprintf(stderr, "warning: the negative prompt is ignored at cfg %g (guidance off; it takes cfg > 1) and "
-                 "not recorded in the PNG\n", double(r.cfg));
+  if (!o.negative.empty() && r.negative_prompt.empty() && !o.quiet) {
+    char cfg[32];
+    std::snprintf(cfg, sizeof cfg, "%g", double(r.cfg));
+    printer.message("warning", std::string("the negative prompt is ignored at cfg ") + cfg +
+                                   " (guidance off; it takes cfg > 1) and not recorded in the PNG");
+  }
   if (o.verbose && !o.quiet) {
     const EngineInfo& in = engine->info();
-    std::fprintf(stderr,
-                 "settings: model %s, device %s, dtype %s, offload %s, %dx%d, %d steps, cfg %g, %d image(s), seed %s\n",
-                 model_display_name(engine->model_dir()).c_str(), in.device.str().c_str(), dtype_name(in.dtype),
-                 offload_name(in.memory.mode), r.width, r.height, r.steps, double(r.cfg), r.num_images,
-                 seed ? std::to_string(*seed).c_str() : "none (the noise file records none)");
+    char line[512];
+    std::snprintf(line, sizeof line,
+                  "settings: model %s, device %s, dtype %s, offload %s, %dx%d, %d steps, cfg %g, %d image(s), seed %s",
+                  model_display_name(engine->model_dir()).c_str(), in.device.str().c_str(), dtype_name(in.dtype),
+                  offload_name(in.memory.mode), r.width, r.height, r.steps, double(r.cfg), r.num_images,
+                  seed ? std::to_string(*seed).c_str() : "none (the noise file records none)");
+    printer.message("info", line);
   }
   if (!o.save_latents.empty() && !r.init_latents)
     r.init_latents = initial_noise(latent_shape(r, engine->limits()), r.seed);
@@ -99,8 +107,8 @@ int run(Opts& o, const CLI::App& c) {
   GenerateResult res = engine->generate(r, printer.fn());
   printer.finish();
   if (res.prompt_truncated && !o.quiet)
-    std::fprintf(stderr, "warning: the prompt was cut to the tokenizer's limit of %zu tokens\n",
-                 engine->max_prompt_tokens());
+    printer.message("warning", "the prompt was cut to the tokenizer's limit of " +
+                                   std::to_string(engine->max_prompt_tokens()) + " tokens");
 
   const std::string model_name = model_display_name(engine->model_dir());
   for (int b = 0; b < r.num_images; ++b) {
@@ -113,7 +121,18 @@ int run(Opts& o, const CLI::App& c) {
     if (seed) md["seed"] = std::to_string(*seed);
     save_safetensors(o.save_latents, {{"latents", r.init_latents->to_f32()}}, md);
   }
-  if (!o.quiet) {
+  if (json) {
+    using oj = nlohmann::ordered_json;
+    oj images = oj::array();
+    for (int b = 0; b < r.num_images; ++b)
+      images.push_back({{"path", outs[size_t(b)]}, {"seed", seed ? oj(*seed + b) : oj()}});
+    auto ms = [](double s) { return std::round(s * 1000) / 1000; };
+    oj done = {{"event", "done"}, {"images", images},
+               {"timings", {{"encode_s", ms(res.encode_s)}, {"denoise_s", ms(res.denoise_s)},
+                            {"decode_s", ms(res.decode_s)}, {"s_per_step", ms(res.denoise_s / r.steps)}}}};
+    if (r.use_pe) done["revised_prompt"] = res.revised_prompt;
+    printer.event(done);
+  } else if (!o.quiet) {
     if (r.use_pe) std::fprintf(stderr, "revised prompt: %s\n", res.revised_prompt.c_str());
     for (const std::string& p : outs) std::printf("%s\n", p.c_str());
     if (!seed_given && seed && o.init_latents.empty()) std::fprintf(stderr, "seed: %llu\n", (unsigned long long)*seed);
@@ -142,7 +161,8 @@ Register reg(10, [](CLI::App& app) {
   c->add_flag("--quiet,-q", o->quiet, "print nothing but errors");
   c->add_flag("--verbose,-v", o->verbose, "also print the resolved settings (device, dtype, offload, size, steps, "
                                           "cfg, seed) before generating");
-  c->add_option("--progress", o->progress, "bar (default) or json (one JSON object per line on stderr)");
+  c->add_option("--progress", o->progress, "auto (default: bar on a terminal, else plain lines), bar, plain, json "
+                                         "(JSON lines only, on stdout) or none");
   c->add_flag("--pe", o->pe, "rewrite the prompt with the model's prompt enhancer first");
   add_engine_flags(*c, o->engine);
   return std::function<int()>([o, c] { return run(*o, *c); });

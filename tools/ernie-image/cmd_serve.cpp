@@ -45,7 +45,7 @@ int run(Opts& o) {
   sigaddset(&sigs, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
-  ProgressPrinter printer(o.quiet ? ProgressMode::Quiet : ProgressMode::Bar);
+  ProgressPrinter printer(o.quiet ? ProgressMode::Quiet : ProgressMode::Auto);  // plain lines in a log
   std::unique_ptr<Engine> engine = Engine::open(o.engine, printer.fn());
   printer.finish();
   const EngineInfo& info = engine->info();

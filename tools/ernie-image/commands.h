@@ -13,6 +13,9 @@ struct Command {
   Setup setup;
 };
 std::vector<Command>& registry();
+// Set by a command running with `--progress json`: main then reports its error as one JSON line on stdout,
+// {"event": "error", "message": ...}, instead of "error: ..." on stderr (the exit status stays 1).
+inline bool json_errors = false;
 struct Register {
   Register(int order, Setup s) { registry().push_back({order, std::move(s)}); }
 };

@@ -4,6 +4,7 @@
 #include <exception>
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -78,6 +79,18 @@ bool suggest(const CLI::App& app, int argc, char** argv) {
   return printed;
 }
 
+// A command's error, as text on stderr or (json_errors) a JSON line on stdout; returns the exit status.
+int report(const std::string& message) {
+  if (json_errors) {
+    nlohmann::ordered_json j = {{"event", "error"}, {"message", message}};
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    std::fflush(stdout);
+  } else {
+    std::fprintf(stderr, "error: %s\n", message.c_str());
+  }
+  return 1;
+}
+
 }  // namespace
 }  // namespace ernie::cli
 
@@ -105,17 +118,13 @@ int main(int argc, char** argv) {
     try {
       return run();
     } catch (const ernie::Error& e) {
-      std::fprintf(stderr, "error: %s\n", e.what());
-      return 1;
+      return report(e.what());
     } catch (const std::bad_alloc&) {
-      std::fprintf(stderr, "error: out of host memory\n");
-      return 1;
+      return report("out of host memory");
     } catch (const std::filesystem::filesystem_error& e) {  // a path the library did not check first
-      std::fprintf(stderr, "error: %s\n", e.what());
-      return 1;
+      return report(e.what());
     } catch (const std::exception& e) {  // every exception becomes an error message, never an abort
-      std::fprintf(stderr, "error: internal error: %s\n", e.what());
-      return 1;
+      return report(std::string("internal error: ") + e.what());
     }
   }
   return 1;
