@@ -3,6 +3,7 @@
 // the tokenizer rebuilt from tokenizer.ggml.* against the folder's tokenizer, and the errors.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -211,6 +212,10 @@ TEST(GgufLlm, UnsupportedHyperParametersAreRefused) {
   expect_error([&] { gguf_mistral_config(*rot.file); }, "partial rotary");
   EditedGguf heads({.set_u32 = {{"llama.attention.head_count_kv", 3}}});
   expect_error([&] { gguf_mistral_config(*heads.file); }, "not a multiple of num_key_value_heads");
+  EditedGguf nan({.set_f32 = {{"llama.attention.layer_norm_rms_epsilon", std::nanf("")}}});
+  expect_error([&] { gguf_mistral_config(*nan.file); }, "'llama.attention.layer_norm_rms_epsilon' is not a finite number");
+  EditedGguf inf({.set_f32 = {{"llama.rope.scaling.factor", HUGE_VALF}}});
+  expect_error([&] { gguf_mistral_config(*inf.file); }, "'llama.rope.scaling.factor' is not a finite number");
   EditedGguf qwen({.set_string = {{"general.architecture", "qwen2"}}});
   expect_error([&] { gguf_mistral_config(*qwen.file); }, "'qwen2' is not supported");
 }

@@ -1,5 +1,6 @@
 #include "io/gguf_llm.h"
 
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -19,9 +20,29 @@ const std::set<std::string> kDiffusionArchs = {"wan", "ernie_image", "ernie-imag
 
 std::string hf_layer(int i, const char* rest) { return "model.layers." + std::to_string(i) + "." + rest; }
 
-}  // namespace
+// What the config reads of a GGUF: its metadata and tensor list (a GgufFile's, or a parsed header's).
+struct GgufView {
+  const std::map<std::string, GgufValue>& md;
+  const std::vector<TensorInfo>& tensors;
+  const std::string& where;
+  const GgufValue* meta(const std::string& key) const {
+    auto it = md.find(key);
+    return it == md.end() ? nullptr : &it->second;
+  }
+  std::optional<std::string> meta_string(const std::string& key) const {
+    const GgufValue* v = meta(key);
+    if (!v) return std::nullopt;
+    return v->str(key);
+  }
+  const TensorInfo* find(const std::string& name) const {
+    for (const TensorInfo& t : tensors)
+      if (t.name == name) return &t;
+    return nullptr;
+  }
+  const std::string& path() const { return where; }
+};
 
-std::string gguf_llm_arch(const GgufFile& f) {
+std::string llm_arch(const GgufView& f) {
   const std::optional<std::string> arch = f.meta_string("general.architecture");
   const bool has_embd = f.find("token_embd.weight") != nullptr;
   const char* expect = "a text encoder LLM GGUF (general.architecture llama or mistral3, as llama.cpp writes) is expected";
@@ -39,8 +60,8 @@ std::string gguf_llm_arch(const GgufFile& f) {
   fail(f.path(), ": general.architecture '", *arch, "' is not supported for the text encoder (llama, mistral3)");
 }
 
-MistralConfig gguf_mistral_config(const GgufFile& f) {
-  const std::string arch = gguf_llm_arch(f);
+MistralConfig mistral_config(const GgufView& f) {
+  const std::string arch = llm_arch(f);
   const std::string p = arch + ".";
   auto get = [&](const std::string& key) { return f.meta(p + key); };
   auto need = [&](const std::string& key, const char* what) -> const GgufValue& {
@@ -49,7 +70,11 @@ MistralConfig gguf_mistral_config(const GgufFile& f) {
     return *v;
   };
   auto integer = [&](const std::string& key, const char* what) { return need(key, what).integer(p + key); };
-  auto number = [&](const std::string& key, const char* what) { return need(key, what).number(p + key); };
+  auto number = [&](const std::string& key, const char* what) {
+    const double v = need(key, what).number(p + key);
+    ERNIE_CHECK(std::isfinite(v), f.path(), ": GGUF key '", p + key, "' is not a finite number");
+    return v;
+  };
 
   // The values go through parse_mistral_config as the config.json a folder would hold, so a GGUF is checked
   // exactly as a folder is.
@@ -129,6 +154,14 @@ MistralConfig gguf_mistral_config(const GgufFile& f) {
                 std::to_string(integer("rope.dimension_count", "")), " differs from the head size ",
                 std::to_string(c.head_dim), " (partial rotary embeddings are not supported)");
   return c;
+}
+
+}  // namespace
+
+std::string gguf_llm_arch(const GgufFile& f) { return llm_arch({f.metadata(), f.tensors(), f.path()}); }
+MistralConfig gguf_mistral_config(const GgufFile& f) { return mistral_config({f.metadata(), f.tensors(), f.path()}); }
+MistralConfig gguf_mistral_config(const GgufHeader& h, const std::string& where) {
+  return mistral_config({h.metadata, h.tensors, where});
 }
 
 namespace {

@@ -29,6 +29,8 @@ std::string gguf_llm_arch(const GgufFile& f);
 // config.json holds). llama.cpp instead applies 1 + 0.1 ln(factor) then; its own converter always writes the key
 // for Ministral-3, so the two agree on every file it makes.
 MistralConfig gguf_mistral_config(const GgufFile& f);
+// The same from a parsed header (the fuzzer); errors name `where`.
+MistralConfig gguf_mistral_config(const GgufHeader& h, const std::string& where);
 
 // The inverse of llama.cpp's converter permutation of q/k rows for `n_head` heads (k: n_head_kv). The converter
 // stores row h*D + 2*j + i (D = head_dim, j < D/2, i < 2) what HF has at row h*D + i*D/2 + j, i.e.

@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "text/unicode.h"
 
 namespace ernie {
 
@@ -73,6 +74,7 @@ std::pair<json, json> gguf_tokenizer_json(const std::map<std::string, GgufValue>
   json added = json::array();
   for (int64_t i = 0; i < n; ++i) {
     const std::string& tok = tokens[size_t(i)];
+    ERNIE_CHECK(text::is_valid_utf8(tok), where, ": tokenizer.ggml.tokens[", std::to_string(i), "] is not valid UTF-8");
     auto [it, fresh] = seen.emplace(tok, i);
     ERNIE_CHECK(fresh, where, ": tokenizer.ggml.tokens has '", tok, "' twice (ids ", std::to_string(it->second), " and ",
                 std::to_string(i), ")");
@@ -91,6 +93,7 @@ std::pair<json, json> gguf_tokenizer_json(const std::map<std::string, GgufValue>
   if (const GgufValue* m = get("tokenizer.ggml.merges")) {
     const std::vector<std::string> ms = m->strings("tokenizer.ggml.merges");
     for (size_t i = 0; i < ms.size(); ++i) {
+      ERNIE_CHECK(text::is_valid_utf8(ms[i]), where, ": tokenizer.ggml.merges[", std::to_string(i), "] is not valid UTF-8");
       const size_t sp = ms[i].find(' ');
       ERNIE_CHECK(sp != std::string::npos && sp > 0 && sp + 1 < ms[i].size() && ms[i].find(' ', sp + 1) == std::string::npos,
                   where, ": tokenizer.ggml.merges[", std::to_string(i), "] '", ms[i], "' is not two tokens 'a b'");
@@ -152,7 +155,14 @@ std::pair<json, json> gguf_tokenizer_json(const std::map<std::string, GgufValue>
 Tokenizer tokenizer_from_gguf_metadata(const std::map<std::string, GgufValue>& md, const std::string& where,
                                        size_t model_max_length) {
   auto [tj, cfg] = gguf_tokenizer_json(md, where, model_max_length);
-  return Tokenizer::from_json(tj.dump(), cfg.dump(), where + ": tokenizer.ggml");
+  std::string tokenizer_json, config_json;
+  try {
+    tokenizer_json = tj.dump();
+    config_json = cfg.dump();
+  } catch (const json::exception& e) {
+    fail(where, ": tokenizer.ggml.*: ", e.what());
+  }
+  return Tokenizer::from_json(tokenizer_json, config_json, where + ": tokenizer.ggml");
 }
 
 Tokenizer tokenizer_from_gguf(const GgufFile& f, size_t model_max_length) {
