@@ -58,6 +58,15 @@ Checkpoint Checkpoint::open_file(const std::string& path) {
   return c;
 }
 
+Checkpoint Checkpoint::of(const std::vector<std::shared_ptr<TensorFile>>& files) {
+  Checkpoint c;
+  for (const auto& f : files) {
+    ERNIE_CHECK(f != nullptr, "Checkpoint::of: a null tensor file");
+    c.add(f, f->path());
+  }
+  return c;
+}
+
 Checkpoint Checkpoint::open_dir(const std::string& dir) {
   std::error_code ec;
   ERNIE_CHECK(fs::is_directory(dir, ec), dir, ": folder is missing", ec ? " (" + ec.message() + ")" : "");

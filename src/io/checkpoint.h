@@ -14,6 +14,8 @@ class Checkpoint {
  public:
   static Checkpoint open_dir(const std::string& dir);    // the component folder (*.safetensors or an index)
   static Checkpoint open_file(const std::string& path);  // one tensor file (any format) or a .index.json
+  // Over tensor files already open (e.g. an adapter such as gguf_llm_as_hf); a name in two of them is an Error.
+  static Checkpoint of(const std::vector<std::shared_ptr<TensorFile>>& files);
   bool contains(const std::string& name) const { return where_.count(name) > 0; }
   const TensorInfo* find(const std::string& name) const;
   Tensor tensor(const std::string& name) const;  // throws naming the tensor when absent

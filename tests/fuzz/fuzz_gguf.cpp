@@ -1,10 +1,14 @@
 // libFuzzer target: the GGUF parser must reject garbage with an Error, never crash; what it accepts must lie
 // inside the input, and its metadata and tensors must read back (block types de-quantized) without faults.
+// A file that parses also goes through the LLM readers: its config (gguf_mistral_config) and, when it is small,
+// the tokenizer rebuilt from tokenizer.ggml.* (encoding and decoding a short text).
 #include <cstddef>
 #include <cstdint>
 
 #include "core/error.h"
 #include "io/gguf.h"
+#include "io/gguf_llm.h"
+#include "io/gguf_tokenizer.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace ernie;
@@ -30,6 +34,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (decoded + n > (int64_t(1) << 22)) continue;  // bound the work per input
       decoded += n;
       (void)gguf_tensor_copy(h, t, data);
+    }
+    try {
+      (void)gguf_mistral_config(h, "fuzz");
+    } catch (const Error&) {
+    }
+    auto count = [&](const char* key) -> uint64_t {
+      auto it = h.metadata.find(key);
+      return it == h.metadata.end() ? 0 : it->second.count;
+    };
+    if (h.metadata.count("tokenizer.ggml.model") && count("tokenizer.ggml.tokens") <= 4096 &&
+        count("tokenizer.ggml.merges") <= 4096) {  // bound the work per input
+      try {
+        const Tokenizer tok = tokenizer_from_gguf_metadata(h.metadata, "fuzz", 64);
+        const std::vector<int64_t> ids = tok.encode("a cat [INST] \xe4\xb8\xad </s>\n");
+        (void)tok.decode(ids), (void)tok.decode(ids, true);
+      } catch (const Error&) {
+      }
     }
   } catch (const Error&) {
   }
