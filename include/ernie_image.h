@@ -93,9 +93,9 @@ typedef struct ernie_memory_options {
 
 /* Component files that replace those of ernie_options.model_dir (the CLI's --diffusion-model, --text-encoder,
  * --vae, --tokenizer), told apart by content: safetensors with diffusers, ComfyUI or LDM/BFL names, and the DiT
- * as GGUF too. Set up with ernie_component_files_init and pass to ernie_load_components; NULL or "" keeps the
- * model's own. With all four set, ernie_options.model_dir may be NULL or "": the configs are then read off the
- * files' shapes. */
+ * and text encoder as GGUF too (a llama.cpp LLM GGUF, which also gives the tokenizer). Set up with
+ * ernie_component_files_init and pass to ernie_load_components; NULL or "" keeps the model's own. With all four
+ * set, ernie_options.model_dir may be NULL or "": the configs are then read off the files' shapes. */
 typedef struct ernie_component_files {
   size_t struct_size;          /* sizeof(ernie_component_files), set by ernie_component_files_init; later versions
                                   only append fields */

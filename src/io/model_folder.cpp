@@ -13,7 +13,10 @@
 #include "core/file.h"
 #include "core/json.h"
 #include "io/component_configs.h"
+#include "io/gguf.h"
+#include "io/gguf_llm.h"
 #include "io/gguf_quants.h"
+#include "io/gguf_tokenizer.h"
 #include "io/key_layouts.h"
 #include "io/model_file.h"
 
@@ -276,7 +279,18 @@ ModelFolder ModelFolder::open(const std::string& dir, bool with_pe, const Compon
   }
 }
 
-ModelFolder ModelFolder::open_files(const ComponentFiles& files) {
+namespace {
+bool is_gguf(const std::string& path) {
+  std::error_code ec;
+  return fs::is_regular_file(path, ec) && read_file_head(path, 4) == "GGUF";
+}
+}  // namespace
+
+ModelFolder ModelFolder::open_files(const ComponentFiles& given) {
+  ComponentFiles files = given;  // a llama.cpp GGUF text encoder carries its tokenizer
+  if (files.tokenizer.empty() && is_gguf(files.text_encoder) &&
+      GgufFile::open(files.text_encoder)->meta("tokenizer.ggml.tokens"))
+    files.tokenizer = files.text_encoder;
   ERNIE_CHECK(files.any(), "no model: give --model (a model folder or a converted file), or every component as a "
               "file of its own: --diffusion-model, --text-encoder, --vae and --tokenizer");
   std::string missing;
@@ -431,6 +445,17 @@ void ModelFolder::use_diffusion_model(const std::string& path, bool infer) {
 // The text encoder from a file of its own: the language model's names under one of kTextEncoderPrefixes (an
 // lm_head, a tekken_model or a vision tower beside them are listed by check() and ignored).
 void ModelFolder::use_text_encoder(const std::string& path, bool infer) {
+  if (is_gguf(path)) {  // a llama.cpp LLM GGUF: its config from <arch>.*, its tensors under the HF names
+    auto f = GgufFile::open(path);
+    const MistralConfig cfg = gguf_mistral_config(*f);
+    if (infer) text_encoder = cfg;
+    Component c = gguf_llm_component(f, text_encoder, "text_encoder", false);
+    c.source = path;
+    c.layout = "llama.cpp";
+    check_layers(c, text_encoder.num_hidden_layers, "num_hidden_layers");
+    text_encoder_c = std::move(c);
+    return;
+  }
   Component c;
   c.name = "text_encoder";
   c.source = path;
@@ -486,6 +511,12 @@ void ModelFolder::use_tokenizer(const std::string& path) {
   if (fs::is_directory(p, ec) && fs::is_regular_file(p / "tokenizer.json", ec)) p /= "tokenizer.json";
   ERNIE_CHECK(fs::is_regular_file(p, ec), path, ": ", fs::exists(p, ec) ? "not a file" : "not found",
               " (--tokenizer takes a tokenizer.json file)");
+  if (is_gguf(p.string())) {  // the tokenizer of a llama.cpp GGUF, rebuilt as tokenizer.json
+    auto [tj, tc] = gguf_tokenizer_json(GgufFile::open(p.string())->metadata(), path);
+    tokenizer_texts = {{"tokenizer/tokenizer.json", tj.dump()}, {"tokenizer/tokenizer_config.json", tc.dump()}};
+    tokenizer_dir = p.string();
+    return;
+  }
   const std::string head = read_file_head(p.string(), 16);
   const size_t first = head.find_first_not_of(" \t\r\n\xef\xbb\xbf");
   ERNIE_CHECK(first != std::string::npos && head[first] == '{', path, ": not a tokenizer.json (a JSON object)",
@@ -510,6 +541,8 @@ std::string tokenizer_override(const std::string& tokenizer_file, const std::str
 }  // namespace
 
 bool ModelFolder::has_file(const std::string& rel) const {
+  if (tokenizer_texts.count(rel)) return true;
+  if (!tokenizer_texts.empty() && rel.rfind("tokenizer/", 0) == 0) return false;
   if (std::string f = tokenizer_override(tokenizer_file, rel); !f.empty()) {
     std::error_code ec;
     return fs::is_regular_file(f, ec);
@@ -527,6 +560,7 @@ bool ModelFolder::has_prompt_enhancer() const {
 }
 
 std::string ModelFolder::read_file(const std::string& rel) const {
+  if (auto it = tokenizer_texts.find(rel); it != tokenizer_texts.end()) return it->second;
   if (std::string f = tokenizer_override(tokenizer_file, rel); !f.empty()) return read_regular_file(f, kMaxJsonFileBytes);
   ERNIE_CHECK(!from_files, rel, ": not available: the model is component files, without --model");
   if (file_) {

@@ -93,6 +93,9 @@ class ModelFolder {
   std::string tokenizer_dir, pe_tokenizer_dir;
   std::string pe_tokenizer_rel;  // "pe_tokenizer" or "pe": where the PE tokenizer files are; empty when absent
   std::string tokenizer_file;    // --tokenizer: the tokenizer.json served as "tokenizer/tokenizer.json"
+  // --tokenizer (or --text-encoder) a GGUF: its tokenizer rebuilt, served as "tokenizer/tokenizer.json" and
+  // "tokenizer/tokenizer_config.json" from memory.
+  std::map<std::string, std::string> tokenizer_texts;
   bool from_files = false;       // no --model: every component from its own file, configs read off their shapes
 
  private:

@@ -17,13 +17,13 @@ void add_component_flags(CLI::App& cmd, ComponentFiles& f) {
                  "the DiT from its own file, replacing --model's: safetensors or GGUF, diffusers or ComfyUI names");
   cmd.add_option("--text-encoder,--llm", f.text_encoder,
                  "the text encoder from its own file, replacing --model's: safetensors with HF names under 'model.' "
-                 "(Comfy-Org's ministral-3-3b) or the diffusers text_encoder's");
+                 "(Comfy-Org's ministral-3-3b), the diffusers text_encoder's, or a llama.cpp LLM GGUF");
   cmd.add_option("--vae", f.vae,
                  "the VAE from its own file, replacing --model's: safetensors in the diffusers or the original "
                  "BFL/LDM layout (Comfy-Org's flux2_ae)");
   cmd.add_option("--tokenizer", f.tokenizer,
-                 "the tokenizer from its tokenizer.json file, replacing --model's (a tokenizer_config.json beside "
-                 "it is read too)");
+                 "the tokenizer from its tokenizer.json file (a tokenizer_config.json beside it is read too) or "
+                 "from a llama.cpp GGUF's tokenizer.ggml.*, replacing --model's");
 }
 
 void add_engine_flags(CLI::App& cmd, EngineOptions& o, const std::string& default_offload_why) {
