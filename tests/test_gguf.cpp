@@ -65,7 +65,8 @@ int max_pixel_diff(const std::vector<uint8_t>& rgb, const std::vector<float>& go
 TEST(Gguf, EveryTypeDecodesLikeTheReference) {
   auto f = GgufFile::open(gguf_dir() + "/blocks.gguf");
   EXPECT_STREQ(f->format(), "gguf");
-  for (const auto& name : golden_json()["blocks"]) {
+  const json g = golden_json();  // kept alive: a range-for over a temporary's member dangles
+  for (const auto& name : g["blocks"]) {
     const std::string type = name.get<std::string>();
     SCOPED_TRACE(type);
     const TensorInfo* ti = f->find("t." + type);
