@@ -19,6 +19,7 @@
 #include "ops/ops.h"
 #include "engine/noise.h"
 #include "engine/sampler.h"
+#include "engine/samplers/flow_solver.h"
 #include "engine/scheduler.h"
 #include "engine/vae_tiling.h"
 #include "text/tokenizer.h"
@@ -155,10 +156,11 @@ class ErnieEngine final : public Engine {
     for (size_t i = 0; i < reqs.size(); ++i) {
       res[i].resolved = resolve(reqs[i]);
       const GenerateRequest &r = res[i].resolved, &r0 = res[0].resolved;
-      ERNIE_CHECK(r.width == r0.width && r.height == r0.height && r.steps == r0.steps && r.cfg == r0.cfg,
+      ERNIE_CHECK(r.width == r0.width && r.height == r0.height && r.steps == r0.steps && r.cfg == r0.cfg &&
+                      r.sampler == r0.sampler && r.shift == r0.shift,
                   "generate_batch: request ", std::to_string(i), " (", std::to_string(r.width), "x",
                   std::to_string(r.height), ", ", std::to_string(r.steps), " steps, cfg ", std::to_string(r.cfg),
-                  ") differs from the first in size, steps or cfg");
+                  ", sampler ", sampler_id(r.sampler), ") differs from the first in size, steps, cfg, sampler or shift");
       images += r.num_images;
     }
     ERNIE_CHECK(reqs.size() == 1 || images <= kMaxBatchImages, "generate_batch: ", std::to_string(images),
@@ -209,7 +211,9 @@ class ErnieEngine final : public Engine {
     std::vector<Tensor> noise;
     for (const GenerateResult& x : res) {
       const GenerateRequest& r = x.resolved;
-      noise.push_back(r.init_latents ? *r.init_latents : initial_noise(latent_shape(r, limits_), r.seed));
+      // The reference draws the whole [B, ...] batch of a request in the pipeline's dtype (engine/noise.h).
+      noise.push_back(r.init_latents ? *r.init_latents
+                                     : initial_noise(latent_shape(r, limits_), r.seed, r.rng, opt_.dtype));
     }
     if (noise.size() == 1) {
       in.latents = noise[0];
@@ -220,11 +224,11 @@ class ErnieEngine final : public Engine {
     in.cfg = r0.cfg;
     in.round_timesteps = opt_.round_timesteps;
     const Shape shape = latent_shape(r0, limits_);
-    FlowMatchEulerScheduler scheduler(m_.scheduler);
-    scheduler.set_timesteps(r0.steps, shape[2] * shape[3]);
+    std::unique_ptr<FlowSolver> solver =
+        make_flow_solver(r0.sampler, m_.scheduler, r0.steps, shape[2] * shape[3], r0.shift);
     t0 = Clock::now();
     if (progress) progress({"denoise", 0, r0.steps, 0});
-    Tensor latents = sample_euler_cfg(*dit_, scheduler, opt_.device, opt_.dtype, in, [&](int step) {
+    Tensor latents = sample_cfg(*dit_, *solver, opt_.device, opt_.dtype, in, [&](int step) {
       if (progress) progress({"denoise", step, r0.steps, seconds_since(t0)});
     }, cancel);
     const double denoise_s = seconds_since(t0);

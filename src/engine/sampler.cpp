@@ -30,11 +30,10 @@ TextBatch pad_text(const std::vector<Tensor>& hiddens, Device device, DType act)
   return tb;
 }
 
-Tensor sample_euler_cfg(const ErnieDit& dit, const FlowMatchEulerScheduler& scheduler, Device device, DType act,
-                        const SamplerInput& in, const std::function<void(int)>& on_step,
-                        const std::atomic<bool>* cancel) {
-  const int N = scheduler.num_steps();
-  ERNIE_CHECK(N >= 1, "sampler: the scheduler has no timesteps (set_timesteps not called)");
+Tensor sample_cfg(const ErnieDit& dit, FlowSolver& solver, Device device, DType act, const SamplerInput& in,
+                  const std::function<void(int)>& on_step, const std::atomic<bool>* cancel) {
+  const int N = solver.num_steps();
+  ERNIE_CHECK(N >= 1, "sampler: the solver has no timesteps");
   const int64_t B = in.latents.dim(0);
   ERNIE_CHECK(int64_t(in.cond.size()) == B, "sampler: ", std::to_string(in.cond.size()), " prompts for ",
               std::to_string(B), " latents");
@@ -54,8 +53,8 @@ Tensor sample_euler_cfg(const ErnieDit& dit, const FlowMatchEulerScheduler& sche
     Tensor x = act == DType::F32 ? latents : ops::cast(latents, act);
     Tensor model_input = do_cfg ? ops::concat({x, x}, 0) : x;
     // t_batch = full((rows,), t, dtype=transformer.dtype): bf16 rounds 994.92 to 996.
-    std::vector<float> t_batch(size_t(model_input.dim(0)), 
-                                dit_timestep(scheduler.timesteps()[size_t(i)], in.round_timesteps ? act : DType::F32));
+    std::vector<float> t_batch(size_t(model_input.dim(0)),
+                               dit_timestep(solver.timesteps()[size_t(i)], in.round_timesteps ? act : DType::F32));
 
     Tensor pred = dit.forward(model_input, t_batch, text.text_bth, text.text_lens);
     if (pred.dtype() != DType::F32) pred = ops::cast(pred, DType::F32);
@@ -64,7 +63,7 @@ Tensor sample_euler_cfg(const ErnieDit& dit, const FlowMatchEulerScheduler& sche
       // pred_uncond + guidance_scale * (pred_cond - pred_uncond)
       pred = ops::add(pred_uncond, ops::scale(ops::add(pred_cond, ops::scale(pred_uncond, -1.0f)), in.cfg));
     }
-    latents = scheduler.step(latents, pred, i);  // sample + (sigma[i+1] - sigma[i]) * pred
+    latents = solver.step(latents, pred, i);  // Euler: sample + (sigma[i+1] - sigma[i]) * pred
     if (on_step) on_step(i + 1);
   }
   return latents;

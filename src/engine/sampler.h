@@ -1,5 +1,6 @@
-// The denoising loop of ErnieImagePipeline.__call__: FlowMatch Euler steps over the DiT's velocity
-// prediction with classifier-free guidance, the negative prompt as extra batch rows [uncond..., cond...].
+// The denoising loop of ErnieImagePipeline.__call__: a flow solver's steps (FlowMatch Euler, the model's own,
+// or a multistep solver, engine/samplers/) over the DiT's velocity prediction with classifier-free guidance,
+// the negative prompt as extra batch rows [uncond..., cond...].
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -8,6 +9,7 @@
 
 #include "core/tensor.h"
 #include "models/ernie_dit.h"
+#include "engine/samplers/flow_solver.h"
 #include "engine/scheduler.h"
 
 namespace ernie {
@@ -30,11 +32,10 @@ struct SamplerInput {
   bool round_timesteps = true;
 };
 
-// Runs the scheduler's N steps (set_timesteps already called) and returns the final latents [B, C, h, w] F32 on the DiT's device. The latents stay
-// F32 between steps (the reference keeps them in the model dtype). `on_step(i)` is called after step i
+// Runs the solver's N steps and returns the final latents [B, C, h, w] F32 on the DiT's device. The latents
+// stay F32 between steps (the reference keeps them in the model dtype). `on_step(i)` is called after step i
 // (1-based); `cancel` is polled before every step (throws Cancelled).
-Tensor sample_euler_cfg(const ErnieDit& dit, const FlowMatchEulerScheduler& scheduler, Device device, DType act,
-                        const SamplerInput& in,
-                        const std::function<void(int)>& on_step = {}, const std::atomic<bool>* cancel = nullptr);
+Tensor sample_cfg(const ErnieDit& dit, FlowSolver& solver, Device device, DType act, const SamplerInput& in,
+                  const std::function<void(int)>& on_step = {}, const std::atomic<bool>* cancel = nullptr);
 
 }  // namespace ernie
