@@ -112,11 +112,14 @@ typedef struct ernie_request {
   int width, height;           /* 0: 1024 */
   int steps;                   /* 0: the model's default (50, Turbo 8) */
   float cfg;                   /* -1: the model's default (4, Turbo 1); 1 or less turns guidance off */
-  uint64_t seed;               /* image i uses seed + i */
+  uint64_t seed;               /* rng "ernie": image i uses seed + i; torch's: one draw for the batch */
   int num_images;              /* 0 or 1: one image */
   int use_pe;                  /* 1: rewrite the prompt with the prompt enhancer */
   const float* init_latents;   /* NULL, or [num_images, channels, height/s, width/s] row-major float32 */
   size_t init_latents_count;   /* number of floats at init_latents */
+  const char* sampler;         /* NULL or "": "euler"; else "dpmpp_2m" or "unipc" */
+  float shift;                 /* 0: the model's scheduler shift; else a positive fixed shift */
+  const char* rng;             /* NULL or "": "cpu" (torch's CPU generator); else "cuda" or "ernie" */
 } ernie_request;
 
 typedef struct ernie_image {

@@ -198,6 +198,9 @@ ernie_status ernie_generate(ernie_model* model, const ernie_request* req, ernie_
     r.seed = req->seed;
     r.num_images = req->num_images == 0 ? 1 : req->num_images;
     r.use_pe = req->use_pe != 0;
+    if (req->sampler && *req->sampler) r.sampler = ernie::parse_sampler(req->sampler, "sampler");
+    r.shift = req->shift;
+    if (req->rng && *req->rng) r.rng = ernie::parse_rng(req->rng, "rng");
     if (req->init_latents) {
       // The shape follows from the request; resolve() then checks it against the model.
       ernie::GenerateRequest sized = r;
@@ -231,7 +234,7 @@ ernie_status ernie_generate(ernie_model* model, const ernie_request* req, ernie_
       imgs[i].width = im.width;
       imgs[i].height = im.height;
       imgs[i].channels = 3;
-      imgs[i].seed = res.resolved.seed + uint64_t(i);
+      imgs[i].seed = ernie::image_seed(res.resolved.seed, i, res.resolved.rng);
       imgs[i].data = static_cast<uint8_t*>(std::malloc(im.rgb.size()));
       if (!imgs[i].data) {
         ernie_free_images(imgs, n);

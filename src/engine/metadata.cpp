@@ -10,7 +10,7 @@
 namespace ernie {
 
 ImageMeta image_meta(const GenerateResult& res, int k, const std::string& model, std::optional<uint64_t> seed) {
-  if (seed) *seed += uint64_t(k);
+  if (seed) *seed = image_seed(*seed, k, res.resolved.rng);
   return {res.resolved, res.revised_prompt, model, seed, k, int(res.images.size()), res.vae_tiled, res.dit_weights,
           res.attention_fp8};
 }
@@ -32,11 +32,14 @@ std::string a1111_parameters(const ImageMeta& m) {
   const GenerateRequest& r = m.request;
   std::string s = r.prompt;
   if (!r.negative_prompt.empty()) s += "\nNegative prompt: " + r.negative_prompt;
-  s += "\nSteps: " + std::to_string(r.steps) + ", Sampler: Euler, Schedule type: FlowMatch, CFG scale: " +
-       fmt_float(r.cfg);
+  s += "\nSteps: " + std::to_string(r.steps) + ", Sampler: " + sampler_a1111(r.sampler) +
+       ", Schedule type: FlowMatch, CFG scale: " + fmt_float(r.cfg);
   if (m.seed) s += ", Seed: " + std::to_string(*m.seed);
   s += ", Size: " + std::to_string(r.width) + "x" + std::to_string(r.height);
   if (!m.model.empty()) s += ", Model: " + m.model;
+  if (r.shift > 0) s += ", Shift: " + fmt_float(r.shift);
+  // A1111's RNG names: CPU (torch's CPU generator), NV (its twin of torch's CUDA generator)
+  if (m.seed) s += std::string(", RNG: ") + (r.rng == NoiseRng::Cpu ? "CPU" : r.rng == NoiseRng::Cuda ? "NV" : "ernie");
   if (r.use_pe) s += ", Prompt enhancer: true";
   if (m.vae_tiled) s += ", VAE tiling: true";
   if (!m.dit_weights.empty()) s += ", DiT weights: " + m.dit_weights;
@@ -56,13 +59,15 @@ nlohmann::json meta_json(const ImageMeta& m) {
                       {"steps", r.steps},
                       {"cfg", r.cfg},
                       {"seed", nullptr},
-                      {"sampler", "flow_match_euler"},
+                      {"sampler", sampler_id(r.sampler)},
                       {"prompt_enhancer", r.use_pe},
                       {"batch_index", m.batch_index},
                       {"batch_size", m.batch_size},
                       {"model", m.model},
                       {"engine", engine_version()}};
   if (m.seed) j["seed"] = *m.seed;
+  if (m.seed) j["rng"] = rng_name(r.rng);
+  if (r.shift > 0) j["shift"] = r.shift;
   if (m.vae_tiled) j["vae_tiled"] = true;
   if (!m.dit_weights.empty()) j["dit_weights"] = m.dit_weights;
   if (m.attention_fp8) j["attention"] = "fp8";

@@ -24,8 +24,8 @@ struct ImageMeta {
   bool attention_fp8 = false;        // the DiT ran fp8 attention (GenerateResult)
 };
 
-// The metadata of image k of `res`: its seed is seed + k (image k of a batch is drawn from seed + k), or none
-// when the noise came from a file that records no seed. Every front end writes its PNGs through this.
+// The metadata of image k of `res`: its seed is image_seed(seed, k, rng) (seed + k with the ernie generator,
+// the batch's seed with torch's, engine/noise.h), or none when the noise came from a file that records no seed. Every front end writes its PNGs through this.
 ImageMeta image_meta(const GenerateResult& res, int k, const std::string& model, std::optional<uint64_t> seed);
 
 std::string engine_version();  // "ernie-image 0.1.0"

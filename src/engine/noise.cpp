@@ -4,8 +4,39 @@
 #include <random>
 
 #include "core/error.h"
+#include "engine/rng/torch_cpu_rng.h"
+#include "engine/rng/torch_cuda_rng.h"
 
 namespace ernie {
+
+NoiseRng parse_rng(const std::string& name, const char* flag) {
+  if (name == "cpu") return NoiseRng::Cpu;
+  if (name == "cuda") return NoiseRng::Cuda;
+  if (name == "ernie") return NoiseRng::Ernie;
+  fail(flag, " '", name.substr(0, 40), "' is not a noise generator; choose one of cpu (torch's CPU generator, the ",
+       "default), cuda (torch's CUDA generator) or ernie");
+}
+
+const char* rng_name(NoiseRng r) {
+  switch (r) {
+    case NoiseRng::Cuda: return "cuda";
+    case NoiseRng::Ernie: return "ernie";
+    default: return "cpu";
+  }
+}
+
+uint64_t image_seed(uint64_t seed, int b, NoiseRng rng) {
+  return rng == NoiseRng::Ernie ? seed + uint64_t(b) : seed;
+}
+
+Tensor initial_noise(const Shape& shape, uint64_t seed, NoiseRng rng, DType dtype) {
+  if (rng == NoiseRng::Ernie) return initial_noise(shape, seed);
+  ERNIE_CHECK(shape.size() >= 1 && shape[0] >= 1, "initial_noise: bad shape ", shape_str(shape));
+  const DType d = dtype == DType::BF16 ? DType::BF16 : DType::F32;  // the dtypes torch draws for our runs
+  const int64_t n = shape_numel(shape);
+  std::vector<float> v = rng == NoiseRng::Cpu ? torch_cpu_randn(n, seed, d) : torch_cuda_randn(n, seed, d);
+  return Tensor::from_vector(v, shape);
+}
 
 Tensor initial_noise(const Shape& shape, uint64_t seed) {
   ERNIE_CHECK(shape.size() >= 1 && shape[0] >= 1, "initial_noise: bad shape ", shape_str(shape));

@@ -14,6 +14,7 @@ ModelLimits model_limits(const ModelFolder& m) {
   l.scale_factor = m.vae.scale_factor();
   l.latent_channels = m.dit.in_channels;
   l.turbo = m.turbo;
+  l.shift = m.scheduler.use_dynamic_shifting ? 0.0f : m.scheduler.shift;
   return l;
 }
 
@@ -60,7 +61,10 @@ GenerateRequest resolve_request(const GenerateRequest& req, const ModelLimits& l
   if (r.height == 0) r.height = sized_latents ? side(2) : kDefaultSize;
   if (r.steps == 0) r.steps = default_steps(l.turbo);
   if (r.cfg == kCfgDefault) r.cfg = default_cfg(l.turbo);
-  if (r.cfg <= 1.0f) r.negative_prompt.clear();  // guidance off: no negative row drives the image, none is recorded
+  if (r.cfg <= 1.0f) r.negative_prompt.clear();
+  ERNIE_CHECK(std::isfinite(r.shift) && r.shift >= 0, "shift ", to_string(r.shift),
+              " must be a positive number (0: the model's)");
+  if (r.shift == 0) r.shift = l.shift;  // recorded as used; stays 0 for a dynamic shift  // guidance off: no negative row drives the image, none is recorded
 
   check_side("width", r.width, l);
   check_side("height", r.height, l);

@@ -6,6 +6,8 @@
 #include <string>
 
 #include "core/tensor.h"
+#include "engine/noise.h"
+#include "engine/samplers/sampler_kind.h"
 #include "io/model_folder.h"
 
 namespace ernie {
@@ -20,6 +22,9 @@ struct GenerateRequest {
   int num_images = 1;           // images per prompt (batch)
   bool use_pe = false;          // rewrite the prompt with the prompt enhancer first
   std::optional<Tensor> init_latents;  // [B, 4L, H/s, W/s] patchified initial noise (reproduce a run)
+  SamplerKind sampler = SamplerKind::Euler;
+  float shift = 0;              // 0 = the model's scheduler shift; else a fixed shift (> 0)
+  NoiseRng rng = NoiseRng::Cpu; // the noise generator of `seed` (engine/noise.h)
 };
 
 struct ModelLimits {
@@ -30,6 +35,7 @@ struct ModelLimits {
   int64_t max_pixels = int64_t(2048) * 4096;  // 8 MP per image
   int max_steps = 1000;
   int max_images = 64;
+  float shift = 0;              // the scheduler's static shift; 0 when it shifts dynamically
 };
 ModelLimits model_limits(const ModelFolder& m);
 

@@ -17,7 +17,9 @@ struct BatchKey {
   int width = 0, height = 0, steps = 0;
   float cfg = 0;
   bool use_pe = false;
-  auto tie() const { return std::tie(width, height, steps, cfg, use_pe); }
+  int sampler = 0;  // SamplerKind
+  float shift = 0;
+  auto tie() const { return std::tie(width, height, steps, cfg, use_pe, sampler, shift); }
   bool operator==(const BatchKey& o) const { return tie() == o.tie(); }
   bool operator<(const BatchKey& o) const { return tie() < o.tie(); }
 };

@@ -19,7 +19,9 @@ using nlohmann::json;
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-BatchKey key_of(const GenerateRequest& r) { return {r.width, r.height, r.steps, r.cfg, r.use_pe}; }
+BatchKey key_of(const GenerateRequest& r) {
+  return {r.width, r.height, r.steps, r.cfg, r.use_pe, int(r.sampler), r.shift};
+}
 
 // Gives freed heap pages back to the system once the server goes idle, so its resident memory returns
 // to the idle level after a burst of large requests.
@@ -108,7 +110,10 @@ json JobQueue::params_json(const Job& j) const {
           {"steps", r.steps},
           {"guidance_scale", r.cfg},
           {"seed", r.seed},
-          {"use_pe", r.use_pe}};
+          {"use_pe", r.use_pe},
+          {"sampler", sampler_id(r.sampler)},
+          {"shift", r.shift},
+          {"rng", rng_name(r.rng)}};
 }
 
 int JobQueue::position(const Job& j) const {

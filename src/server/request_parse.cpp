@@ -142,11 +142,35 @@ ParsedRequest parse_generation_request(const std::string& body, const ParseLimit
       if (v.is_null()) continue;
       if (!v.is_boolean()) bad_request("use_pe must be true or false, not " + type_name(v), "use_pe");
       r.use_pe = v.get<bool>();
+    } else if (k == "sampler") {
+      if (v.is_null()) continue;
+      const std::string name = get_string(v, "sampler", 64);
+      try {
+        r.sampler = parse_sampler(name, "sampler");
+      } catch (const Error& e) {
+        bad_request(e.what(), "sampler");
+      }
+    } else if (k == "shift") {
+      if (v.is_null()) continue;
+      if (!v.is_number()) bad_request("shift must be a number, not " + type_name(v), "shift");
+      const double sh = v.get<double>();
+      if (!std::isfinite(sh) || sh <= 0 || sh > 1000)
+        bad_request("shift " + v.dump() + " must be a positive number (at most 1000)", "shift");
+      r.shift = float(sh);
+    } else if (k == "rng") {
+      if (v.is_null()) continue;
+      const std::string name = get_string(v, "rng", 64);
+      try {
+        r.rng = parse_rng(name, "rng");
+      } catch (const Error& e) {
+        bad_request(e.what(), "rng");
+      }
     } else if (ignored.count(k)) {
       continue;  // OpenAI fields with no meaning here
     } else {
       bad_request("unknown field '" + k.substr(0, 64) +
-                      "'; known: prompt, negative_prompt, n, size, response_format, steps, guidance_scale, seed, use_pe",
+                      "'; known: prompt, negative_prompt, n, size, response_format, steps, guidance_scale, seed, use_pe, "
+                      "sampler, shift, rng",
                   k.substr(0, 64), "unknown_field");
     }
   }

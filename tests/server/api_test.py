@@ -155,12 +155,25 @@ def test_generations(srv, binary, model, size):
     if s == 200 and len(j4["data"]) == 2:
         a, b = (pixels(base64.b64decode(d["b64_json"])) for d in j4["data"])
         check(a != b, "n=2 gave two identical images")
-        # Image i of a batch is seed + i, and its PNG says so: pasting its parameters reproduces it.
+        # The default rng (torch's CPU generator) draws the batch at once, as diffusers does: both PNGs record the
+        # batch's seed and their position, and image 0 is the seed's single image.
         seeds = [png_info(base64.b64decode(d["b64_json"]))[2].get("parameters", "") for d in j4["data"]]
-        check("Seed: 1234," in seeds[0] and "Seed: 1235," in seeds[1], f"n=2 PNG seeds: {seeds}")
-        s, j5 = srv.json("POST", "/v1/images/generations", {**body, "seed": 1235}, AUTH)
-        check(s == 200 and pixels(base64.b64decode(j5["data"][0]["b64_json"])) == b,
-              "image 1 of a seed-1234 batch is not the seed-1235 image")
+        check("Seed: 1234," in seeds[0] and "Seed: 1234," in seeds[1] and "Batch pos: 1" in seeds[1],
+              f"n=2 PNG seeds: {seeds}")
+        # With rng "ernie", image i of a batch is seed + i: pasting its parameters reproduces it.
+        s, j6 = srv.json("POST", "/v1/images/generations", {**body, "n": 2, "rng": "ernie"}, AUTH)
+        seeds = [png_info(base64.b64decode(d["b64_json"]))[2].get("parameters", "") for d in j6.get("data", [])]
+        check(s == 200 and len(seeds) == 2 and "Seed: 1235," in seeds[1], f"n=2 rng ernie PNG seeds: {seeds}")
+        s, j5 = srv.json("POST", "/v1/images/generations", {**body, "seed": 1235, "rng": "ernie"}, AUTH)
+        check(s == 200 and j6.get("data") and pixels(base64.b64decode(j5["data"][0]["b64_json"])) ==
+              pixels(base64.b64decode(j6["data"][1]["b64_json"])),
+              "image 1 of a seed-1234 batch is not the seed-1235 image (rng ernie)")
+        # sampler and shift: another sampler gives other pixels; bad values are 400s naming the field.
+        s, j7 = srv.json("POST", "/v1/images/generations", {**body, "sampler": "dpmpp_2m", "shift": 3}, AUTH)
+        check(s == 200 and pixels(base64.b64decode(j7["data"][0]["b64_json"])) != px, f"sampler dpmpp_2m: {s}")
+        for bad in ({"sampler": "lms"}, {"shift": -1}, {"shift": "x"}, {"rng": "mt"}):
+            s, jb = srv.json("POST", "/v1/images/generations", {**body, **bad}, AUTH)
+            check(s == 400 and jb["error"]["param"] == list(bad)[0], f"{bad} -> {s} {jb}")
     # The server's image is the CLI's image for the same parameters (no separate code path).
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "cli.png")

@@ -24,7 +24,9 @@ namespace {
 
 struct Opts {
   EngineOptions engine;
-  std::string prompt, negative, out = "out.png", init_latents, save_latents, progress = "auto", seed = "-1";
+  std::string prompt, negative, out = "out.png", init_latents, save_latents, save_final_latents, progress = "auto",
+      seed = "-1", sampler = "euler", rng = "cpu";
+  float shift = 0;
   int width = 0, height = 0, steps = 0, batch = 1;
   float cfg = kCfgDefault;
   bool quiet = false, verbose = false, pe = false;
@@ -45,6 +47,12 @@ int run(Opts& o, const CLI::App& c) {
                                          " must be a positive number of pixels");
 
   GenerateRequest req;
+  req.sampler = parse_sampler(o.sampler, c.count("--sampling-method") ? "--sampling-method" : "--sampler");
+  req.rng = parse_rng(o.rng);
+  if (c.count("--shift"))
+    ERNIE_CHECK(std::isfinite(o.shift) && o.shift > 0, "--shift ", std::to_string(o.shift),
+                " must be a positive number (the model's is 4)");
+  req.shift = o.shift;
   req.prompt = o.prompt;
   req.negative_prompt = o.negative;
   req.width = o.width;
@@ -74,6 +82,7 @@ int run(Opts& o, const CLI::App& c) {
   std::vector<std::string> outs = expand_output_paths(o.out, req.num_images);
   for (const std::string& p : outs) check_writable(p, ".png");
   if (!o.save_latents.empty()) check_writable(o.save_latents, ".safetensors");
+  if (!o.save_final_latents.empty()) check_writable(o.save_final_latents, ".safetensors");
 
   o.engine.pe = o.pe ? PeLoad::Required : PeLoad::Off;
   o.engine.plan_for = req;
@@ -95,14 +104,16 @@ int run(Opts& o, const CLI::App& c) {
     const EngineInfo& in = engine->info();
     char line[512];
     std::snprintf(line, sizeof line,
-                  "settings: model %s, device %s, dtype %s, offload %s, %dx%d, %d steps, cfg %g, %d image(s), seed %s",
+                  "settings: model %s, device %s, dtype %s, offload %s, %dx%d, %d steps, cfg %g, sampler %s, "
+                  "shift %g, %d image(s), seed %s, rng %s",
                   model_display_name(engine->model_dir()).c_str(), in.device.str().c_str(), dtype_name(in.dtype),
-                  offload_name(in.memory.mode), r.width, r.height, r.steps, double(r.cfg), r.num_images,
-                  seed ? std::to_string(*seed).c_str() : "none (the noise file records none)");
+                  offload_name(in.memory.mode), r.width, r.height, r.steps, double(r.cfg), sampler_id(r.sampler),
+                  double(r.shift), r.num_images, seed ? std::to_string(*seed).c_str() : "none (the noise file records none)",
+                  rng_name(r.rng));
     printer.message("info", line);
   }
   if (!o.save_latents.empty() && !r.init_latents)
-    r.init_latents = initial_noise(latent_shape(r, engine->limits()), r.seed);
+    r.init_latents = initial_noise(latent_shape(r, engine->limits()), r.seed, r.rng, engine->info().dtype);
 
   GenerateResult res = engine->generate(r, printer.fn());
   printer.finish();
@@ -121,11 +132,17 @@ int run(Opts& o, const CLI::App& c) {
     if (seed) md["seed"] = std::to_string(*seed);
     save_safetensors(o.save_latents, {{"latents", r.init_latents->to_f32()}}, md);
   }
+  if (!o.save_final_latents.empty()) {  // the denoised latents before the VAE, in the --init-latents layout
+    std::map<std::string, std::string> md = {{"format", "ernie-image final latents"},
+                                             {"sampler", sampler_id(r.sampler)}, {"steps", std::to_string(r.steps)}};
+    if (seed) md["seed"] = std::to_string(*seed);
+    save_safetensors(o.save_final_latents, {{"latents", res.latents.to_f32()}}, md);
+  }
   if (json) {
     using oj = nlohmann::ordered_json;
     oj images = oj::array();
     for (int b = 0; b < r.num_images; ++b)
-      images.push_back({{"path", outs[size_t(b)]}, {"seed", seed ? oj(*seed + b) : oj()}});
+      images.push_back({{"path", outs[size_t(b)]}, {"seed", seed ? oj(image_seed(*seed, b, r.rng)) : oj()}});
     auto ms = [](double s) { return std::round(s * 1000) / 1000; };
     oj done = {{"event", "done"}, {"images", images},
                {"timings", {{"encode_s", ms(res.encode_s)}, {"denoise_s", ms(res.denoise_s)},
@@ -152,12 +169,19 @@ Register reg(10, [](CLI::App& app) {
   c->add_option("--height,-H", o->height, "height in pixels (default 1024)");
   c->add_option("--steps", o->steps, "denoising steps (default: 50, Turbo 8)");
   c->add_option("--cfg,--cfg-scale", o->cfg, "guidance scale; 1 turns guidance off (default: 4, Turbo 1)");
-  c->add_option("--seed,-s", o->seed, "seed of the initial noise: -1 (default) is random; image i of a batch uses "
-                                     "seed + i");
+  c->add_option("--seed,-s", o->seed, "seed of the initial noise: -1 (default) is random; the batch is one draw "
+                                     "(with --rng ernie, image i uses seed + i)");
+  c->add_option("--sampler,--sampling-method", o->sampler, std::string("sampler: ") + kSamplerChoices +
+                                                               " (default euler)");
+  c->add_option("--shift,--flow-shift", o->shift, "scheduler shift, a positive number (default: the model's, 4)");
+  c->add_option("--rng", o->rng, "noise generator: cpu (torch's CPU generator, default), cuda (torch's CUDA "
+                                 "generator, computed on the host) or ernie");
   c->add_option("--batch,-b,--batch-count", o->batch, "images to generate (default 1)");
   c->add_option("--output,-o", o->out, "output PNG; %d (or %03d) is replaced by the image index (default out.png)");
   c->add_option("--init-latents", o->init_latents, "safetensors file with tensor `latents` [B, C, H/s, W/s]: the initial noise");
   c->add_option("--save-latents", o->save_latents, "write the initial noise (tensor `latents`) to this safetensors file");
+  c->add_option("--save-final-latents", o->save_final_latents, "write the denoised latents before the VAE (tensor "
+                                                               "`latents`, the --init-latents layout) to this file");
   c->add_flag("--quiet,-q", o->quiet, "print nothing but errors");
   c->add_flag("--verbose,-v", o->verbose, "also print the resolved settings (device, dtype, offload, size, steps, "
                                           "cfg, seed) before generating");
