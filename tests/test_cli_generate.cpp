@@ -84,7 +84,7 @@ TEST(CliGenerate, PromptEnhancerRecordsRevisedPrompt) {
 
 TEST(CliGenerate, BatchNamesWithIndex) {
   TempDir d;
-  auto r = run_cli(tiny_gen("--seed 9 --batch 2 --quiet -o '" + d.str() + "/img_%03d.png'"));
+  auto r = run_cli(tiny_gen("--seed 9 --batch 2 --rng ernie --quiet -o '" + d.str() + "/img_%03d.png'"));
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_EQ(r.out, "");  // --quiet
   ASSERT_TRUE(fs::exists(d.path / "img_000.png"));
@@ -97,7 +97,7 @@ TEST(CliGenerate, BatchNamesWithIndex) {
   EXPECT_EQ(jb["seed"], 10);  // image i uses seed + i
   EXPECT_EQ(jb["batch_index"], 1);
   // Image 1 of the batch is reproduced alone with its own seed.
-  auto r2 = run_cli(tiny_gen("--seed 10 --quiet -o '" + d.str() + "/single.png'"));
+  auto r2 = run_cli(tiny_gen("--seed 10 --rng ernie --quiet -o '" + d.str() + "/single.png'"));
   ASSERT_EQ(r2.status, 0) << r2.out;
   PngImage s = read_png((d.path / "single.png").string());
   int maxd = 0;
@@ -236,13 +236,18 @@ TEST(CliGenerate, ProgressJsonLines) {
 
 TEST(CliGenerate, ProgressJsonBatchRecordsEachSeed) {
   TempDir d;
-  auto r = run_split(tiny_gen("--progress json --batch 2 -o '" + d.str() + "/b_%d.png'"), d);  // a random seed
-  ASSERT_EQ(r.status, 0) << r.out << r.err;
-  EXPECT_EQ(r.err, "");
-  nlohmann::json done = nlohmann::json::parse(lines_of(r.out).back());
-  ASSERT_EQ(done["images"].size(), 2u) << done;
-  EXPECT_EQ(done["images"][1]["path"], d.str() + "/b_1.png");
-  EXPECT_EQ(done["images"][1]["seed"].get<uint64_t>(), done["images"][0]["seed"].get<uint64_t>() + 1);
+  for (const char* rng : {"ernie", "cpu"}) {
+    auto r = run_split(tiny_gen(std::string("--progress json --batch 2 --rng ") + rng + " -o '" + d.str() +
+                                "/b_%d.png'"), d);  // a random seed
+    ASSERT_EQ(r.status, 0) << r.out << r.err;
+    EXPECT_EQ(r.err, "");
+    nlohmann::json done = nlohmann::json::parse(lines_of(r.out).back());
+    ASSERT_EQ(done["images"].size(), 2u) << done;
+    EXPECT_EQ(done["images"][1]["path"], d.str() + "/b_1.png");
+    // ernie: image i is seed + i; torch's generators draw the batch at once: one seed for both
+    EXPECT_EQ(done["images"][1]["seed"].get<uint64_t>(),
+              done["images"][0]["seed"].get<uint64_t>() + (std::string(rng) == "ernie" ? 1 : 0)) << rng;
+  }
 }
 
 TEST(CliGenerate, ProgressJsonError) {
@@ -320,7 +325,18 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"bad_device", kGen + "-W 16 -H 16 --device tpu -o '{D}/x.png'", "tpu"},
         BadCase{"bad_vae_tile", kGen + "-W 16 -H 16 --vae-tiling --vae-tile 3 -o '{D}/x.png'",
                 "--vae-tile 3 must be a positive multiple of the VAE's 2"},
-        BadCase{"zero_vae_tile", kGen + "-W 16 -H 16 --vae-tile 0 -o '{D}/x.png'", "--vae-tile 0 must be a positive"}),
+        BadCase{"zero_vae_tile", kGen + "-W 16 -H 16 --vae-tile 0 -o '{D}/x.png'", "--vae-tile 0 must be a positive"},
+        BadCase{"bad_sampler", kGen + "-W 16 -H 16 --sampler lms -o '{D}/x.png'",
+                "--sampler 'lms' is not a sampler this engine has; choose one of euler, dpmpp_2m (dpm++2m), unipc"},
+        BadCase{"bad_sampling_method", kGen + "-W 16 -H 16 --sampling-method euler_a -o '{D}/x.png'",
+                "--sampler 'euler_a' is not a sampler"},
+        BadCase{"shift_nan", kGen + "-W 16 -H 16 --shift nan -o '{D}/x.png'", "--shift nan must be a positive number"},
+        BadCase{"shift_negative", kGen + "-W 16 -H 16 --shift -3 -o '{D}/x.png'", "must be a positive number"},
+        BadCase{"shift_zero", kGen + "-W 16 -H 16 --flow-shift 0 -o '{D}/x.png'", "must be a positive number"},
+        BadCase{"bad_rng", kGen + "-W 16 -H 16 --rng philox -o '{D}/x.png'",
+                "--rng 'philox' is not a noise generator; choose one of cpu"},
+        BadCase{"bad_final_latents_path", kGen + "-W 16 -H 16 --save-final-latents '{D}/nodir/f.safetensors' "
+                "-o '{D}/x.png'", "does not exist"}),
     [](const auto& info) { return info.param.name; });
 
 // --vae-tiling: a 32x32 image (16x16 latent) in 16-pixel tiles (2x2) gives the untiled image's pixels
@@ -502,4 +518,64 @@ TEST(CliMessages, BadSeeds) {
     EXPECT_EQ(r.status, 1) << s;
     EXPECT_NE(r.out.find("error: --seed"), std::string::npos) << r.out;
   }
+}
+
+// --sampler and --shift reach the PNG metadata (A1111 names), and change the image.
+TEST(CliGenerate, SamplerAndShiftInMetadata) {
+  TempDir d;
+  ASSERT_EQ(run_cli(tiny_gen("--seed 3 --quiet -o '" + d.str() + "/e.png'")).status, 0);
+  auto r = run_cli(tiny_gen("--seed 3 --quiet --sampling-method dpm++2m --flow-shift 3 -o '" + d.str() + "/d.png'"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto u = run_cli(tiny_gen("--seed 3 --quiet --sampler unipc -o '" + d.str() + "/u.png'"));
+  ASSERT_EQ(u.status, 0) << u.out;
+  PngImage e = read_png(d.str() + "/e.png"), dp = read_png(d.str() + "/d.png"), un = read_png(d.str() + "/u.png");
+  EXPECT_NE(dp.text["parameters"].find("Sampler: DPM++ 2M, Schedule type: FlowMatch"), std::string::npos)
+      << dp.text["parameters"];
+  EXPECT_NE(dp.text["parameters"].find(", Shift: 3, RNG: CPU"), std::string::npos) << dp.text["parameters"];
+  EXPECT_NE(un.text["parameters"].find("Sampler: UniPC"), std::string::npos);
+  EXPECT_NE(e.text["parameters"].find("Sampler: Euler, "), std::string::npos);
+  EXPECT_NE(e.text["parameters"].find(", Shift: 4, RNG: CPU"), std::string::npos) << e.text["parameters"];
+  auto jd = nlohmann::json::parse(dp.text["ernie-image"]);
+  EXPECT_EQ(jd["sampler"], "dpmpp_2m");
+  EXPECT_DOUBLE_EQ(jd["shift"].get<double>(), 3.0);
+  EXPECT_EQ(jd["rng"], "cpu");
+  EXPECT_NE(e.rgb, dp.rgb);
+  EXPECT_NE(e.rgb, un.rgb);
+}
+
+// --rng cpu (the default) is torch's CPU generator: --save-latents writes torch.randn's values for the seed
+// (the golden tensor cpu.42.2x32x6x5.float32 is a 2-image batch of 16x20 images' latents on the tiny model).
+TEST(CliGenerate, DefaultNoiseIsTorchCpuRandn) {
+  TempDir d;
+  const std::string lat = d.str() + "/n.safetensors";
+  auto r = run_cli("generate --model '" + test::tiny_model() + "' -p 'a cat' -W 20 -H 24 --steps 1 --batch 2 "
+                   "--seed 42 --threads 1 --quiet --save-latents '" + lat + "' -o '" + d.str() + "/x.png'");
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto f = SafeTensorsFile::open(lat);
+  auto g = SafeTensorsFile::open(test::data_dir() + "/torch-rng/torch_rng.safetensors");
+  EXPECT_EQ(f->tensor("latents").to_vector(), g->tensor("cpu.42.2x32x6x5.float32").to_vector());
+  auto e = run_cli("generate --model '" + test::tiny_model() + "' -p 'a cat' -W 20 -H 24 --steps 1 --batch 2 "
+                   "--seed 42 --rng ernie --threads 1 --quiet --save-latents '" + lat + "' -o '" + d.str() + "/x.png'");
+  ASSERT_EQ(e.status, 0) << e.out;
+  EXPECT_NE(SafeTensorsFile::open(lat)->tensor("latents").to_vector(), g->tensor("cpu.42.2x32x6x5.float32").to_vector());
+}
+
+// --save-final-latents: the denoised latents before the VAE, in the --init-latents layout; from the golden
+// initial latents with --sampler unipc they are diffusers' UniPC result, and --save-latents still writes the noise.
+TEST(CliGenerate, SaveFinalLatentsIsTheDenoisedResult) {
+  TempDir d;
+  auto g = SafeTensorsFile::open(test::data_dir() + "/samplers-lora/golden2.safetensors");
+  const std::string init = d.str() + "/init.safetensors", fin = d.str() + "/final.safetensors",
+                    noise = d.str() + "/noise.safetensors";
+  save_safetensors(init, {{"latents", g->tensor("samplers.case.1.latents_init")}});
+  auto r = run_cli("generate --model '" + test::tiny_model() + "' -p '一只黑白相间的中华田园犬' --steps 4 --cfg 1 "
+                   "--threads 1 --quiet --sampler unipc --init-latents '" + init + "' --save-latents '" + noise +
+                   "' --save-final-latents '" + fin + "' -o '" + d.str() + "/x.png'");
+  ASSERT_EQ(r.status, 0) << r.out;
+  Tensor got = SafeTensorsFile::open(fin)->tensor("latents");
+  EXPECT_TRUE(test::tensors_close(got, g->tensor("samplers.case.1.unipc.latents_final"), test::kCpuRelL2));
+  EXPECT_EQ(SafeTensorsFile::open(noise)->tensor("latents").to_vector(),
+            g->tensor("samplers.case.1.latents_init").to_vector());
+  // the final latents decode again through --init-latents' layout: same shape as the noise
+  EXPECT_EQ(got.shape(), g->tensor("samplers.case.1.latents_init").shape());
 }

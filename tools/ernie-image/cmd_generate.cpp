@@ -47,7 +47,7 @@ int run(Opts& o, const CLI::App& c) {
                                          " must be a positive number of pixels");
 
   GenerateRequest req;
-  req.sampler = parse_sampler(o.sampler, c.count("--sampling-method") ? "--sampling-method" : "--sampler");
+  req.sampler = parse_sampler(o.sampler, "--sampler");
   req.rng = parse_rng(o.rng);
   if (c.count("--shift"))
     ERNIE_CHECK(std::isfinite(o.shift) && o.shift > 0, "--shift ", std::to_string(o.shift),
