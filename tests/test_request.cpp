@@ -129,12 +129,19 @@ TEST(Request, SeedParsing) {
   test::expect_error([] { parse_seed("-5", "-s"); }, "-s '-5'");
 }
 
-// Image k of a batch records seed + k, the seed that drew it, in both metadata chunks (issue 26: the server
-// wrote the batch's seed on every image); noise from a file without a seed records none.
+// With the ernie generator image k of a batch records seed + k, the seed that drew it, in both metadata chunks
+// (issue 26: the server wrote the batch's seed on every image); noise from a file without a seed records none.
+// With torch's generators the batch is one draw: every image records the batch's seed and its position.
 TEST(Request, BatchImageMetadataCarriesItsOwnSeed) {
   GenerateResult res;
   res.resolved = req(16, 16);
   res.resolved.seed = 42;
+  res.images.resize(2);
+  const ImageMeta t = image_meta(res, 1, "tiny", res.resolved.seed);
+  EXPECT_EQ(t.seed, 42u);
+  EXPECT_NE(a1111_parameters(t).find("Seed: 42, Size: 16x16"), std::string::npos) << a1111_parameters(t);
+  EXPECT_NE(a1111_parameters(t).find("RNG: CPU"), std::string::npos) << a1111_parameters(t);
+  res.resolved.rng = NoiseRng::Ernie;
   res.images.resize(2);
   const ImageMeta m = image_meta(res, 1, "tiny", res.resolved.seed);
   EXPECT_EQ(m.seed, 43u);
