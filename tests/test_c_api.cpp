@@ -8,6 +8,7 @@
 
 #include "ernie_image.h"
 #include "golden.h"
+#include "io/safetensors.h"
 
 namespace {
 
@@ -276,4 +277,55 @@ TEST(CApi, BadMemoryOptionsAreErrors) {
     EXPECT_NE(l.err.find(c.want), std::string::npos) << c.what << ": " << l.err;
     ernie_free(l.model);
   }
+}
+
+// sampler, shift and rng, appended to ernie_request: a multistep sampler runs from the golden initial latents
+// (its numbers: test_samplers); unknown names and bad shifts are ERNIE_ERR_INVALID naming the field; torch's
+// generators record the batch's seed on every image, ernie's seed + i.
+TEST(CApi, SamplerShiftAndRng) {
+  auto g = ernie::SafeTensorsFile::open(ernie::test::data_dir() + "/samplers-lora/golden2.safetensors");
+  std::vector<float> init = g->tensor("samplers.case.1.latents_init").to_vector();
+  ernie_request r;
+  ernie_request_init(&r);
+  EXPECT_EQ(r.sampler, nullptr);
+  EXPECT_EQ(r.shift, 0.0f);
+  r.prompt = "一只黑白相间的中华田园犬";
+  r.width = 32;
+  r.height = 16;
+  r.steps = 4;
+  r.cfg = 1;
+  r.init_latents = init.data();
+  r.init_latents_count = init.size();
+  r.sampler = "dpmpp_2m";
+  ernie_image* imgs = nullptr;
+  int n = 0;
+  ASSERT_EQ(ernie_generate(load_tiny(), &r, nullptr, nullptr, &imgs, &n, nullptr), ERNIE_OK) << ernie_last_error();
+  ernie_free_images(imgs, n);
+  r.sampler = "lms";
+  char* err = nullptr;
+  EXPECT_EQ(ernie_generate(load_tiny(), &r, nullptr, nullptr, &imgs, &n, &err), ERNIE_ERR_INVALID);
+  ASSERT_NE(err, nullptr);
+  EXPECT_NE(std::string(err).find("sampler 'lms'"), std::string::npos) << err;
+  ernie_free_string(err);
+  r.sampler = "unipc";
+  r.shift = -1;
+  EXPECT_EQ(ernie_generate(load_tiny(), &r, nullptr, nullptr, &imgs, &n, nullptr), ERNIE_ERR_INVALID);
+  r.shift = 0;
+  r.rng = "mt";
+  EXPECT_EQ(ernie_generate(load_tiny(), &r, nullptr, nullptr, &imgs, &n, nullptr), ERNIE_ERR_INVALID);
+  ernie_request b;
+  ernie_request_init(&b);
+  b.prompt = "a cat";
+  b.width = b.height = 16;
+  b.steps = 1;
+  b.num_images = 2;
+  b.seed = 7;
+  ASSERT_EQ(ernie_generate(load_tiny(), &b, nullptr, nullptr, &imgs, &n, nullptr), ERNIE_OK) << ernie_last_error();
+  ASSERT_EQ(n, 2);
+  EXPECT_EQ(imgs[1].seed, 7u);  // rng cpu: one draw for the batch
+  ernie_free_images(imgs, n);
+  b.rng = "ernie";
+  ASSERT_EQ(ernie_generate(load_tiny(), &b, nullptr, nullptr, &imgs, &n, nullptr), ERNIE_OK) << ernie_last_error();
+  EXPECT_EQ(imgs[1].seed, 8u);  // rng ernie: seed + i
+  ernie_free_images(imgs, n);
 }
