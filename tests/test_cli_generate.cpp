@@ -507,7 +507,7 @@ TEST(CliMessages, VersionAndVerbose) {
   auto r = run_cli(tiny_gen("-v --seed 7 -o '" + d.str() + "/a.png'"));
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("device cpu, dtype F32, offload "), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("16x16, 2 steps, cfg 4, 1 image(s), seed 7"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("16x16, 2 steps, cfg 4, sampler euler, shift 4, 1 image(s), seed 7, rng cpu"), std::string::npos) << r.out;
   EXPECT_EQ(run_cli(tiny_gen("--verbose --quiet --seed 7 -o '" + d.str() + "/b.png'")).out, "");
 }
 
