@@ -5,7 +5,9 @@
 //   draw r (d = 24 for f32, 8 for bf16), then each chunk of 16 becomes normals by Box-Muller, element j paired
 //   with j + 8: radius = sqrt(-2 log(1 - u_j)), theta = 2 pi u_{j+8}; out_j = radius cos(theta),
 //   out_{j+8} = radius sin(theta). With n % 16 != 0 the last 16 values are drawn again (16 new uniforms) and
-//   transformed. bf16 computes each operation in float and rounds it to bf16;
+//   transformed. f32 takes log and sincos from ATen's avx_mathfun.h (Cephes polynomials) with the fused
+//   multiply-adds GCC's contraction gives its AVX2 build; bf16 computes each operation in float (libm) and
+//   rounds it to bf16;
 // - n < 16 (the scalar path): at::normal_distribution<double>: two 53-bit uniforms per pair from 64-bit draws
 //   (two 32-bit draws, the first the high word), r = sqrt(-2 log1p(-u2)), theta = 2 pi u1, r cos(theta) now
 //   and r sin(theta) cached for the next value; rounded to the dtype.
