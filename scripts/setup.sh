@@ -6,7 +6,7 @@ set -euo pipefail
 PKGS=(
   build-essential cmake ninja-build pkg-config git python3
   libpcre2-dev nlohmann-json3-dev libpng-dev libcpp-httplib-dev libcli11-dev
-  libopenblas-dev libomp-dev
+  libopenblas-dev libomp-dev libssl-dev
 )
 TEST_PKGS=(
   libgtest-dev libgmock-dev libbenchmark-dev

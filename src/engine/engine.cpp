@@ -61,6 +61,7 @@ struct Settings {
   bool round_timesteps = true;
   VaeTilingMode vae_tiling = VaeTilingMode::Auto;
   int vae_tile = 0;
+  std::string lora_dir;
   std::function<void(const std::string&, const Tensor&)> observe_dit_inputs;
 };
 
@@ -84,6 +85,7 @@ Settings parse_settings(const EngineOptions& o, MemoryFlags& mem) {
   ERNIE_CHECK(o.vae_tile >= 0, "--vae-tile ", std::to_string(o.vae_tile), " must not be negative");
   s.vae_tile = o.vae_tile;
   s.vae_tiling = o.vae_tiling;
+  s.lora_dir = o.lora_dir;
   s.load_denoiser = o.load_denoiser;
   s.round_timesteps = o.round_timesteps;
   s.observe_dit_inputs = o.observe_dit_inputs;
@@ -100,7 +102,8 @@ class ErnieEngine final : public Engine {
   // Resident (keep_text_encoder): every component is loaded now. Offloaded: only the tokenizer; the
   // prompt enhancer and text encoder load when a request needs them, the denoiser after the first encoding.
   ErnieEngine(const Settings& opt, ModelFolder m, Tokenizer tok, const EngineInfo& info, const ProgressFn& progress)
-      : opt_(opt), m_(std::move(m)), limits_(model_limits(m_)), tokenizer_(std::move(tok)), info_(info) {
+      : opt_(opt), m_(std::move(m)), limits_(model_limits(m_)), tokenizer_(std::move(tok)), info_(info),
+        loras_(opt.lora_dir, m_.dit) {
     if (opt.device.is_cpu()) ops::set_threads(opt.threads);
     if (opt.memory_limit) ops::set_memory_limit(opt.device, opt.memory_limit);
     const bool resident = opt.keep_text_encoder;
@@ -115,7 +118,7 @@ class ErnieEngine final : public Engine {
     load_text_encoder({});
     report(2);
     if (opt.load_denoiser) {
-      load_denoiser({});
+      load_denoiser({}, {});
       report(3);
     }
     report(4);
@@ -136,8 +139,14 @@ class ErnieEngine final : public Engine {
       ERNIE_CHECK(opt_.load_pe, "prompt enhancer requested, but ",
                   m_.has_prompt_enhancer() ? "it was not loaded (started with --no-pe, or without --pe)"
                                            : "this model has no prompt enhancer (pe/ folder)");
+    std::vector<LoraRef> negative_tags;
+    strip_lora_tags(r.negative_prompt, &negative_tags);
+    ERNIE_CHECK(negative_tags.empty(), "negative prompt: LoRA tags belong in the prompt (<lora:",
+                negative_tags[0].name, ">)");
+    r.loras = loras_.resolve(r.loras, r.prompt);
     return r;
   }
+  std::vector<LoraLibrary::Available> available_loras() const override { return loras_.available(); }
 
   GenerateResult generate(const GenerateRequest& req, const ProgressFn& progress,
                           const std::atomic<bool>* cancel) override {
@@ -157,10 +166,11 @@ class ErnieEngine final : public Engine {
       res[i].resolved = resolve(reqs[i]);
       const GenerateRequest &r = res[i].resolved, &r0 = res[0].resolved;
       ERNIE_CHECK(r.width == r0.width && r.height == r0.height && r.steps == r0.steps && r.cfg == r0.cfg &&
-                      r.sampler == r0.sampler && r.shift == r0.shift,
+                      r.sampler == r0.sampler && r.shift == r0.shift && r.loras == r0.loras,
                   "generate_batch: request ", std::to_string(i), " (", std::to_string(r.width), "x",
                   std::to_string(r.height), ", ", std::to_string(r.steps), " steps, cfg ", std::to_string(r.cfg),
-                  ", sampler ", sampler_id(r.sampler), ") differs from the first in size, steps, cfg, sampler or shift");
+                  ", sampler ", sampler_id(r.sampler), ") differs from the first in size, steps, cfg, sampler, shift ",
+                  "or LoRAs");
       images += r.num_images;
     }
     ERNIE_CHECK(reqs.size() == 1 || images <= kMaxBatchImages, "generate_batch: ", std::to_string(images),
@@ -171,10 +181,10 @@ class ErnieEngine final : public Engine {
       if (cancel && cancel->load()) throw Cancelled();
     };
 
-    // [Phase 1] prompt enhancer
+    // [Phase 1] prompt enhancer (on the prompt without its LoRA tags)
     for (GenerateResult& x : res) {
       const GenerateRequest& r = x.resolved;
-      x.revised_prompt = r.prompt;
+      x.revised_prompt = strip_lora_tags(r.prompt);
       if (r.use_pe) {
         check_cancel();
         x.revised_prompt = enhance_prompt_locked(r.prompt, r.width, r.height, r.seed, progress, cancel);
@@ -205,7 +215,8 @@ class ErnieEngine final : public Engine {
     offload(text_encoder_);
     const double encode_s = seconds_since(t0);
     if (progress) progress({"encode", n_enc, n_enc, encode_s});
-    load_denoiser(progress);  // offloaded mode: after the first encoding, so the two never share the device
+    // Offloaded mode: after the first encoding, so the two never share the device. Another LoRA set reloads the DiT.
+    const double lora_switch_s = load_denoiser(progress, r0.loras);
 
     // [Phase 3] denoising
     std::vector<Tensor> noise;
@@ -265,6 +276,7 @@ class ErnieEngine final : public Engine {
       x.encode_s = encode_s;
       x.denoise_s = denoise_s;
       x.decode_s = decode_s;
+      x.lora_switch_s = lora_switch_s;
     }
     return res;
   }
@@ -313,6 +325,8 @@ class ErnieEngine final : public Engine {
   std::optional<ErnieDit> dit_;
   std::optional<Flux2Vae> vae_;
   std::optional<PromptEnhancer> pe_;
+  LoraLibrary loras_;
+  std::vector<LoraRef> dit_loras_;  // the LoRAs merged into dit_
   Tensor empty_negative_;  // [T, hidden] F32 host: encode_prompt(""), encoded on first use
   LoadCounts loads_;
   mutable std::mutex mu_;
@@ -356,13 +370,24 @@ class ErnieEngine final : public Engine {
     load_component(!pe_, loads_.prompt_enhancer, progress,
                    [&] { pe_ = PromptEnhancer::load(m_, opt_.device, opt_.dtype); });
   }
-  void load_denoiser(const ProgressFn& progress) {
+  // The DiT with `loras` merged (and the VAE). A DiT with another set is freed and loaded again from the
+  // model's files, so every set starts from the exact base weights; returns the seconds that switch took.
+  double load_denoiser(const ProgressFn& progress, const std::vector<LoraRef>& loras) {
+    const auto t0 = Clock::now();
+    const bool do_switch = dit_ && !(dit_loras_ == loras);
+    if (do_switch) {
+      dit_.reset();
+      ops::release_cached_memory(opt_.device);
+    }
     load_component(!dit_, loads_.denoiser, progress, [&] {
-      dit_ = ErnieDit::load(m_, opt_.device, opt_.dtype, opt_.offload_blocks, opt_.quantize);
+      dit_ = ErnieDit::load(m_, opt_.device, opt_.dtype, opt_.offload_blocks, opt_.quantize, QuantPolicy{},
+                            loras_.set(loras));
+      dit_loras_ = loras;
       dit_->set_input_observer(opt_.observe_dit_inputs);
       dit_->set_attention_fp8(opt_.attention_fp8);
-      vae_ = Flux2Vae::load(m_, opt_.device, opt_.dtype);
+      if (!vae_) vae_ = Flux2Vae::load(m_, opt_.device, opt_.dtype);
     });
+    return do_switch ? seconds_since(t0) : 0.0;
   }
   // Offloaded mode: frees a component's device weights (and the allocator's cache of them) after use.
   template <class T>

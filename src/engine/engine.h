@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/tensor.h"
+#include "engine/lora_library.h"
 #include "engine/memory_plan.h"
 #include "engine/options.h"
 #include "engine/request.h"
@@ -39,6 +40,7 @@ struct GenerateResult {
   bool prompt_truncated = false;  // the prompt or negative prompt was cut at the tokenizer's model_max_length
   GenerateRequest resolved;    // the request with defaults filled in
   double encode_s = 0, denoise_s = 0, decode_s = 0;
+  double lora_switch_s = 0;  // the DiT reloaded for another LoRA set before this request (0: no switch)
   bool vae_tiled = false;      // the decode ran tiled (EngineOptions::vae_tiling)
   std::string dit_weights;     // "fp8" / "int8": the DiT's blocks ran 8-bit weights (quantized or stored); else empty
   bool attention_fp8 = false;  // the fp8 blocks ran fp8 attention (EngineOptions::attention on Hopper)
@@ -84,8 +86,10 @@ class Engine {
   virtual bool has_prompt_enhancer() const = 0;  // the model has a pe/ folder (loaded or not)
   virtual size_t max_prompt_tokens() const = 0;  // where prompts are cut (the tokenizer's model_max_length; 0: none)
   virtual LoadCounts load_counts() const { return {}; }
+  // The LoRAs requests may name (EngineOptions::lora_dir; empty without one).
+  virtual std::vector<LoraLibrary::Available> available_loras() const { return {}; }
 
-  // Several resolved requests of one shape (same width, height, steps, cfg, use_pe) in one pass through
+  // Several resolved requests of one shape (same width, height, steps, cfg, sampler, shift, LoRAs) in one pass through
   // the denoiser; results in request order, each as generate() would return it; progress counts the
   // batch's steps. An engine that batches says how many images it takes at most; the default (1) means
   // it does not, and callers (the server) then never pass more than one request.

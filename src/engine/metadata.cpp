@@ -37,6 +37,11 @@ std::string a1111_parameters(const ImageMeta& m) {
   if (m.seed) s += ", Seed: " + std::to_string(*m.seed);
   s += ", Size: " + std::to_string(r.width) + "x" + std::to_string(r.height);
   if (!m.model.empty()) s += ", Model: " + m.model;
+  if (!r.loras.empty()) {  // A1111's list of the adapters' short hashes, by name
+    std::string list;
+    for (const LoraRef& l : r.loras) list += (list.empty() ? "" : ", ") + l.name + ": " + l.hash;
+    s += ", Lora hashes: \"" + list + "\"";
+  }
   if (r.shift > 0) s += ", Shift: " + fmt_float(r.shift);
   // A1111's RNG names: CPU (torch's CPU generator), NV (its twin of torch's CUDA generator)
   if (m.seed) s += std::string(", RNG: ") + (r.rng == NoiseRng::Cpu ? "CPU" : r.rng == NoiseRng::Cuda ? "NV" : "ernie");
@@ -71,6 +76,9 @@ nlohmann::json meta_json(const ImageMeta& m) {
   if (m.vae_tiled) j["vae_tiled"] = true;
   if (!m.dit_weights.empty()) j["dit_weights"] = m.dit_weights;
   if (m.attention_fp8) j["attention"] = "fp8";
+  for (const LoraRef& l : r.loras)
+    j["loras"].push_back({{"name", l.name}, {"file", std::filesystem::path(l.path).filename().string()},
+                          {"hash", l.hash}, {"scale", l.scale}, {"from_tag", l.from_tag}});
   return j;
 }
 

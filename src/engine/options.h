@@ -42,6 +42,7 @@ struct EngineOptions {
   std::optional<double> max_vram_gib;   // the least offloading whose estimate fits, and the allocator capped there
   VaeTilingMode vae_tiling = VaeTilingMode::Auto;
   int vae_tile = 0;  // tile side in image pixels (a multiple of the VAE's 8); 0 = the largest that fits
+  std::string lora_dir;  // where LoRAs named by requests and prompt tags are (engine/lora_library.h); "" = none
 
   // ---- what the front end is ----
   // The mode when neither offload nor max_vram_gib is given. One-shot front ends (generate, bench) free the

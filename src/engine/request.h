@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 #include "engine/noise.h"
@@ -11,6 +12,17 @@
 #include "io/model_folder.h"
 
 namespace ernie {
+
+// A LoRA for one request (engine/lora_library.h): a file in EngineOptions::lora_dir by name (prompt tags, the
+// server), or a file path (the CLI's --lora, the C API). Engine::resolve fills the rest.
+struct LoraRef {
+  std::string name;     // the file's name in lora_dir without ".safetensors"; resolved: the file's stem
+  std::string path;     // resolved: the file's canonical path
+  float scale = 1;      // delta W = scale · (alpha / rank) · B·A; |scale| <= 16
+  bool from_tag = false;  // read off a <lora:NAME:SCALE> tag of the prompt (resolve adds these each time)
+  std::string hash;     // resolved: A1111's short hash (engine/lora_library.h)
+  bool operator==(const LoraRef& o) const { return path == o.path && scale == o.scale; }  // the same weights
+};
 
 struct GenerateRequest {
   std::string prompt;
@@ -25,6 +37,9 @@ struct GenerateRequest {
   SamplerKind sampler = SamplerKind::Euler;
   float shift = 0;              // 0 = the model's scheduler shift; else a fixed shift (> 0)
   NoiseRng rng = NoiseRng::Cpu; // the noise generator of `seed` (engine/noise.h)
+  // Stacked adapters (their deltas add up). The prompt may carry <lora:NAME:SCALE> tags too: they stay in the
+  // prompt (and its metadata) and are removed before encoding; resolved, this list holds both.
+  std::vector<LoraRef> loras;
 };
 
 struct ModelLimits {

@@ -41,8 +41,9 @@ std::vector<Tensor*> ErnieDit::Block::tensors() {
   return ts;
 }
 
-ErnieDit ErnieDit::build(const DitConfig& cfg, Device device, DType act, const WeightSource& source,
-                         bool stream_blocks, std::optional<DType> quantize, const QuantPolicy& policy) {
+ErnieDit ErnieDit::build(const DitConfig& cfg, Device device, DType act, const WeightSource& stored,
+                         bool stream_blocks, std::optional<DType> quantize, const QuantPolicy& policy,
+                         const LoraSet& loras) {
   ERNIE_CHECK(!device.is_cpu() || act == DType::F32, "ErnieDit: the CPU backend computes in F32, not ",
               dtype_name(act));
   ERNIE_CHECK(act == DType::F32 || act == DType::BF16, "ErnieDit: activations must be F32 or BF16, not ",
@@ -57,6 +58,18 @@ ErnieDit ErnieDit::build(const DitConfig& cfg, Device device, DType act, const W
   d.act_ = act;
   ERNIE_CHECK(!stream_blocks || device.is_cuda(), "ErnieDit: streaming blocks needs a CUDA device, not ",
               device.str());
+  // The stored weight with the LoRAs that change it merged in, on the device, in F32; one stored 8-bit is
+  // quantized again in its format (with its static activation scale).
+  auto source = [&](const std::string& name) {
+    ops::Weight t = stored(name);
+    if (!lora_adapts(loras, name) || !t.defined() || t.w.shape() != shapes.at(name)) return t;
+    const bool q = t.quantized();
+    Tensor merged = merge_lora(q ? ops::dequantize(to_device(t, device)) : t.w, loras, name, device);
+    if (!q) return ops::Weight(merged);
+    ops::Weight requantized = ops::quantize(merged, t.w.dtype());
+    if (t.input_scale.defined()) requantized.input_scale = t.input_scale.to(device);
+    return requantized;
+  };
   auto checked = [&](const std::string& name) {
     ops::Weight t = source(name);
     ERNIE_CHECK(t.defined() && t.w.shape() == shapes.at(name), "transformer: tensor ", name, " has shape ",
@@ -171,7 +184,7 @@ ErnieDit ErnieDit::build(const DitConfig& cfg, Device device, DType act, const W
 }
 
 ErnieDit ErnieDit::load(const ModelFolder& m, Device device, DType act, bool stream_blocks,
-                        std::optional<DType> quantize, const QuantPolicy& policy) {
+                        std::optional<DType> quantize, const QuantPolicy& policy, const LoraSet& loras) {
   m.require_ok("transformer");
   const Component& comp = m.transformer_c;
   auto source = [&](const std::string& name) {
@@ -180,7 +193,7 @@ ErnieDit ErnieDit::load(const ModelFolder& m, Device device, DType act, bool str
     if (scale.defined()) w.input_scale = comp.input_scale(name);
     return w;
   };
-  return build(m.dit, device, act, source, stream_blocks, quantize, policy);
+  return build(m.dit, device, act, source, stream_blocks, quantize, policy, loras);
 }
 
 size_t ErnieDit::weight_bytes() const {

@@ -16,6 +16,7 @@
 #include "models/quant_policy.h"
 #include "io/model_folder.h"
 #include "models/block_streamer.h"
+#include "models/lora_merge.h"
 #include "ops/ops.h"
 
 namespace ernie {
@@ -31,13 +32,17 @@ class ErnieDit {
   // 8-bit weights: linear weights stored quantized (a converted file) stay quantized (ops::Weight; fp8
   // runs W8A8, int8 W8A16, see ops::linear). With `quantize` (I8 or F8_E4M3) the float linear weights that
   // QuantPolicy picks are quantized at load, on the model's device.
+  // `loras` are merged into the weights they change (models/lora_merge.h) before any cast or quantization; a
+  // weight stored 8-bit is expanded, merged and quantized again (its static activation scale kept).
   static ErnieDit load(const ModelFolder& m, Device device, DType act, bool stream_blocks = false,
-                       std::optional<DType> quantize = std::nullopt, const QuantPolicy& policy = {});
+                       std::optional<DType> quantize = std::nullopt, const QuantPolicy& policy = {},
+                       const LoraSet& loras = {});
   // The same model with deterministic random weights (linear weights and biases ~ U with std 0.02, norm
   // weights 1) built on the host as BF16 like the release, then placed as load() does. For speed tests:
   // speed does not depend on the values.
   static ErnieDit random(const DitConfig& cfg, Device device, DType act, uint64_t seed, bool stream_blocks = false,
-                         std::optional<DType> quantize = std::nullopt, const QuantPolicy& policy = {});
+                         std::optional<DType> quantize = std::nullopt, const QuantPolicy& policy = {},
+                         const LoraSet& loras = {});
 
   const DitConfig& config() const { return cfg_; }
   size_t weight_bytes() const;  // bytes of all weights as placed on the device (streamed: the two slots)
@@ -98,7 +103,8 @@ class ErnieDit {
   // float or already quantized); `quantize` as in load().
   using WeightSource = std::function<ops::Weight(const std::string& name)>;
   static ErnieDit build(const DitConfig& cfg, Device device, DType act, const WeightSource& source,
-                        bool stream_blocks, std::optional<DType> quantize, const QuantPolicy& policy);
+                        bool stream_blocks, std::optional<DType> quantize, const QuantPolicy& policy,
+                        const LoraSet& loras);
   Tensor place(const Tensor& host) const;      // host weight -> device (cast to act on CUDA when BF16)
   Tensor to_act(const Tensor& input) const;    // user input -> device, activation dtype
 

@@ -1,5 +1,5 @@
-// When to run waiting requests together. Requests are compatible when they share size, steps, guidance
-// and use_pe (one pass of the denoiser can take them as one batch). A batch is formed only when the
+// When to run waiting requests together. Requests are compatible when they share size, steps, guidance,
+// use_pe, sampler, shift and LoRAs (one pass of the denoiser can take them as one batch). A batch is formed only when the
 // measured time of the larger batch is no longer than the head request's time alone (within `tolerance`
 // for timing noise), so nobody waits longer than without batching: the head finishes no later, the other
 // members finish earlier, and requests they jump over start no later. A batch size never measured is
@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <map>
 #include <optional>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -19,7 +20,8 @@ struct BatchKey {
   bool use_pe = false;
   int sampler = 0;  // SamplerKind
   float shift = 0;
-  auto tie() const { return std::tie(width, height, steps, cfg, use_pe, sampler, shift); }
+  std::vector<std::pair<std::string, float>> loras;  // resolved paths and scales, in order
+  auto tie() const { return std::tie(width, height, steps, cfg, use_pe, sampler, shift, loras); }
   bool operator==(const BatchKey& o) const { return tie() == o.tie(); }
   bool operator<(const BatchKey& o) const { return tie() < o.tie(); }
 };

@@ -20,7 +20,9 @@ using nlohmann::json;
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 BatchKey key_of(const GenerateRequest& r) {
-  return {r.width, r.height, r.steps, r.cfg, r.use_pe, int(r.sampler), r.shift};
+  BatchKey k{r.width, r.height, r.steps, r.cfg, r.use_pe, int(r.sampler), r.shift, {}};
+  for (const LoraRef& l : r.loras) k.loras.push_back({l.path, l.scale});
+  return k;
 }
 
 // Gives freed heap pages back to the system once the server goes idle, so its resident memory returns

@@ -165,12 +165,38 @@ ParsedRequest parse_generation_request(const std::string& body, const ParseLimit
       } catch (const Error& e) {
         bad_request(e.what(), "rng");
       }
+    } else if (k == "loras") {
+      // [{"name": NAME, "scale": S}, ...]: files of the server's --lora-dir (never paths; the engine checks).
+      if (v.is_null()) continue;
+      if (!v.is_array()) bad_request("loras must be an array of {\"name\", \"scale\"} objects, not " + type_name(v), "loras");
+      if (v.size() > 16) bad_request("loras lists " + to_string(v.size()) + " adapters; at most 16", "loras");
+      for (const json& e : v) {
+        if (!e.is_object()) bad_request("each of loras must be an object {\"name\", \"scale\"}, not " + type_name(e), "loras");
+        LoraRef l;
+        for (auto f = e.begin(); f != e.end(); ++f) {
+          if (f.key() == "name") {
+            l.name = get_string(f.value(), "loras[].name", 255);
+          } else if (f.key() == "scale") {
+            const json& sv = f.value();
+            if (!sv.is_number()) bad_request("loras[].scale must be a number, not " + type_name(sv), "loras");
+            const double sc = sv.get<double>();
+            if (!std::isfinite(sc) || std::fabs(sc) > 16)
+              bad_request("loras[].scale " + sv.dump() + " must be a number from -16 to 16", "loras");
+            l.scale = float(sc);
+          } else {
+            bad_request("loras[]: unknown field '" + f.key().substr(0, 64) + "'; known: name, scale", "loras",
+                        "unknown_field");
+          }
+        }
+        if (l.name.empty()) bad_request("loras[].name is required", "loras", "missing_field");
+        r.loras.push_back(l);
+      }
     } else if (ignored.count(k)) {
       continue;  // OpenAI fields with no meaning here
     } else {
       bad_request("unknown field '" + k.substr(0, 64) +
                       "'; known: prompt, negative_prompt, n, size, response_format, steps, guidance_scale, seed, use_pe, "
-                      "sampler, shift, rng",
+                      "sampler, shift, rng, loras",
                   k.substr(0, 64), "unknown_field");
     }
   }

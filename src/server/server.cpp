@@ -32,7 +32,8 @@ uint64_t random_seed() {
 std::string param_of(const std::string& msg) {
   static const std::pair<const char*, const char*> prefixes[] = {
       {"width", "size"}, {"height", "size"}, {"size", "size"}, {"steps", "steps"},
-      {"cfg", "guidance_scale"}, {"number of images", "n"}, {"prompt", "prompt"}};
+      {"cfg", "guidance_scale"}, {"number of images", "n"}, {"prompt", "prompt"}, {"LoRA", "loras"},
+      {"negative prompt", "negative_prompt"}};
   for (auto& [p, field] : prefixes)
     if (msg.rfind(p, 0) == 0) return field;
   return "";
@@ -340,6 +341,13 @@ void Server::routes() {
     if (!authorized(req)) return send_error(res, unauthorized());
     send_json(res, 200,
               {{"object", "list"}, {"data", {{{"id", model_name_}, {"object", "model"}, {"owned_by", "ernie-image"}}}}});
+  }));
+  s.Get("/v1/loras", guard([this](auto& req, auto& res) {
+    if (!authorized(req)) return send_error(res, unauthorized());
+    json data = json::array();
+    for (const LoraLibrary::Available& a : queue_->pipeline().available_loras())
+      data.push_back({{"name", a.name}, {"bytes", a.bytes}, {"tag", "<lora:" + a.name + ":1>"}});
+    send_json(res, 200, {{"object", "list"}, {"data", data}});
   }));
   s.Get("/v1/info", guard([this](auto& req, auto& res) {
     if (!authorized(req)) return send_error(res, unauthorized());

@@ -26,6 +26,7 @@ struct Opts {
   EngineOptions engine;
   std::string prompt, negative, out = "out.png", init_latents, save_latents, save_final_latents, progress = "auto",
       seed = "-1", sampler = "euler", rng = "cpu";
+  std::vector<std::string> loras;  // --lora FILE[:SCALE]
   float shift = 0;
   int width = 0, height = 0, steps = 0, batch = 1;
   float cfg = kCfgDefault;
@@ -61,6 +62,7 @@ int run(Opts& o, const CLI::App& c) {
   req.cfg = o.cfg;
   req.num_images = o.batch;
   req.use_pe = o.pe;
+  for (const std::string& l : o.loras) req.loras.push_back(parse_lora_flag(l));
   if (!o.init_latents.empty()) {
     InitLatents il = load_init_latents(o.init_latents);
     // An unset batch follows the file (and resolve_request's sizes do), so `--init-latents F` alone
@@ -111,6 +113,9 @@ int run(Opts& o, const CLI::App& c) {
                   double(r.shift), r.num_images, seed ? std::to_string(*seed).c_str() : "none (the noise file records none)",
                   rng_name(r.rng));
     printer.message("info", line);
+    for (const LoraRef& l : r.loras)
+      printer.message("info", "lora: " + l.name + " (" + l.path + ", hash " + l.hash + ") at scale " +
+                                  std::to_string(l.scale) + (l.from_tag ? ", from a prompt tag" : ""));
   }
   if (!o.save_latents.empty() && !r.init_latents)
     r.init_latents = initial_noise(latent_shape(r, engine->limits()), r.seed, r.rng, engine->info().dtype);
@@ -187,6 +192,11 @@ Register reg(10, [](CLI::App& app) {
                                           "cfg, seed) before generating");
   c->add_option("--progress", o->progress, "auto (default: bar on a terminal, else plain lines), bar, plain, json "
                                          "(JSON lines only, on stdout) or none");
+  c->add_option("--lora", o->loras, "a LoRA file to apply, FILE or FILE:SCALE (default scale 1); repeat to stack "
+                                   "adapters (their deltas add up)");
+  c->add_option("--lora-dir,--lora-model-dir", o->engine.lora_dir,
+                "folder of LoRA .safetensors files that prompt tags <lora:NAME:SCALE> name (tags are removed from "
+                "the prompt before encoding and kept in the PNG metadata)");
   c->add_flag("--pe", o->pe, "rewrite the prompt with the model's prompt enhancer first");
   add_engine_flags(*c, o->engine);
   return std::function<int()>([o, c] { return run(*o, *c); });

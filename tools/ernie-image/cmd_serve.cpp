@@ -101,6 +101,9 @@ Register reg(30, [](CLI::App& app) {
   c->add_option("--api-key", o->api_key, "require 'Authorization: Bearer KEY' on /v1 routes");
   c->add_option("--max-queue", o->max_queue, "waiting requests before 429 (default 16)");
   c->add_option("--max-body-bytes", o->max_body, "largest request body before 413 (default 1 MiB)");
+  c->add_option("--lora-dir,--lora-model-dir", o->engine.lora_dir,
+                "folder of LoRA .safetensors files requests may name (\"loras\": [{\"name\", \"scale\"}] or prompt "
+                "tags <lora:NAME:SCALE>); GET /v1/loras lists them");
   c->add_option("--shutdown-grace", o->grace, "seconds a running job may take to finish on SIGTERM (default 30)");
   o->engine.default_offload = Offload::None;
   add_engine_flags(*c, o->engine, "a server keeps every component resident, so no request waits for the text encoder "
