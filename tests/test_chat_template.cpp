@@ -250,6 +250,9 @@ TEST(ChatTemplate, RuntimeErrorsNameLineAndColumn) {
   EXPECT_ERROR("{{ 'a %s' % 1 }}", "string formatting");
   EXPECT_ERROR("{{ missing | tojson }}", "undefined");
   EXPECT_ERROR("{% for i in range(100000000) %}{% endfor %}", "1,000,000");
+  // Nested loops within the range limit still stop at 1,000,000 iterations in all.
+  EXPECT_ERROR("{% for i in range(1001) %}{% for j in range(1000) %}{% endfor %}{% endfor %}",
+               "more than 1,000,000 loop iterations");
   EXPECT_ERROR("{{ 9223372036854775807 + 1 }}", "overflow");
   EXPECT_ERROR("{% for k, v in [1, 2] %}{% endfor %}", "cannot unpack");
 }
