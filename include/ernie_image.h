@@ -104,10 +104,24 @@ typedef struct ernie_component_files {
   const char* text_encoder;    /* the text encoder (HF "model." names, or the diffusers text_encoder's) */
   const char* vae;             /* the VAE (diffusers or LDM/BFL layout) */
   const char* tokenizer;       /* a tokenizer.json file */
+  /* Added in the third version of this struct (the second, ending here, is still accepted). */
+  const char* lora_dir;        /* folder of LoRA .safetensors files that ernie_lora.name and prompt tags
+                                  <lora:NAME:SCALE> name (`--lora-dir`); NULL or "": paths only */
 } ernie_component_files;
 
+/* A LoRA adapter for the DiT (diffusers/PEFT, ai-toolkit, kohya, OneTrainer or DiffSynth key names, told apart
+ * by content): a file, or a name in ernie_component_files.lora_dir. Stacked adapters add up. */
+typedef struct ernie_lora {
+  const char* path;  /* a LoRA file; or NULL and a name: */
+  const char* name;  /* the file's name in lora_dir without ".safetensors" */
+  float scale;       /* delta W = scale * (alpha / rank) * B.A; -16..16 */
+} ernie_lora;
+
 typedef struct ernie_request {
-  const char* prompt;          /* UTF-8 (required) */
+  size_t struct_size;          /* sizeof(ernie_request), set by ernie_request_init (always start from it); later
+                                  versions only append fields, and requests of an earlier size stay accepted */
+  const char* prompt;          /* UTF-8 (required); <lora:NAME:SCALE> tags apply LoRAs from lora_dir and are
+                                  removed before encoding */
   const char* negative_prompt; /* NULL or "": the reference's default "" */
   int width, height;           /* 0: 1024 */
   int steps;                   /* 0: the model's default (50, Turbo 8) */
@@ -120,6 +134,8 @@ typedef struct ernie_request {
   const char* sampler;         /* NULL or "": "euler"; else "dpmpp_2m" or "unipc" */
   float shift;                 /* 0: the model's scheduler shift; else a positive fixed shift */
   const char* rng;             /* NULL or "": "cpu" (torch's CPU generator); else "cuda" or "ernie" */
+  const ernie_lora* loras;     /* NULL, or lora_count adapters, applied before the prompt's tags */
+  int lora_count;
 } ernie_request;
 
 typedef struct ernie_image {

@@ -329,3 +329,89 @@ TEST(CApi, SamplerShiftAndRng) {
   EXPECT_EQ(imgs[1].seed, 8u);  // rng ernie: seed + i
   ernie_free_images(imgs, n);
 }
+
+// LoRAs in the request: by path, by name in ernie_component_files.lora_dir, and as prompt tags, all the same
+// adapter (its numbers against diffusers: test_lora); a struct_size, lora list or name the library does not
+// take is ERNIE_ERR_INVALID naming it.
+TEST(CApi, Loras) {
+  const std::string dir = ernie::test::data_dir() + "/samplers-lora/lora";
+  const std::string file = dir + "/tiny_lora.safetensors";
+  ernie_options o;
+  ernie_options_init(&o);
+  const std::string model = ernie::test::tiny_model();
+  o.model_dir = model.c_str();
+  o.threads = 1;
+  ernie_component_files files;
+  ernie_component_files_init(&files);
+  EXPECT_EQ(files.lora_dir, nullptr);
+  files.lora_dir = dir.c_str();
+  ernie_model* m = nullptr;
+  ASSERT_EQ(ernie_load_components(&o, nullptr, &files, &m, nullptr), ERNIE_OK) << ernie_last_error();
+
+  ernie_request r;
+  ernie_request_init(&r);
+  EXPECT_EQ(r.struct_size, sizeof(ernie_request));
+  EXPECT_EQ(r.loras, nullptr);
+  EXPECT_EQ(r.lora_count, 0);
+  r.prompt = "a cat";
+  r.width = 16;
+  r.height = 24;
+  r.steps = 2;
+  r.seed = 3;
+  auto pixels = [&](const ernie_request& q) {
+    ernie_image* imgs = nullptr;
+    int n = 0;
+    EXPECT_EQ(ernie_generate(m, &q, nullptr, nullptr, &imgs, &n, nullptr), ERNIE_OK) << ernie_last_error();
+    std::vector<uint8_t> px;
+    if (n == 1) px.assign(imgs[0].data, imgs[0].data + 16 * 24 * 3);
+    ernie_free_images(imgs, n);
+    return px;
+  };
+  const std::vector<uint8_t> base = pixels(r);
+  ernie_lora by_path = {file.c_str(), nullptr, 0.6f}, by_name = {nullptr, "tiny_lora", 0.6f};
+  r.loras = &by_path;
+  r.lora_count = 1;
+  const std::vector<uint8_t> with = pixels(r);
+  EXPECT_NE(with, base);
+  r.loras = &by_name;
+  EXPECT_EQ(pixels(r), with);
+  r.loras = nullptr;
+  r.lora_count = 0;
+  r.prompt = "a cat <lora:tiny_lora:0.6>";
+  EXPECT_EQ(pixels(r), with);
+  r.prompt = "a cat";
+  EXPECT_EQ(pixels(r), base);  // back to the exact base weights
+  // A caller built against the first versioned request (no LoRA list) still works.
+  ernie_request v1 = r;
+  v1.struct_size = offsetof(ernie_request, loras);
+  EXPECT_EQ(pixels(v1), base);
+
+  auto invalid = [&](const ernie_request& q, const std::string& needle) {
+    ernie_image* imgs = nullptr;
+    int n = 0;
+    char* err = nullptr;
+    EXPECT_EQ(ernie_generate(m, &q, nullptr, nullptr, &imgs, &n, &err), ERNIE_ERR_INVALID) << needle;
+    EXPECT_NE(std::string(err ? err : "").find(needle), std::string::npos) << (err ? err : "") << " / " << needle;
+    ernie_free_string(err);
+  };
+  ernie_request bad = r;
+  bad.struct_size = 12;
+  invalid(bad, "ernie_request.struct_size 12");
+  bad = r;
+  bad.lora_count = -1;
+  invalid(bad, "lora_count -1");
+  bad.lora_count = 1;  // loras NULL
+  invalid(bad, "lora_count 1");
+  ernie_lora both = {file.c_str(), "tiny_lora", 1}, neither = {nullptr, "", 1}, nosuch = {nullptr, "nosuch", 1},
+             nan = {file.c_str(), nullptr, NAN};
+  bad.loras = &both;
+  invalid(bad, "set either path or name");
+  bad.loras = &neither;
+  invalid(bad, "set either path or name");
+  bad.loras = &nosuch;
+  invalid(bad, "tiny_lora");  // the error lists what the folder has
+  bad.loras = &nan;
+  invalid(bad, "scale");
+  EXPECT_EQ(pixels(r), base);
+  ernie_free(m);
+}

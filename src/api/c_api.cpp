@@ -110,6 +110,7 @@ void ernie_options_init(ernie_options* opt) {
 void ernie_request_init(ernie_request* req) {
   if (!req) return;
   std::memset(req, 0, sizeof *req);
+  req->struct_size = sizeof *req;
   req->cfg = -1;
   req->num_images = 1;
 }
@@ -148,19 +149,23 @@ ernie_status ernie_load_components(const ernie_options* opt, const ernie_memory_
                 std::to_string(kSecondVersion), " or ", std::to_string(kFirstVersion),
                 " (set it up with ernie_memory_options_init)");
     constexpr size_t kFirstFiles = offsetof(ernie_component_files, text_encoder);  // diffusion_model only
-    ERNIE_CHECK(!files || files->struct_size == sizeof(ernie_component_files) || files->struct_size == kFirstFiles,
+    constexpr size_t kSecondFiles = offsetof(ernie_component_files, lora_dir);     // no lora_dir
+    ERNIE_CHECK(!files || files->struct_size == sizeof(ernie_component_files) || files->struct_size == kSecondFiles ||
+                    files->struct_size == kFirstFiles,
                 "ernie_component_files.struct_size ", std::to_string(files ? files->struct_size : 0),
-                ": this library takes ", std::to_string(sizeof(ernie_component_files)), " or ",
-                std::to_string(kFirstFiles), " (set it up with ernie_component_files_init)");
+                ": this library takes ", std::to_string(sizeof(ernie_component_files)), ", ",
+                std::to_string(kSecondFiles), " or ", std::to_string(kFirstFiles),
+                " (set it up with ernie_component_files_init)");
     ernie::EngineOptions po;
     if (files) {
       auto str = [](const char* p) { return std::string(p ? p : ""); };
       po.files.diffusion_model = str(files->diffusion_model);
-      if (files->struct_size >= sizeof(ernie_component_files)) {
+      if (files->struct_size >= kSecondFiles) {
         po.files.text_encoder = str(files->text_encoder);
         po.files.vae = str(files->vae);
         po.files.tokenizer = str(files->tokenizer);
       }
+      if (files->struct_size >= sizeof(ernie_component_files)) po.lora_dir = str(files->lora_dir);
     }
     ERNIE_CHECK((opt->model_dir && *opt->model_dir) || po.files.any(),
                 "ernie_load: model_dir is required (or every component as a file: ernie_component_files)");
@@ -187,6 +192,11 @@ ernie_status ernie_generate(ernie_model* model, const ernie_request* req, ernie_
   return guarded(err, [&] {
     ERNIE_CHECK(model && model->pipe && req && out_images && out_count,
                 "ernie_generate: model, request and outputs must not be NULL");
+    constexpr size_t kFirstRequest = offsetof(ernie_request, loras);  // the first version with a struct_size
+    ERNIE_CHECK(req->struct_size == sizeof(ernie_request) || req->struct_size == kFirstRequest,
+                "ernie_request.struct_size ", std::to_string(req->struct_size), ": this library takes ",
+                std::to_string(sizeof(ernie_request)), " or ", std::to_string(kFirstRequest),
+                " (set it up with ernie_request_init)");
     ERNIE_CHECK(req->prompt != nullptr, "ernie_generate: prompt is required");
     ernie::GenerateRequest r;
     r.prompt = req->prompt;
@@ -201,6 +211,19 @@ ernie_status ernie_generate(ernie_model* model, const ernie_request* req, ernie_
     if (req->sampler && *req->sampler) r.sampler = ernie::parse_sampler(req->sampler, "sampler");
     r.shift = req->shift;
     if (req->rng && *req->rng) r.rng = ernie::parse_rng(req->rng, "rng");
+    if (req->struct_size >= sizeof(ernie_request)) {
+      ERNIE_CHECK(req->lora_count >= 0 && req->lora_count <= 64 && (req->loras || req->lora_count == 0),
+                  "ernie_request: lora_count ", std::to_string(req->lora_count), " must be 0..64, with loras set");
+      for (int i = 0; i < req->lora_count; ++i) {
+        const ernie_lora& l = req->loras[i];
+        const bool path = l.path && *l.path, name = l.name && *l.name;
+        ERNIE_CHECK(path != name, "ernie_request.loras[", std::to_string(i), "]: set either path or name");
+        ernie::LoraRef ref;
+        (path ? ref.path : ref.name) = path ? l.path : l.name;
+        ref.scale = l.scale;
+        r.loras.push_back(ref);
+      }
+    }
     if (req->init_latents) {
       // The shape follows from the request; resolve() then checks it against the model.
       ernie::GenerateRequest sized = r;
