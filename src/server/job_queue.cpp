@@ -150,6 +150,7 @@ json JobQueue::describe(const Job& j) const {
       t["encode_s"] = j.encode_s;
       t["denoise_s"] = j.denoise_s;
       t["decode_s"] = j.decode_s;
+      t["lora_switch_s"] = j.lora_switch_s;
     }
     if (j.started != Clock::time_point{}) t["run_s"] = seconds(end - j.started);
     o["timings"] = t;
@@ -177,7 +178,8 @@ void JobQueue::finish_job(Job& j, JobState s, std::optional<ApiError> err) {
     d["revised_prompt"] = j.revised_prompt;
     d["truncated"] = j.truncated;
     d["seed"] = j.req.seed;
-    d["timings"] = {{"encode_s", j.encode_s}, {"denoise_s", j.denoise_s}, {"decode_s", j.decode_s}};
+    d["timings"] = {{"encode_s", j.encode_s}, {"denoise_s", j.denoise_s}, {"decode_s", j.decode_s},
+                    {"lora_switch_s", j.lora_switch_s}};
     push_event(j, "done", d);
   } else {
     if (j.error) d["error"] = j.error->to_json()["error"];
@@ -408,6 +410,7 @@ void JobQueue::run_batch(const std::shared_ptr<Batch>& b) {
     }
     std::lock_guard<std::mutex> l(mu_);
     if (!b->cancel) cost_.record(key_of(reqs[0]), images, took);
+    if (!results.empty() && results[0].lora_switch_s > 0) metrics_.lora_switch_seconds.observe(results[0].lora_switch_s);
     for (size_t i = 0; i < reqs.size(); ++i) {
       Job& j = *b->jobs[i];
       if (is_terminal(j.state)) continue;
@@ -418,6 +421,7 @@ void JobQueue::run_batch(const std::shared_ptr<Batch>& b) {
       j.encode_s = results[i].encode_s;
       j.denoise_s = results[i].denoise_s;
       j.decode_s = results[i].decode_s;
+      j.lora_switch_s = results[i].lora_switch_s;
       metrics_.images_generated += j.png.size();
       finish_job(j, JobState::Succeeded, std::nullopt);
     }

@@ -53,7 +53,7 @@ struct Job {
   bool released = false;          // results gone (fetched, deleted or expired)
   std::string revised_prompt;
   bool truncated = false;  // the prompt was cut at the tokenizer's limit
-  double encode_s = 0, denoise_s = 0, decode_s = 0;
+  double encode_s = 0, denoise_s = 0, decode_s = 0, lora_switch_s = 0;
   int batch_size = 1;             // requests in the pipeline call that ran it
 };
 using JobPtr = std::shared_ptr<Job>;

@@ -64,7 +64,8 @@ void Histogram::render(std::string& out, const std::string& name, const std::str
 Metrics::Metrics()
     : step_seconds({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}),
       job_seconds({0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250}),
-      queue_wait_seconds({0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300}) {}
+      queue_wait_seconds({0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300}),
+      lora_switch_seconds({0.01, 0.05, 0.1, 0.25, 0.5, 1, 1.5, 2.5, 5, 10, 30}) {}
 
 void Metrics::count_request(int status) {
   std::lock_guard<std::mutex> l(mu_);
@@ -128,6 +129,7 @@ std::string Metrics::render(const QueueGauges& g) const {
   step_seconds.render(out, "ernie_step_seconds", "Wall time of one denoising step (one batch).");
   job_seconds.render(out, "ernie_job_seconds", "Wall time of one pipeline call, encode to decode.");
   queue_wait_seconds.render(out, "ernie_queue_wait_seconds", "Time a job waited before it started.");
+  lora_switch_seconds.render(out, "ernie_lora_switch_seconds", "Time to reload the DiT for another LoRA set.");
   head(out, "ernie_process_resident_memory_bytes", "gauge", "Resident set size of the server process.");
   line(out, "ernie_process_resident_memory_bytes", double(process_rss_bytes()));
   head(out, "ernie_heap_in_use_bytes", "gauge", "Heap bytes allocated and not freed (the allocator's count).");

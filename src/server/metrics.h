@@ -37,7 +37,7 @@ class Metrics {
   void count_request(int status);
   void count_job(const std::string& final_state);  // "succeeded", "failed", "cancelled"
   std::atomic<uint64_t> images_generated{0}, batches_run{0}, batched_jobs{0}, results_expired{0};
-  Histogram step_seconds, job_seconds, queue_wait_seconds;
+  Histogram step_seconds, job_seconds, queue_wait_seconds, lora_switch_seconds;
 
   // The whole exposition; gauges are read at call time (process RSS, GPU memory when CUDA is built).
   std::string render(const QueueGauges& g) const;
