@@ -440,3 +440,28 @@ TEST(LoraTags, Flag) {
 }
 
 TEST(LoraTags, HashIsTheAddnetHash) { EXPECT_EQ(lora_short_hash(tiny_lora()), "f9267c2ae757"); }
+
+TEST(Lora, TextEncoderTensorsAreListedNotApplied) {
+  TempDir dir;
+  const std::string m = "lora_unet_layers_0_mlp_up_proj";
+  const std::string p = write_lora(dir, "te.safetensors",
+                                   {{m + ".lora_down.weight", test::rnd({2, 64}, 1)},
+                                    {m + ".lora_up.weight", test::rnd({160, 2}, 2)},
+                                    {"lora_te1_model_layers_0_self_attn_q_proj.lora_down.weight", test::rnd({2, 8}, 3)},
+                                    {"lora_te1_model_layers_0_self_attn_q_proj.lora_up.weight", test::rnd({8, 2}, 4)},
+                                    {"lora_te1_model_layers_0_self_attn_q_proj.alpha", scalar(2)}});
+  const LoraAdapter a = load_lora(p, tiny_dit());
+  EXPECT_EQ(a.style, "kohya");
+  EXPECT_EQ(a.weights.size(), 1u);
+  EXPECT_EQ(a.skipped.size(), 2u);
+  LoraLibrary lib("", tiny_dit());
+  const std::vector<LoraRef> r = lib.resolve({lora_ref(p)}, "");
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].skipped, 2);
+  EXPECT_EQ(r[0].name, "te");
+  // Only a text encoder's: an error saying so.
+  expect_load_error(write_lora(dir, "te_only.safetensors",
+                               {{"lora_te1_x.lora_down.weight", test::rnd({2, 8}, 3)},
+                                {"lora_te1_x.lora_up.weight", test::rnd({8, 2}, 4)}}),
+                    "only adapts the text encoder");
+}

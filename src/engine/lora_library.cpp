@@ -197,7 +197,9 @@ std::vector<LoraRef> LoraLibrary::resolve(const std::vector<LoraRef>& refs, cons
     ERNIE_CHECK(!ec, what, ": ", ec.message());
     r.path = canon.string();
     if (r.name.empty()) r.name = canon.stem().string();
-    r.hash = load(r.path).hash;
+    const Cached& c = load(r.path);
+    r.hash = c.hash;
+    r.skipped = int(c.adapter->skipped.size());
   }
   return all;
 }

@@ -21,6 +21,7 @@ struct LoraRef {
   float scale = 1;      // delta W = scale · (alpha / rank) · B·A; |scale| <= 16
   bool from_tag = false;  // read off a <lora:NAME:SCALE> tag of the prompt (resolve adds these each time)
   std::string hash;     // resolved: A1111's short hash (engine/lora_library.h)
+  int skipped = 0;      // resolved: the file's text-encoder tensors, which are not applied (front ends warn)
   bool operator==(const LoraRef& o) const { return path == o.path && scale == o.scale; }  // the same weights
 };
 

@@ -102,6 +102,10 @@ int run(Opts& o, const CLI::App& c) {
     printer.message("warning", std::string("the negative prompt is ignored at cfg ") + cfg +
                                    " (guidance off; it takes cfg > 1) and not recorded in the PNG");
   }
+  for (const LoraRef& l : r.loras)
+    if (l.skipped > 0 && !o.quiet)
+      printer.message("warning", "LoRA " + l.name + ": its " + std::to_string(l.skipped) +
+                                     " text-encoder tensors are not applied (this model's text encoder takes no LoRA)");
   if (o.verbose && !o.quiet) {
     const EngineInfo& in = engine->info();
     char line[512];
