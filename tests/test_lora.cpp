@@ -15,7 +15,9 @@
 #include "io/lora_file.h"
 #include "io/model_folder.h"
 #include "io/safetensors.h"
+#include "models/ernie_dit.h"
 #include "models/lora_merge.h"
+#include "models/quant_policy.h"
 
 using namespace ernie;
 namespace fs = std::filesystem;
@@ -464,4 +466,29 @@ TEST(Lora, TextEncoderTensorsAreListedNotApplied) {
                                {{"lora_te1_x.lora_down.weight", test::rnd({2, 8}, 3)},
                                 {"lora_te1_x.lora_up.weight", test::rnd({8, 2}, 4)}}),
                     "only adapts the text encoder");
+}
+
+// An 8-bit DiT (every block quantized) merges in F32, then quantizes: it lands near the f32 LoRA DiT, far from
+// the base model (the adapter's change is well above the 8-bit rounding).
+TEST(Lora, EightBitMergesBeforeQuantizing) {
+  ModelFolder m = ModelFolder::open(test::tiny_model(), false);
+  QuantPolicy all;
+  all.keep_first_last_dit_blocks = false;
+  const LoraSet set = {{std::make_shared<const LoraAdapter>(load_lora(tiny_lora(), m.dit)), 1.f}};
+  const Tensor x = test::golden_tensor("dit.x").to_f32(), text = test::golden_tensor("dit.text").to_f32();
+  const std::vector<float> t = test::golden_tensor("dit.t").to_vector();
+  const std::vector<int64_t> lens = test::golden_ids("dit.text_lens");
+  const std::vector<float> want =
+      ErnieDit::load(m, kCPU, DType::F32, false, std::nullopt, all, set).forward(x, t, text, lens).to_vector();
+  const std::vector<float> base = ErnieDit::load(m, kCPU, DType::F32).forward(x, t, text, lens).to_vector();
+  const double lora_effect = test::closeness(base, want).rel_l2;
+  EXPECT_GT(lora_effect, 1e-2);
+  for (DType qt : {DType::F8_E4M3, DType::I8}) {
+    const std::vector<float> got =
+        ErnieDit::load(m, kCPU, DType::F32, false, qt, all, set).forward(x, t, text, lens).to_vector();
+    const double err = test::closeness(got, want).rel_l2;
+    std::printf("%s + LoRA: rel L2 %.4f to the f32 LoRA DiT (the adapter moves it %.4f)\n", dtype_name(qt), err,
+                lora_effect);
+    EXPECT_LT(err, lora_effect / 4) << dtype_name(qt);
+  }
 }

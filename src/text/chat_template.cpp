@@ -164,7 +164,7 @@ std::string ascii_case(std::string s, bool upper) {
   return s;
 }
 
-constexpr int64_t kMaxIterations = 1'000'000;
+constexpr int64_t kMaxIterations = 100'000;
 constexpr size_t kMaxOutput = size_t(256) << 20;
 constexpr size_t kMaxSequence = 1'000'000;
 
@@ -313,7 +313,7 @@ class Renderer {
     ++loop_depth_;
     const int64_t len = int64_t(items.size());
     for (int64_t i = 0; i < len; ++i) {
-      if (++iterations_ > kMaxIterations) error_at(n.pos, "more than 1,000,000 loop iterations");
+      if (++iterations_ > kMaxIterations) error_at(n.pos, "more than 100,000 loop iterations");
       bind(items[size_t(i)]);
       ojson loop = ojson::object();
       loop["index"] = i + 1;

@@ -6,7 +6,9 @@
 // warm-up run, with the device synchronised around it; the numbers are the median over --repeat runs.
 // With --model, load_gib is what the loads read from the model's tensors and load_gbps that per second of
 // load_s (the "GB/s from page cache" when the file was read once before); load_device_gib is what
-// they placed on the GPU. --load-only stops after loading.
+// they placed on the GPU. --load-only stops after loading. --lora FILE[:SCALE] (repeatable) merges adapters
+// into the DiT as it loads (dit_load_s includes the merge); --lora-switch then also frees that DiT and loads it
+// again with the same adapters, as a server does for another LoRA set: lora_switch_s.
 // It times the components one by one (not Engine::generate), each stage with the device synchronised around
 // it, and takes the engine flags as every front end does. --vae-tiling also times the tiled decode of the same latents (pipeline/vae_tiling.h, tiling chosen as
 // `generate --vae-tiling` does) and compares it with the untiled one: decode_tiled_s, tiled_psnr_db (range
@@ -26,6 +28,7 @@
 
 #include "commands.h"
 #include "core/error.h"
+#include "engine/lora_library.h"
 #include "engine/memory_plan.h"
 #include "engine/options.h"
 #include "engine/vae_tiling.h"
@@ -42,7 +45,8 @@ namespace {
 
 struct Opts {
   EngineOptions engine;
-  bool random = false, json = false, load_only = false;
+  bool random = false, json = false, load_only = false, lora_switch = false;
+  std::vector<std::string> loras;  // --lora FILE[:SCALE]
   int width = 1024, height = 1024, steps = 8, prompt_tokens = 200, repeat = 3;
   float cfg = 1.f;
   uint64_t seed = 1;
@@ -177,7 +181,7 @@ int report(const Opts& o, const nlohmann::json& j) {
     std::printf("%s %s %dx%d, %d steps, cfg %.2g, %d prompt tokens\n", j.value("gpu", o.device.str()).c_str(),
                 j["dtype"].get<std::string>().c_str(), o.width, o.height, o.steps, double(o.cfg), o.prompt_tokens);
     std::printf("  %-18s %s\n", "offload", j["offload"].get<std::string>().c_str());
-    for (const char* k : {"load_s", "load_gib", "load_gbps", "encode_s", "step_s", "denoise_s", "decode_s", "total_s",
+    for (const char* k : {"load_s", "load_gib", "dit_load_s", "lora_switch_s", "load_gbps", "encode_s", "step_s", "denoise_s", "decode_s", "total_s",
                           "peak_gib", "te_device_gib", "upload_gbps", "dit_tflops_per_s", "decode_tiled_s", "tiled_psnr_db", "tiled_max_abs", "decode_extra_gib",
                           "decode_tiled_extra_gib", "decode_tiled_host_s"})
       if (j.contains(k)) std::printf("  %-18s %.4f\n", k, j[k].get<double>());
@@ -310,10 +314,28 @@ int run(Opts& o) {
   auto t0 = Clock::now();
   const DitConfig cfg = o.random ? DitConfig{} : folder->dit;
   const bool stream = mode == Offload::Blocks;
-  ErnieDit dit = o.random ? ErnieDit::random(cfg, dev, act, o.seed, stream, quantize)
-                          : ErnieDit::load(*folder, dev, act, stream, quantize);
+  std::vector<LoraRef> refs;
+  for (const std::string& l : o.loras) refs.push_back(parse_lora_flag(l));
+  LoraLibrary library("", cfg);
+  const LoraSet loras = library.set(library.resolve(refs, ""));  // read (and checked) before the timing
+  j["loras"] = int(loras.size());
+  auto load_dit = [&] {
+    return o.random ? ErnieDit::random(cfg, dev, act, o.seed, stream, quantize, QuantPolicy{}, loras)
+                    : ErnieDit::load(*folder, dev, act, stream, quantize, QuantPolicy{}, loras);
+  };
+  t0 = Clock::now();
+  std::optional<ErnieDit> dit_slot(load_dit());
   sync(dev);
   j["dit_load_s"] = since(t0);
+  if (o.lora_switch) {  // what a server does for another LoRA set: free the DiT, load it again with its set
+    t0 = Clock::now();
+    dit_slot.reset();
+    ops::release_cached_memory(dev);
+    dit_slot.emplace(load_dit());
+    sync(dev);
+    j["lora_switch_s"] = since(t0);
+  }
+  ErnieDit& dit = *dit_slot;
   device_bytes += device_in_use(dev) - in_use;
   dit.set_attention_fp8(attention_fp8);
   j["dit_device_gib"] = double(dit.weight_bytes()) / double(size_t(1) << 30);
@@ -421,6 +443,9 @@ Register reg(60, [](CLI::App& app) {
   c->add_option("--seed", o->seed, "seed of the random weights and inputs");
   c->add_flag("--json", o->json, "print the result as JSON");
   c->add_flag("--load-only", o->load_only, "only load the model: load_s, load_gib (bytes read from the model), load_gbps");
+  c->add_option("--lora", o->loras, "a LoRA to merge into the DiT as it loads, FILE or FILE:SCALE; repeat to stack");
+  c->add_flag("--lora-switch", o->lora_switch, "also time freeing the DiT and loading it again with the LoRAs "
+              "(a server's switch to another LoRA set): lora_switch_s");
   add_engine_flags(*c, o->engine);
   return std::function<int()>([o] { return run(*o); });
 });

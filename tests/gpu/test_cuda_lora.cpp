@@ -1,0 +1,115 @@
+// LoRA on CUDA against diffusers (tests/data/samplers-lora/golden2.*): the tiny diffusers-format adapter at scales
+// 1.0 and 0.6 merged on the device, f32 (TF32 off) within relative L2 1e-3, bf16 within 3e-2 and cosine >= 0.999;
+// the merge itself (lora_delta, merge_lora) against the CPU's; the 8-bit DiT (merged, then quantized) closer to
+// the LoRA run than to the base model.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+
+#include "engine/engine.h"
+#include "gpu_util.h"
+#include "io/model_folder.h"
+#include "io/safetensors.h"
+#include "models/ernie_dit.h"
+#include "models/lora_merge.h"
+#include "models/quant_policy.h"
+
+using namespace ernie;
+
+namespace {
+
+const SafeTensorsFile& golden2() {
+  static std::shared_ptr<SafeTensorsFile> g =
+      SafeTensorsFile::open(test::data_dir() + "/samplers-lora/golden2.safetensors");
+  return *g;
+}
+std::string tiny_lora() { return test::data_dir() + "/samplers-lora/lora/tiny_lora.safetensors"; }
+
+GenerateRequest lora_case(float scale) {
+  std::ifstream f(test::data_dir() + "/samplers-lora/golden2.json");
+  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  for (size_t p; (p = text.find("-Infinity")) != std::string::npos;) text.replace(p, 9, "null");  // Python's json
+  nlohmann::json c = nlohmann::json::parse(text)["lora"];
+  GenerateRequest r;
+  r.prompt = c["prompt"].get<std::string>();
+  r.negative_prompt = c["negative_prompt"].get<std::string>();
+  r.height = c["height"].get<int>();
+  r.width = c["width"].get<int>();
+  r.steps = c["steps"].get<int>();
+  r.cfg = c["cfg"].get<float>();
+  r.init_latents = golden2().tensor("lora.latents_init").clone();
+  LoraRef l;
+  l.path = tiny_lora();
+  l.scale = scale;
+  if (scale != 0) r.loras = {l};
+  return r;
+}
+
+std::unique_ptr<Engine> engine(DType dt, const std::string& quantize = "") {
+  EngineOptions o;
+  o.model = test::tiny_model();
+  o.device = test::kGPU.str();
+  o.dtype = dtype_name(dt);
+  o.round_timesteps = false;
+  if (!quantize.empty()) o.quantize = quantize;
+  return Engine::open(o);
+}
+
+}  // namespace
+
+class CudaLoraGolden : public ::testing::TestWithParam<std::tuple<float, DType>> {};
+
+TEST_P(CudaLoraGolden, MatchesReference) {
+  ERNIE_REQUIRE_GPU();
+  auto [scale, dt] = GetParam();
+  auto pipe = engine(dt);
+  const char* k = scale == 1.f ? "lora.scale_1.0.latents_final" : "lora.scale_0.6.latents_final";
+  GenerateResult res = pipe->generate(lora_case(scale));
+  const double rel = dt == DType::F32 ? 1e-3 : 3e-2, cos = dt == DType::F32 ? -1 : 0.999;
+  auto lat = test::tensors_close(res.latents, golden2().tensor(k), rel, cos);
+  std::printf("%s %s: %s\n", k, dtype_name(dt), lat.message());
+  EXPECT_TRUE(lat);
+  // Back to the base model on the same engine: its exact weights again.
+  res = pipe->generate(lora_case(0));
+  EXPECT_TRUE(test::tensors_close(res.latents, golden2().tensor("lora.none.latents_final"), rel, cos));
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiny, CudaLoraGolden,
+                         ::testing::Combine(::testing::Values(1.f, 0.6f), ::testing::Values(DType::F32, DType::BF16)));
+
+TEST(CudaLora, MergeMatchesTheCpu) {
+  ERNIE_REQUIRE_GPU();
+  static ModelFolder m = ModelFolder::open(test::tiny_model());
+  auto a = std::make_shared<const LoraAdapter>(load_lora(tiny_lora(), m.dit));
+  const std::string w = "layers.1.mlp.linear_fc2.weight";
+  const LoraSet set = {{a, 0.7f}, {a, -0.2f}};
+  auto d = test::tensors_close(test::down(lora_delta(set, w, test::kGPU)), lora_delta(set, w, kCPU), 1e-5);
+  EXPECT_TRUE(d) << d.message();
+  Tensor base = test::rnd({64, 160}, 3);
+  Tensor on_gpu = merge_lora(test::up(base, DType::BF16), set, w, test::kGPU);
+  EXPECT_EQ(on_gpu.dtype(), DType::F32);
+  auto mg = test::tensors_close(test::down(on_gpu), merge_lora(test::as_dtype(base, DType::BF16), set, w, kCPU), 1e-6);
+  EXPECT_TRUE(mg) << mg.message();
+}
+
+// The 8-bit DiT with every block quantized merges in F32 and quantizes the merged weight: on CUDA it tracks the
+// CPU's 8-bit LoRA DiT (test_lora: that one is nearer the f32 LoRA DiT than the base model is).
+TEST(CudaLora, EightBitTracksCpu) {
+  ERNIE_REQUIRE_GPU();
+  ModelFolder m = ModelFolder::open(test::tiny_model(), false);
+  QuantPolicy all;
+  all.keep_first_last_dit_blocks = false;
+  const LoraSet set = {{std::make_shared<const LoraAdapter>(load_lora(tiny_lora(), m.dit)), 1.f}};
+  const Tensor x = test::golden_tensor("dit.x").to_f32(), text = test::golden_tensor("dit.text").to_f32();
+  const std::vector<float> t = test::golden_tensor("dit.t").to_vector();
+  const std::vector<int64_t> lens = test::golden_ids("dit.text_lens");
+  for (DType qt : {DType::F8_E4M3, DType::I8}) {
+    Tensor ref = ErnieDit::load(m, kCPU, DType::F32, false, qt, all, set).forward(x, t, text, lens);
+    Tensor got = test::down(ErnieDit::load(m, test::kGPU, DType::BF16, false, qt, all, set).forward(x, t, text, lens));
+    auto r = test::tensors_close(got, ref, 3e-2, 0.999);
+    std::printf("dit.out %s weights + LoRA, CUDA bf16 vs CPU: %s\n", dtype_name(qt), r.message());
+    EXPECT_TRUE(r);
+  }
+}
