@@ -1,13 +1,12 @@
 #!/usr/bin/env bash
-# Fetches the Debian packages the device machine (Ubuntu 24.04, no network) lacks -- PCRE2, cpp-httplib and
-# OpenSSL's headers -- and unpacks them into .deps/ (git-ignored). Run it here, carry .deps with the device
+# Fetches the Debian packages the device machine (Ubuntu 24.04, no network) lacks -- PCRE2 and
+# cpp-httplib -- and unpacks them into .deps/ (git-ignored). Run it here, carry .deps with the device
 # call, and configure there with -DERNIE_DEPS_PREFIX=$PWD/.deps; run programs with
-# LD_LIBRARY_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu. Everything else those libraries need
-# (libbrotli1, zlib, libstdc++) is already on Ubuntu 24.04.
+# LD_LIBRARY_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu. Everything else those libraries need (libssl3,
+# libbrotli1, zlib, libstdc++) is already on Ubuntu 24.04.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PKGS=(libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3 libcpp-httplib-dev libcpp-httplib0.11
-  libssl-dev libssl3)
+PKGS=(libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3 libcpp-httplib-dev libcpp-httplib0.11)
 dl=$(mktemp -d)
 trap 'rm -rf "$dl"' EXIT
 (cd "$dl" && chmod 777 . && apt-get download "${PKGS[@]}" >/dev/null 2>&1) ||
