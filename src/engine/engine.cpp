@@ -17,6 +17,7 @@
 #include "models/mistral.h"
 #include "models/prompt_enhancer.h"
 #include "ops/ops.h"
+#include "engine/init_image.h"
 #include "engine/noise.h"
 #include "engine/sampler.h"
 #include "engine/samplers/flow_solver.h"
@@ -166,11 +167,13 @@ class ErnieEngine final : public Engine {
       res[i].resolved = resolve(reqs[i]);
       const GenerateRequest &r = res[i].resolved, &r0 = res[0].resolved;
       ERNIE_CHECK(r.width == r0.width && r.height == r0.height && r.steps == r0.steps && r.cfg == r0.cfg &&
-                      r.sampler == r0.sampler && r.shift == r0.shift && r.loras == r0.loras,
+                      r.sampler == r0.sampler && r.shift == r0.shift && r.loras == r0.loras &&
+                      r.strength == r0.strength && r.init_image.has_value() == r0.init_image.has_value() &&
+                      r.mask.has_value() == r0.mask.has_value(),
                   "generate_batch: request ", std::to_string(i), " (", std::to_string(r.width), "x",
                   std::to_string(r.height), ", ", std::to_string(r.steps), " steps, cfg ", std::to_string(r.cfg),
-                  ", sampler ", sampler_id(r.sampler), ") differs from the first in size, steps, cfg, sampler, shift ",
-                  "or LoRAs");
+                  ", sampler ", sampler_id(r.sampler), ") differs from the first in size, steps, cfg, sampler, shift, ",
+                  "LoRAs, strength or having an init image or mask");
       images += r.num_images;
     }
     ERNIE_CHECK(reqs.size() == 1 || images <= kMaxBatchImages, "generate_batch: ", std::to_string(images),
@@ -237,10 +240,13 @@ class ErnieEngine final : public Engine {
     const Shape shape = latent_shape(r0, limits_);
     std::unique_ptr<FlowSolver> solver =
         make_flow_solver(r0.sampler, m_.scheduler, r0.steps, shape[2] * shape[3], r0.shift);
+    // img2img: x0 of every image, the latent mask, and the steps that run (engine/init_image.h)
+    const double vae_encode_s = r0.init_image ? encode_init_images(res, in, progress, check_cancel) : 0.0;
+    const int run_steps = r0.steps - in.first_step;
     t0 = Clock::now();
-    if (progress) progress({"denoise", 0, r0.steps, 0});
+    if (progress) progress({"denoise", 0, run_steps, 0});
     Tensor latents = sample_cfg(*dit_, *solver, opt_.device, opt_.dtype, in, [&](int step) {
-      if (progress) progress({"denoise", step, r0.steps, seconds_since(t0)});
+      if (progress) progress({"denoise", step, run_steps, seconds_since(t0)});
     }, cancel);
     const double denoise_s = seconds_since(t0);
 
@@ -265,8 +271,10 @@ class ErnieEngine final : public Engine {
         x.attention_fp8 = dit_->runs_fp8_attention();
         ERNIE_CHECK(decoded.dim(1) == 3 && decoded.dim(2) == r.height && decoded.dim(3) == r.width,
                     "vae decode returned ", shape_str(decoded.shape()));
-        Image img{r.width, r.height, {}};
-        postprocess(decoded, x.image_f32.f32() + size_t(b) * r.height * r.width * 3, img.rgb);
+        Image img{r.width, r.height, {}, {}};
+        float* f32 = x.image_f32.f32() + size_t(b) * r.height * r.width * 3;
+        postprocess(decoded, f32, img.rgb);
+        if (r.composite) composite_over(*r.init_image, mask_weights(*r.mask, r.mask_blur), f32, img.rgb);
         x.images.push_back(std::move(img));
         if (progress) progress({"decode", row + 1, images, seconds_since(t0)});
       }
@@ -276,6 +284,7 @@ class ErnieEngine final : public Engine {
       x.encode_s = encode_s;
       x.denoise_s = denoise_s;
       x.decode_s = decode_s;
+      x.vae_encode_s = vae_encode_s;
       x.lora_switch_s = lora_switch_s;
     }
     return res;
@@ -330,6 +339,34 @@ class ErnieEngine final : public Engine {
   Tensor empty_negative_;  // [T, hidden] F32 host: encode_prompt(""), encoded on first use
   LoadCounts loads_;
   mutable std::mutex mu_;
+
+  // img2img: each request's init image VAE-encoded (the posterior's mode; tiled as a decode of its size
+  // would be), patchified and normalised into in.x0, one row per image; the latent mask into in.mask; the
+  // first step from the strength. Returns the seconds the encodes took.
+  template <class CheckCancel>
+  double encode_init_images(const std::vector<GenerateResult>& res, SamplerInput& in, const ProgressFn& progress,
+                            const CheckCancel& check_cancel) {
+    const auto t0 = Clock::now();
+    if (progress) progress({"encode_image", 0, int(res.size()), 0});
+    std::vector<Tensor> x0, mask;
+    for (size_t i = 0; i < res.size(); ++i) {
+      const GenerateRequest& r = res[i].resolved;
+      check_cancel();
+      const Tensor img = image_to_tensor(*r.init_image);
+      const std::optional<VaeTiling> t = vae_tiling_for(img.dim(2) / m_.vae.spatial_scale(), img.dim(3) / m_.vae.spatial_scale());
+      const Tensor mean = t ? vae_encode_mean_tiled(*vae_, img, *t) : vae_->encode(img).first;
+      const Tensor z = vae_->patchify_and_normalize(mean).to(kCPU).to_f32();
+      x0.insert(x0.end(), size_t(r.num_images), z);
+      if (r.mask)
+        mask.push_back(latent_mask(mask_weights(*r.mask, r.mask_blur), r.width, r.height, r.num_images, z.dim(1),
+                                   z.dim(2), z.dim(3)));
+      if (progress) progress({"encode_image", int(i) + 1, int(res.size()), seconds_since(t0)});
+    }
+    in.x0 = x0.size() == 1 ? x0[0] : ops::concat(x0, 0);
+    if (!mask.empty()) in.mask = mask.size() == 1 ? mask[0] : ops::concat(mask, 0);
+    in.first_step = img2img_start_step(res[0].resolved.steps, res[0].resolved.strength);
+    return seconds_since(t0);
+  }
 
   // The tiling a decode of an h×w latent gets (EngineOptions::vae_tiling); nullopt: untiled.
   std::optional<VaeTiling> vae_tiling_for(int64_t h, int64_t w) const {

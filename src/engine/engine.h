@@ -21,16 +21,11 @@
 namespace ernie {
 
 struct Progress {
-  std::string phase;  // "load", "encode", "enhance", "denoise", "decode"
+  std::string phase;  // "load", "encode", "enhance", "encode_image" (img2img), "denoise", "decode"
   int step = 0, total = 0;
   double elapsed_s = 0;
 };
 using ProgressFn = std::function<void(const Progress&)>;
-
-struct Image {
-  int width = 0, height = 0;
-  std::vector<uint8_t> rgb;  // height * width * 3
-};
 
 struct GenerateResult {
   std::vector<Image> images;
@@ -40,6 +35,7 @@ struct GenerateResult {
   bool prompt_truncated = false;  // the prompt or negative prompt was cut at the tokenizer's model_max_length
   GenerateRequest resolved;    // the request with defaults filled in
   double encode_s = 0, denoise_s = 0, decode_s = 0;
+  double vae_encode_s = 0;   // img2img: the init images' VAE encode (0 without one)
   double lora_switch_s = 0;  // the DiT reloaded for another LoRA set before this request (0: no switch)
   bool vae_tiled = false;      // the decode ran tiled (EngineOptions::vae_tiling)
   std::string dit_weights;     // "fp8" / "int8": the DiT's blocks ran 8-bit weights (quantized or stored); else empty

@@ -43,6 +43,9 @@ std::string a1111_parameters(const ImageMeta& m) {
     s += ", Lora hashes: \"" + list + "\"";
   }
   if (r.shift > 0) s += ", Shift: " + fmt_float(r.shift);
+  if (r.init_image) s += ", Denoising strength: " + fmt_float(r.strength);  // A1111's img2img fields
+  if (r.mask && r.mask_blur > 0) s += ", Mask blur: " + std::to_string(r.mask_blur);
+  if (r.mask) s += std::string(", Inpaint: true") + (r.composite ? ", Composite: true" : "");
   // A1111's RNG names: CPU (torch's CPU generator), NV (its twin of torch's CUDA generator)
   if (m.seed) s += std::string(", RNG: ") + (r.rng == NoiseRng::Cpu ? "CPU" : r.rng == NoiseRng::Cuda ? "NV" : "ernie");
   if (r.use_pe) s += ", Prompt enhancer: true";
@@ -73,6 +76,8 @@ nlohmann::json meta_json(const ImageMeta& m) {
   if (m.seed) j["seed"] = *m.seed;
   if (m.seed) j["rng"] = rng_name(r.rng);
   if (r.shift > 0) j["shift"] = r.shift;
+  if (r.init_image) j["img2img"] = {{"strength", r.strength}, {"mask", r.mask.has_value()}, {"mask_blur", r.mask_blur},
+                                    {"composite", r.composite}};
   if (m.vae_tiled) j["vae_tiled"] = true;
   if (!m.dit_weights.empty()) j["dit_weights"] = m.dit_weights;
   if (m.attention_fp8) j["attention"] = "fp8";

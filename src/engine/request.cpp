@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "engine/init_image.h"
 #include "text/unicode.h"
 
 namespace ernie {
@@ -31,6 +32,40 @@ void check_side(const char* what, int v, const ModelLimits& l) {
   ERNIE_CHECK(v <= l.max_side, what, " ", to_string(v), " is beyond this engine's limit of ", to_string(l.max_side),
               " pixels per side");
 }
+// The img2img fields, after the size is settled: defaults, ranges, sizes (resizing when asked).
+void resolve_init_image(GenerateRequest& r) {
+  if (!r.init_image) {
+    ERNIE_CHECK(!r.mask, "a mask needs an init image (the image to inpaint)");
+    ERNIE_CHECK(r.strength == -1 || r.strength == 1, "strength ", to_string(r.strength),
+                " needs an init image (img2img); text-to-image runs the whole schedule");
+    ERNIE_CHECK(!r.resize, "resize needs an init image");
+    return;
+  }
+  if (r.strength == -1) r.strength = r.mask ? kDefaultInpaintStrength : kDefaultStrength;
+  ERNIE_CHECK(std::isfinite(r.strength) && r.strength > 0 && r.strength <= 1, "strength ", to_string(r.strength),
+              " must be in (0, 1] (1: the image is only a guide for the mask, or ignored without one)");
+  const int t_start = img2img_start_step(r.steps, r.strength);
+  ERNIE_CHECK(t_start < r.steps, "strength ", to_string(r.strength), " with ", to_string(r.steps),
+              " steps runs no step (it starts at step ", to_string(t_start), "); raise the steps or the strength");
+  const Image& im = *r.init_image;
+  if (r.mask)
+    ERNIE_CHECK(r.mask->width == im.width && r.mask->height == im.height, "mask: ", to_string(r.mask->width), "x",
+                to_string(r.mask->height), " differs from the init image's ", to_string(im.width), "x",
+                to_string(im.height));
+  ERNIE_CHECK(r.mask_blur >= 0 && r.mask_blur <= kMaxMaskBlur, "mask blur ", to_string(r.mask_blur),
+              " is out of range [0, ", to_string(kMaxMaskBlur), "] pixels");
+  ERNIE_CHECK(r.mask || (r.mask_blur == 0 && !r.composite), "mask blur and composite need a mask");
+  // The source may be larger than any output (it is only read), within 4x the pixels of the largest.
+  constexpr int64_t kMaxSourcePixels = int64_t(4) * 2048 * 4096;
+  ERNIE_CHECK(int64_t(im.width) * im.height <= kMaxSourcePixels, "init image: ", to_string(im.width), "x",
+              to_string(im.height), " is too large (at most ", to_string(kMaxSourcePixels), " pixels)");
+  if (im.width == r.width && im.height == r.height) return;
+  ERNIE_CHECK(r.resize, "init image: ", to_string(im.width), "x", to_string(im.height), " differs from the requested ",
+              to_string(r.width), "x", to_string(r.height), "; resize it (--resize, \"resize\": true) or ask for its size");
+  r.init_image = resize_image(im, r.width, r.height);
+  if (r.mask) r.mask = resize_image(*r.mask, r.width, r.height);
+}
+
 }  // namespace
 
 Shape latent_shape(const GenerateRequest& r, const ModelLimits& l) {
@@ -57,8 +92,11 @@ GenerateRequest resolve_request(const GenerateRequest& req, const ModelLimits& l
   auto side = [&](int axis) {  // capped past any valid side, for check_side's message
     return int(std::min<int64_t>(r.init_latents->dim(axis) * l.scale_factor, int64_t(l.max_side) + 1));
   };
-  if (r.width == 0) r.width = sized_latents ? side(3) : kDefaultSize;
-  if (r.height == 0) r.height = sized_latents ? side(2) : kDefaultSize;
+  if (r.init_image) check_image(*r.init_image, "init image");
+  if (r.mask) check_image(*r.mask, "mask");
+  const bool sized_image = r.init_image && !sized_latents;  // the image's size when nothing else says
+  if (r.width == 0) r.width = sized_latents ? side(3) : sized_image ? r.init_image->width : kDefaultSize;
+  if (r.height == 0) r.height = sized_latents ? side(2) : sized_image ? r.init_image->height : kDefaultSize;
   if (r.steps == 0) r.steps = default_steps(l.turbo);
   if (r.cfg == kCfgDefault) r.cfg = default_cfg(l.turbo);
   if (r.cfg <= 1.0f) r.negative_prompt.clear();
@@ -84,6 +122,7 @@ GenerateRequest resolve_request(const GenerateRequest& req, const ModelLimits& l
     ERNIE_CHECK(text->find('\0') == std::string::npos, what, " contains a NUL character");
   }
 
+  resolve_init_image(r);
   if (r.init_latents) {
     const Tensor& t = *r.init_latents;
     Shape want = latent_shape(r, l);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "engine/image.h"
 #include "engine/noise.h"
 #include "engine/samplers/sampler_kind.h"
 #include "io/model_folder.h"
@@ -41,6 +42,14 @@ struct GenerateRequest {
   // Stacked adapters (their deltas add up). The prompt may carry <lora:NAME:SCALE> tags too: they stay in the
   // prompt (and its metadata) and are removed before encoding; resolved, this list holds both.
   std::vector<LoraRef> loras;
+  // img2img and inpainting (engine/init_image.h). init_image is at the request's size, or any size with
+  // `resize` (resolve then resizes it and the mask); an unset size follows it.
+  std::optional<Image> init_image;
+  float strength = -1;          // (0, 1]: how much of the schedule runs; -1: 0.75, or 1 with a mask; 1 = text-to-image
+  std::optional<Image> mask;    // white (or transparent, in a mask with transparency) = repaint; init_image's size
+  int mask_blur = 0;            // Gaussian sigma in pixels over the mask (0..256)
+  bool composite = false;       // paste init_image's unmasked pixels back over the result (A1111's inpaint)
+  bool resize = false;          // resize init_image to width x height instead of rejecting another size
 };
 
 struct ModelLimits {
@@ -61,7 +70,8 @@ constexpr int kDefaultSize = 1024;
 constexpr float kCfgDefault = -1.0f;  // GenerateRequest::cfg meaning "the model's default"
 
 // Fills the defaults of `req` (an unset width or height follows init_latents when given) and validates it; throws Error with a message a user can act on.
-// Checks init_latents' shape ([num_images, latent_channels, H/s, W/s]), dtype and values.
+// Checks init_latents' shape ([num_images, latent_channels, H/s, W/s]), dtype and values, and the img2img
+// fields: sizes, strength (at least one step must run), mask.
 GenerateRequest resolve_request(const GenerateRequest& req, const ModelLimits& lim);
 
 // A seed as users write it (--seed, A1111, stable-diffusion.cpp): "-1" is random (nullopt), else a decimal

@@ -45,10 +45,32 @@ Tensor sample_cfg(const ErnieDit& dit, FlowSolver& solver, Device device, DType 
   rows.insert(rows.end(), in.cond.begin(), in.cond.end());
   const TextBatch text = pad_text(rows, device, act);
 
-  Tensor latents = in.latents.to(device);
-  if (latents.dtype() != DType::F32) latents = ops::cast(latents, DType::F32);
+  auto f32_on_device = [&](const Tensor& t) {
+    Tensor d = t.to(device);
+    return d.dtype() == DType::F32 ? d : ops::cast(d, DType::F32);
+  };
+  ERNIE_CHECK(in.first_step >= 0 && in.first_step < N, "sampler: first step ", std::to_string(in.first_step),
+              " of ", std::to_string(N));
+  ERNIE_CHECK(!in.mask.defined() || in.x0.defined(), "sampler: a mask needs x0");
+  for (const Tensor* t : {&in.x0, &in.mask})
+    ERNIE_CHECK(!t->defined() || t->shape() == in.latents.shape(), "sampler: x0/mask ", shape_str(t->shape()),
+                " differs from the latents ", shape_str(in.latents.shape()));
+  const Tensor noise = f32_on_device(in.latents);
+  Tensor latents = noise, x0, mask, keep;
+  // scale_noise: sigma * noise + (1 - sigma) * x0
+  auto noised_x0 = [&](int i) { return lincomb({{solver.sigmas()[size_t(i)], noise}, {1.0 - solver.sigmas()[size_t(i)], x0}}); };
+  if (in.x0.defined()) {
+    x0 = f32_on_device(in.x0);
+    latents = noised_x0(in.first_step);
+  }
+  if (in.mask.defined()) {
+    std::vector<float> m = in.mask.to_vector();
+    for (float& v : m) v = 1.0f - v;
+    mask = f32_on_device(in.mask);
+    keep = f32_on_device(Tensor::from_vector(m, in.mask.shape()));  // 1 - m
+  }
 
-  for (int i = 0; i < N; ++i) {
+  for (int i = in.first_step; i < N; ++i) {
     if (cancel && cancel->load()) throw Cancelled();
     Tensor x = act == DType::F32 ? latents : ops::cast(latents, act);
     Tensor model_input = do_cfg ? ops::concat({x, x}, 0) : x;
@@ -64,7 +86,9 @@ Tensor sample_cfg(const ErnieDit& dit, FlowSolver& solver, Device device, DType 
       pred = ops::add(pred_uncond, ops::scale(ops::add(pred_cond, ops::scale(pred_uncond, -1.0f)), in.cfg));
     }
     latents = solver.step(latents, pred, i);  // Euler: sample + (sigma[i+1] - sigma[i]) * pred
-    if (on_step) on_step(i + 1);
+    if (mask.defined())  // (1 - m) * init_latents_proper + m * latents
+      latents = ops::add(ops::mul(keep, i + 1 < N ? noised_x0(i + 1) : x0), ops::mul(mask, latents));
+    if (on_step) on_step(i + 1 - in.first_step);
   }
   return latents;
 }

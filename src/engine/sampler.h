@@ -30,11 +30,17 @@ struct SamplerInput {
   // Round the timestep fed to the DiT to the activation dtype, as the reference does in bf16
   // (994.92 -> 996). Off only to compare a bf16 run against fp32 golden data.
   bool round_timesteps = true;
+  // img2img (engine/init_image.h): `latents` is then the noise; the solver's steps run from first_step on,
+  // from s * noise + (1 - s) * x0 with s = sigmas[first_step]. With a mask (1 = repaint) every step ends
+  // with x = (1 - m) * (s_next * noise + (1 - s_next) * x0) + m * x, and x0 itself outside after the last.
+  int first_step = 0;
+  Tensor x0;    // [B, C, h, w], any float dtype/device; undefined: text-to-image
+  Tensor mask;  // [B, C, h, w] of 0/1; undefined: no inpainting
 };
 
-// Runs the solver's N steps and returns the final latents [B, C, h, w] F32 on the DiT's device. The latents
-// stay F32 between steps (the reference keeps them in the model dtype). `on_step(i)` is called after step i
-// (1-based); `cancel` is polled before every step (throws Cancelled).
+// Runs the solver's steps (from in.first_step) and returns the final latents [B, C, h, w] F32 on the DiT's device. The latents
+// stay F32 between steps (the reference keeps them in the model dtype). `on_step(k)` is called after the k-th step
+// run (1-based); `cancel` is polled before every step (throws Cancelled).
 Tensor sample_cfg(const ErnieDit& dit, FlowSolver& solver, Device device, DType act, const SamplerInput& in,
                   const std::function<void(int)>& on_step = {}, const std::atomic<bool>* cancel = nullptr);
 

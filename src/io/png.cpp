@@ -80,7 +80,8 @@ void source_read(png_structp png, png_bytep out, png_size_t n) {
 
 struct Decoded {
   int w = 0, h = 0;
-  uint8_t* rgb = nullptr;  // malloc'd, w*h*3
+  uint8_t* rgb = nullptr;  // malloc'd, w*h*4 (RGBA; opaque filler when the file has no alpha)
+  bool has_alpha = false;   // the file has an alpha channel or a tRNS transparency
   png_bytep* rows = nullptr;  // malloc'd row pointers while reading (here, not a local: it must survive a longjmp)
   int ntext = 0;
   char** keys = nullptr;   // malloc'd copies
@@ -100,7 +101,7 @@ void free_decoded(Decoded* d) {
 }
 
 constexpr png_uint_32 kMaxSide = 1u << 15;
-constexpr uint64_t kMaxPixels = uint64_t(1) << 26;  // 64 MP decoded (192 MiB): a small file cannot ask for more
+constexpr uint64_t kMaxPixels = uint64_t(1) << 26;  // 64 MP decoded (256 MiB RGBA): a small file cannot ask for more
 // Chunks other than IDAT are read whole into one buffer (and zTXt/iTXt/iCCP inflated into another), at most
 // kMaxChunkCache of them kept: their memory stays within 16 x 4 MiB, well below the pixels'.
 constexpr uint32_t kMaxChunk = 4u << 20;
@@ -123,22 +124,24 @@ bool decode_c(Source* src, Decoded* d, Status* st) {
   if (w == 0 || h == 0 || w > kMaxSide || h > kMaxSide || uint64_t(w) * h > kMaxPixels)
     png_error(png, "image size out of range (at most 32768 per side and 64 megapixels)");
   int color = png_get_color_type(png, info);
+  d->has_alpha = (color & PNG_COLOR_MASK_ALPHA) || png_get_valid(png, info, PNG_INFO_tRNS);
   if (png_get_bit_depth(png, info) == 16) png_set_strip_16(png);
   if (color == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
+  if (png_get_valid(png, info, PNG_INFO_tRNS)) png_set_tRNS_to_alpha(png);
   if (color == PNG_COLOR_TYPE_GRAY || color == PNG_COLOR_TYPE_GRAY_ALPHA) {
     png_set_expand_gray_1_2_4_to_8(png);
     png_set_gray_to_rgb(png);
   }
-  png_set_strip_alpha(png);
+  png_set_filler(png, 0xff, PNG_FILLER_AFTER);  // RGBA throughout; no-op when alpha is already there
   png_set_interlace_handling(png);
   png_read_update_info(png, info);
-  if (png_get_rowbytes(png, info) != size_t(w) * 3) png_error(png, "unsupported pixel format");
+  if (png_get_rowbytes(png, info) != size_t(w) * 4) png_error(png, "unsupported pixel format");
   d->w = int(w);
   d->h = int(h);
-  d->rgb = static_cast<uint8_t*>(std::malloc(size_t(w) * h * 3));
+  d->rgb = static_cast<uint8_t*>(std::malloc(size_t(w) * h * 4));
   d->rows = static_cast<png_bytep*>(std::malloc(sizeof(png_bytep) * h));
   if (!d->rgb || !d->rows) png_error(png, "out of memory");
-  for (png_uint_32 y = 0; y < h; ++y) d->rows[y] = d->rgb + size_t(y) * w * 3;
+  for (png_uint_32 y = 0; y < h; ++y) d->rows[y] = d->rgb + size_t(y) * w * 4;
   png_read_image(png, d->rows);
   png_read_end(png, info);
   std::free(d->rows);
@@ -260,7 +263,13 @@ PngImage decode_png(const std::vector<uint8_t>& bytes, const std::string& what) 
   PngImage img;
   img.width = d.w;
   img.height = d.h;
-  img.rgb.assign(d.rgb, d.rgb + size_t(d.w) * d.h * 3);
+  const size_t n = size_t(d.w) * d.h;
+  img.rgb.resize(n * 3);
+  if (d.has_alpha) img.alpha.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    for (int c = 0; c < 3; ++c) img.rgb[i * 3 + c] = d.rgb[i * 4 + c];
+    if (d.has_alpha) img.alpha[i] = d.rgb[i * 4 + 3];
+  }
   for (int i = 0; i < d.ntext; ++i) img.text[d.keys[i]] = d.values[i];
   free_decoded(&d);
   return img;

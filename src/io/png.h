@@ -13,6 +13,7 @@ namespace ernie {
 struct PngImage {
   int width = 0, height = 0;
   std::vector<uint8_t> rgb;                   // height * width * 3
+  std::vector<uint8_t> alpha;                 // height * width when the file has alpha (or tRNS), else empty
   std::map<std::string, std::string> text;    // tEXt / iTXt / zTXt chunks, keyword -> value
 };
 
@@ -22,7 +23,8 @@ std::vector<uint8_t> encode_png(int width, int height, const std::vector<uint8_t
 // Writes atomically (temp file + rename); throws Error naming the path.
 void write_png(const std::string& path, int width, int height, const std::vector<uint8_t>& rgb,
                const std::vector<std::pair<std::string, std::string>>& text = {});
-// Reads any 8-bit or 16-bit PNG, converted to 8-bit RGB (alpha dropped); throws Error naming the path.
+// Reads any 8-bit or 16-bit PNG, converted to 8-bit RGB (alpha, when there is any, kept apart); throws Error
+// naming the path.
 PngImage read_png(const std::string& path);
 PngImage decode_png(const std::vector<uint8_t>& bytes, const std::string& what = "png");
 

@@ -28,6 +28,7 @@
 
 #include "commands.h"
 #include "core/error.h"
+#include "engine/init_image.h"
 #include "engine/lora_library.h"
 #include "engine/memory_plan.h"
 #include "engine/options.h"
@@ -48,6 +49,7 @@ struct Opts {
   bool random = false, json = false, load_only = false, lora_switch = false;
   std::vector<std::string> loras;  // --lora FILE[:SCALE]
   int width = 1024, height = 1024, steps = 8, prompt_tokens = 200, repeat = 3;
+  float strength = 0;  // > 0: img2img (--strength)
   float cfg = 1.f;
   uint64_t seed = 1;
   // resolved from the engine flags
@@ -194,6 +196,8 @@ int run(Opts& o) {
   ERNIE_CHECK(o.random != model, "bench: give exactly one of --model DIR (or the component files) or --random");
   ERNIE_CHECK(o.width > 0 && o.height > 0 && o.width % 16 == 0 && o.height % 16 == 0, "bench: -W/-H ", std::to_string(o.width), "x",
               std::to_string(o.height), " must be positive multiples of 16");
+  ERNIE_CHECK(o.strength == 0 || (o.strength > 0 && o.strength <= 1 && img2img_start_step(o.steps, o.strength) < o.steps),
+              "bench: --strength must be in (0, 1] and leave a step to run");
   ERNIE_CHECK(o.steps >= 1 && o.repeat >= 1 && o.prompt_tokens >= 1 && o.cfg >= 0, "bench: steps, repeat and "
               "prompt-tokens must be >= 1 and cfg >= 0");
   const Device dev = o.device = parse_device_option(o.engine.device);
@@ -366,9 +370,28 @@ int run(Opts& o) {
   // ---- denoising loop ----
   const std::vector<float> sig = sigmas(o.steps);
   const Tensor x0 = random_act({1, cfg.in_channels, h, w}, o.seed + 2, dev, act);  // drawn outside the timing
+  // img2img (--strength): the steps from t_start on, after a timed VAE encode of a random image.
+  const int first = o.strength > 0 ? img2img_start_step(o.steps, o.strength) : 0, run_steps = o.steps - first;
+  if (o.strength > 0) {
+    j["strength"] = o.strength;
+    j["img2img_steps"] = run_steps;
+    const Tensor image = random_act({1, 3, o.height, o.width}, o.seed + 5, dev, act);
+    auto encode_image = [&] { return vae.patchify_and_normalize(vae.encode(image).first); };
+    encode_image();  // warm-up: cuDNN plans
+    sync(dev);
+    std::vector<double> e;
+    for (int r = 0; r < o.repeat; ++r) {
+      ops::release_cached_memory(dev);
+      auto t = Clock::now();
+      encode_image();
+      sync(dev);
+      e.push_back(since(t));
+    }
+    j["vae_encode_s"] = median(e);
+  }
   auto denoise = [&](int steps) {
     Tensor x = x0;
-    for (int i = 0; i < steps; ++i) {
+    for (int i = first; i < first + steps; ++i) {
       const float t = sig[size_t(i)] * 1000.f;
       Tensor xin = rows == 2 ? ops::concat({x, x}, 0) : x;
       Tensor v = dit.forward(xin, std::vector<float>(size_t(rows), t), text, lens);
@@ -386,7 +409,7 @@ int run(Opts& o) {
   for (int r = 0; r < o.repeat; ++r) {
     ops::release_cached_memory(dev);  // as the pipeline between a generation's decode and the next denoise
     auto t = Clock::now();
-    denoise(o.steps);
+    denoise(run_steps);
     enq.push_back(since(t));  // host time to queue the work: close to denoise_s means the host is the limit
     sync(dev);
     den.push_back(since(t));
@@ -395,7 +418,7 @@ int run(Opts& o) {
   const double denoise_s = median(den);
   j["denoise_s"] = denoise_s;
   j["denoise_runs_s"] = den;
-  j["step_s"] = denoise_s / o.steps;
+  j["step_s"] = denoise_s / run_steps;
 
   // ---- VAE decode of the final latents (de-normalise, unpatchify, decode) ----
   const Tensor latents = random_act({1, cfg.out_channels, h, w}, o.seed + 4, dev, act);
@@ -412,7 +435,7 @@ int run(Opts& o) {
     dec.push_back(since(t));
   }
   j["decode_s"] = median(dec);
-  j["total_s"] = j["encode_s"].get<double>() + denoise_s + j["decode_s"].get<double>();
+  j["total_s"] = j["encode_s"].get<double>() + j.value("vae_encode_s", 0.0) + denoise_s + j["decode_s"].get<double>();
   if (dev.is_cuda()) {  // before the tiled decode, which resets the peak to measure its own
     const ops::MemoryStats m = ops::memory_stats(dev);
     j["peak_gib"] = double(m.peak_reserved_bytes) / double(1ull << 30);
@@ -423,8 +446,8 @@ int run(Opts& o) {
   const auto [gemm, attn] = dit_flops(cfg, h * w + T, rows);
   j["dit_gemm_tflop"] = gemm / 1e12;
   j["dit_attention_tflop"] = attn / 1e12;
-  j["dit_tflops_per_s"] = (gemm + attn) / (denoise_s / o.steps) / 1e12;
-  j["fraction_of_789_tflops"] = (gemm + attn) / (denoise_s / o.steps) / 789e12;
+  j["dit_tflops_per_s"] = (gemm + attn) / (denoise_s / run_steps) / 1e12;
+  j["fraction_of_789_tflops"] = (gemm + attn) / (denoise_s / run_steps) / 789e12;
   return report(o, j);
 }
 
@@ -443,6 +466,8 @@ Register reg(60, [](CLI::App& app) {
   c->add_option("--seed", o->seed, "seed of the random weights and inputs");
   c->add_flag("--json", o->json, "print the result as JSON");
   c->add_flag("--load-only", o->load_only, "only load the model: load_s, load_gib (bytes read from the model), load_gbps");
+  c->add_option("--strength", o->strength, "img2img: time the VAE encode of a random image and the steps from "
+                                          "t_start on, as generate -i at this strength (0, 1] runs them");
   c->add_option("--lora", o->loras, "a LoRA to merge into the DiT as it loads, FILE or FILE:SCALE; repeat to stack");
   c->add_flag("--lora-switch", o->lora_switch, "also time freeing the DiT and loading it again with the LoRAs "
               "(a server's switch to another LoRA set): lora_switch_s");

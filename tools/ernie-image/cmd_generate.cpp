@@ -1,5 +1,6 @@
 // ernie-image generate --model DIR -p PROMPT [-n NEGATIVE] [-W 1024 -H 1024] [--steps N] [--cfg S] [--seed N]
 //   [--batch N] [-o out.png] [--init-latents F] [--save-latents F] [--quiet] [--progress auto|bar|plain|json|none] [--pe]
+//   [-i IMAGE.png [--strength S] [--resize] [--mask MASK.png [--mask-blur PX] [--composite]]]
 //   [engine flags]
 // Parse flags -> Engine::open -> generate -> write PNGs. Everything a user can get wrong is checked before
 // the weights are loaded (the output paths here, the rest by Engine::open).
@@ -11,6 +12,7 @@
 #include "commands.h"
 #include "core/error.h"
 #include "engine/engine.h"
+#include "engine/init_image.h"
 #include "engine/metadata.h"
 #include "engine/noise.h"
 #include "engine/progress.h"
@@ -25,10 +27,11 @@ namespace {
 struct Opts {
   EngineOptions engine;
   std::string prompt, negative, out = "out.png", init_latents, save_latents, save_final_latents, progress = "auto",
-      seed = "-1", sampler = "euler", rng = "cpu";
+      seed = "-1", sampler = "euler", rng = "cpu", init_img, mask;
   std::vector<std::string> loras;  // --lora FILE[:SCALE]
-  float shift = 0;
-  int width = 0, height = 0, steps = 0, batch = 1;
+  float shift = 0, strength = -1;
+  int width = 0, height = 0, steps = 0, batch = 1, mask_blur = 0;
+  bool resize = false, composite = false;
   float cfg = kCfgDefault;
   bool quiet = false, verbose = false, pe = false;
 };
@@ -63,6 +66,12 @@ int run(Opts& o, const CLI::App& c) {
   req.num_images = o.batch;
   req.use_pe = o.pe;
   for (const std::string& l : o.loras) req.loras.push_back(parse_lora_flag(l));
+  if (!o.init_img.empty()) req.init_image = load_image_flag(o.init_img, "--init-img");
+  if (!o.mask.empty()) req.mask = load_image_flag(o.mask, "--mask");
+  req.strength = o.strength;
+  req.mask_blur = o.mask_blur;
+  req.composite = o.composite;
+  req.resize = o.resize;
   if (!o.init_latents.empty()) {
     InitLatents il = load_init_latents(o.init_latents);
     // An unset batch follows the file (and resolve_request's sizes do), so `--init-latents F` alone
@@ -155,15 +164,20 @@ int run(Opts& o, const CLI::App& c) {
     auto ms = [](double s) { return std::round(s * 1000) / 1000; };
     oj done = {{"event", "done"}, {"images", images},
                {"timings", {{"encode_s", ms(res.encode_s)}, {"denoise_s", ms(res.denoise_s)},
-                            {"decode_s", ms(res.decode_s)}, {"s_per_step", ms(res.denoise_s / r.steps)}}}};
+                            {"decode_s", ms(res.decode_s)}, {"vae_encode_s", ms(res.vae_encode_s)},
+                            {"s_per_step", ms(res.denoise_s / (r.steps - (r.init_image ? img2img_start_step(r.steps, r.strength) : 0)))}}}};
     if (r.use_pe) done["revised_prompt"] = res.revised_prompt;
     printer.event(done);
   } else if (!o.quiet) {
     if (r.use_pe) std::fprintf(stderr, "revised prompt: %s\n", res.revised_prompt.c_str());
     for (const std::string& p : outs) std::printf("%s\n", p.c_str());
     if (!seed_given && seed && o.init_latents.empty()) std::fprintf(stderr, "seed: %llu\n", (unsigned long long)*seed);
+    const int run_steps = r.steps - (r.init_image ? img2img_start_step(r.steps, r.strength) : 0);
+    if (r.init_image)
+      std::fprintf(stderr, "img2img: strength %g runs %d of %d steps; image encode %.2fs\n", double(r.strength),
+                   run_steps, r.steps, res.vae_encode_s);
     std::fprintf(stderr, "encode %.2fs, denoise %.2fs (%.2f s/step), decode %.2fs\n", res.encode_s, res.denoise_s,
-                 res.denoise_s / r.steps, res.decode_s);
+                 res.denoise_s / run_steps, res.decode_s);
   }
   return 0;
 }
@@ -202,6 +216,18 @@ Register reg(10, [](CLI::App& app) {
                 "folder of LoRA .safetensors files that prompt tags <lora:NAME:SCALE> name (tags are removed from "
                 "the prompt before encoding and kept in the PNG metadata)");
   c->add_flag("--pe", o->pe, "rewrite the prompt with the model's prompt enhancer first");
+  c->add_option("--init-img,-i", o->init_img, "img2img: start from this PNG (VAE-encoded, then noised to --strength); "
+                                             "the size follows it unless -W/-H are given");
+  c->add_option("--strength", o->strength, "img2img: how much of the schedule runs, (0, 1]; 1 ignores the image "
+                                          "outside a mask (default 0.75, with --mask 1)");
+  c->add_flag("--resize", o->resize, "img2img: resize the init image (and mask) to -W x -H (Lanczos) instead of "
+                                     "rejecting another size");
+  c->add_option("--mask", o->mask, "inpainting: PNG of the init image's size; white repaints, black keeps (in a mask "
+                                  "with transparency, transparent repaints, as OpenAI's edits)");
+  c->add_option("--mask-blur", o->mask_blur, "inpainting: blur the mask by this many pixels (a Gaussian's sigma; "
+                                            "default 0)");
+  c->add_flag("--composite", o->composite, "inpainting: paste the init image's unmasked pixels back over the result "
+                                           "(softened by --mask-blur)");
   add_engine_flags(*c, o->engine);
   return std::function<int()>([o, c] { return run(*o, *c); });
 });

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "io/png.h"
 #include "io/safetensors.h"
 
 namespace ernie::cli {
@@ -107,6 +108,15 @@ InitLatents load_init_latents(const std::string& path) {
     }
   }
   return il;
+}
+
+Image load_image_flag(const std::string& path, const char* flag) {
+  try {
+    PngImage p = read_png(path);
+    return Image{p.width, p.height, std::move(p.rgb), std::move(p.alpha)};
+  } catch (const Error& e) {
+    throw Error(std::string(flag) + ": " + e.what());
+  }
 }
 
 }  // namespace ernie::cli

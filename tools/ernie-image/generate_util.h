@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "engine/image.h"
 
 namespace ernie::cli {
 
@@ -21,5 +22,8 @@ struct InitLatents {
   std::optional<uint64_t> seed; // from the file's metadata, when it was saved by --save-latents
 };
 InitLatents load_init_latents(const std::string& path);
+
+// An image for img2img or a mask, from a PNG file (alpha kept for masks); throws Error naming `flag` and the path.
+Image load_image_flag(const std::string& path, const char* flag);
 
 }  // namespace ernie::cli
