@@ -1,5 +1,5 @@
 // When to run waiting requests together. Requests are compatible when they share size, steps, guidance,
-// use_pe, sampler, shift and LoRAs (one pass of the denoiser can take them as one batch). A batch is formed only when the
+// use_pe, sampler, shift, LoRAs and img2img's strength, image and mask (one pass of the denoiser can take them as one batch). A batch is formed only when the
 // measured time of the larger batch is no longer than the head request's time alone (within `tolerance`
 // for timing noise), so nobody waits longer than without batching: the head finishes no later, the other
 // members finish earlier, and requests they jump over start no later. A batch size never measured is
@@ -21,7 +21,9 @@ struct BatchKey {
   int sampler = 0;  // SamplerKind
   float shift = 0;
   std::vector<std::pair<std::string, float>> loras;  // resolved paths and scales, in order
-  auto tie() const { return std::tie(width, height, steps, cfg, use_pe, sampler, shift, loras); }
+  float strength = -1;           // img2img: the strength (its first step); -1 text-to-image
+  bool image = false, mask = false;  // an init image, a mask
+  auto tie() const { return std::tie(width, height, steps, cfg, use_pe, sampler, shift, loras, strength, image, mask); }
   bool operator==(const BatchKey& o) const { return tie() == o.tie(); }
   bool operator<(const BatchKey& o) const { return tie() < o.tie(); }
 };

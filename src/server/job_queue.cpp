@@ -22,6 +22,9 @@ double seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 BatchKey key_of(const GenerateRequest& r) {
   BatchKey k{r.width, r.height, r.steps, r.cfg, r.use_pe, int(r.sampler), r.shift, {}};
   for (const LoraRef& l : r.loras) k.loras.push_back({l.path, l.scale});
+  k.strength = r.strength;
+  k.image = r.init_image.has_value();
+  k.mask = r.mask.has_value();
   return k;
 }
 

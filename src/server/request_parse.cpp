@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "engine/init_image.h"
+#include "io/png.h"
 #include "server/api_error.h"
 
 namespace ernie::server {
@@ -80,7 +82,33 @@ std::pair<int, int> parse_size(const std::string& s, int max_side) {
   return {side[0], side[1]};
 }
 
-ParsedRequest parse_generation_request(const std::string& body, const ParseLimits& lim) {
+Image decode_image_field(const std::string& png, const char* field, const ParseLimits& lim) {
+  const std::string f(field);
+  static const std::string sig("\x89PNG\r\n\x1a\n", 8);
+  if (png.compare(0, 8, sig) != 0) bad_request(f + " must be a PNG file", f, "invalid_image");
+  if (png.size() >= 24 && png.compare(12, 4, "IHDR") == 0) {  // the size, before anything is allocated
+    auto be32 = [&](size_t i) {
+      return int64_t(uint8_t(png[i])) << 24 | int64_t(uint8_t(png[i + 1])) << 16 | int64_t(uint8_t(png[i + 2])) << 8 |
+             int64_t(uint8_t(png[i + 3]));
+    };
+    const int64_t w = be32(16), h = be32(20);
+    if (w * h > lim.max_image_pixels)
+      bad_request(f + ": a " + to_string(w) + "x" + to_string(h) + " image is too large (at most " +
+                      to_string(lim.max_image_pixels) + " pixels)", f, "invalid_image");
+  }
+  try {
+    PngImage p = decode_png(std::vector<uint8_t>(png.begin(), png.end()), f);
+    return Image{p.width, p.height, std::move(p.rgb), std::move(p.alpha)};
+  } catch (const Error& e) {
+    bad_request(e.what(), f, "invalid_image");
+  }
+}
+
+namespace {
+ParsedRequest parse_object(const json& j, const ParseLimits& lim, bool require_image);
+}  // namespace
+
+ParsedRequest parse_generation_request(const std::string& body, const ParseLimits& lim, bool require_image) {
   if (body.empty()) bad_request("request body is empty; send a JSON object with at least \"prompt\"", "", "invalid_json");
   check_nesting(body, lim.max_nesting);
   json j;
@@ -90,6 +118,46 @@ ParsedRequest parse_generation_request(const std::string& body, const ParseLimit
     bad_request(std::string("request body is not valid JSON: ") + e.what(), "", "invalid_json");
   }
   if (!j.is_object()) bad_request("request body must be a JSON object, not " + type_name(j), "", "invalid_json");
+  return parse_object(j, lim, require_image);
+}
+
+ParsedRequest parse_edit_form(const std::vector<FormPart>& parts, const ParseLimits& lim) {
+  // Form fields are text: those the JSON body types as numbers, booleans or arrays are read as JSON (a
+  // value that does not parse stays a string, so the usual type error names the field).
+  static const std::set<std::string> typed = {"n", "steps", "guidance_scale", "seed", "strength", "mask_blur",
+                                              "shift", "use_pe", "composite", "resize", "loras"};
+  json j = json::object();
+  std::string image, mask;
+  bool have_image = false, have_mask = false;
+  for (const FormPart& p : parts) {
+    const std::string field = p.name == "image[]" ? "image" : p.name;
+    if (field == "image" || field == "mask") {
+      bool& have = field == "image" ? have_image : have_mask;
+      if (have) bad_request("more than one " + field + " part; this model edits one image", field, "invalid_value");
+      have = true;
+      (field == "image" ? image : mask) = p.data;
+      continue;
+    }
+    if (j.contains(field)) bad_request("field '" + field.substr(0, 64) + "' appears twice", field.substr(0, 64));
+    if (p.data.size() > lim.max_prompt_bytes + 64)
+      bad_request("field '" + field.substr(0, 64) + "' is " + to_string(p.data.size()) + " bytes long", field.substr(0, 64));
+    json v = p.data;
+    if (typed.count(field)) {
+      check_nesting(p.data, lim.max_nesting);
+      json parsed = json::parse(p.data, nullptr, false);
+      if (!parsed.is_discarded()) v = std::move(parsed);
+    }
+    j[field] = std::move(v);
+  }
+  if (!have_image) bad_request("image is required: the PNG to edit, as a file part named 'image'", "image", "missing_field");
+  ParsedRequest out = parse_object(j, lim, false);
+  out.req.init_image = decode_image_field(image, "image", lim);
+  if (have_mask) out.req.mask = decode_image_field(mask, "mask", lim);
+  return out;
+}
+
+namespace {
+ParsedRequest parse_object(const json& j, const ParseLimits& lim, bool require_image) {
 
   static const std::set<std::string> ignored = {"model", "user", "quality", "style", "background", "moderation"};
   ParsedRequest out;
@@ -191,19 +259,40 @@ ParsedRequest parse_generation_request(const std::string& body, const ParseLimit
         if (l.name.empty()) bad_request("loras[].name is required", "loras", "missing_field");
         r.loras.push_back(l);
       }
+    } else if (k == "image" || k == "mask") {  // base64 PNG (or a data URL)
+      if (v.is_null()) continue;
+      if (!v.is_string()) bad_request(k + " must be a base64 PNG string, not " + type_name(v), k);
+      const std::string png = base64_decode(v.get_ref<const std::string&>(), k.c_str());
+      (k == "image" ? r.init_image : r.mask) = decode_image_field(png, k.c_str(), lim);
+    } else if (k == "strength") {
+      if (v.is_null()) continue;
+      if (!v.is_number()) bad_request("strength must be a number, not " + type_name(v), "strength");
+      const double st = v.get<double>();
+      if (!std::isfinite(st) || st <= 0 || st > 1) bad_request("strength " + v.dump() + " must be in (0, 1]", "strength");
+      r.strength = float(st);
+    } else if (k == "mask_blur") {
+      if (!v.is_null()) r.mask_blur = int(get_int(v, "mask_blur", 0, kMaxMaskBlur));
+    } else if (k == "composite" || k == "resize") {
+      if (v.is_null()) continue;
+      if (!v.is_boolean()) bad_request(k + " must be true or false, not " + type_name(v), k);
+      (k == "composite" ? r.composite : r.resize) = v.get<bool>();
     } else if (ignored.count(k)) {
       continue;  // OpenAI fields with no meaning here
     } else {
       bad_request("unknown field '" + k.substr(0, 64) +
                       "'; known: prompt, negative_prompt, n, size, response_format, steps, guidance_scale, seed, use_pe, "
-                      "sampler, shift, rng, loras",
+                      "sampler, shift, rng, loras, image, mask, strength, mask_blur, composite, resize",
                   k.substr(0, 64), "unknown_field");
     }
   }
+  if (require_image && !r.init_image)
+    bad_request("image is required: the PNG to edit, base64 (or a multipart file part named 'image')", "image",
+                "missing_field");
   if (!have_prompt) bad_request("prompt is required", "prompt", "missing_field");
   if (r.prompt.find_first_not_of(" \t\r\n") == std::string::npos)
     bad_request("prompt must not be empty", "prompt", "invalid_value");
   return out;
 }
+}  // namespace
 
 }  // namespace ernie::server

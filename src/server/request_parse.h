@@ -1,12 +1,15 @@
-// The JSON body of POST /v1/images/generations and POST /v1/jobs -> a GenerateRequest. OpenAI Images
-// fields (prompt, n, size "WxH", response_format b64_json, model/user/quality/style accepted and ignored)
-// plus ours (negative_prompt, steps, guidance_scale, seed, use_pe). Type and range errors throw
+// The JSON body of POST /v1/images/generations, /v1/images/edits and /v1/jobs -> a GenerateRequest. OpenAI
+// Images fields (prompt, n, size "WxH", response_format b64_json, model/user/quality/style accepted and
+// ignored) plus ours (negative_prompt, steps, guidance_scale, seed, use_pe, sampler, shift, rng, loras, and
+// img2img's image, mask as base64 PNGs, strength, mask_blur, composite, resize). The multipart body of
+// /v1/images/edits (OpenAI's) maps onto the same fields. Type and range errors throw
 // ApiException (400) naming the field; model-specific checks (size a multiple of the scale factor, ...)
 // are Engine::resolve's.
 #pragma once
 #include <string>
 
 #include "engine/engine.h"
+#include "server/form_data.h"
 
 namespace ernie::server {
 
@@ -17,6 +20,7 @@ struct ParseLimits {
   int max_steps = 1000;
   float max_guidance = 100.0f;
   int max_nesting = 16;             // JSON depth
+  int64_t max_image_pixels = int64_t(4096) * 4096;  // an init image or mask, read from its PNG header first
 };
 
 struct ParsedRequest {
@@ -24,7 +28,14 @@ struct ParsedRequest {
   bool seed_given = false;  // false: the server picks one
 };
 
-ParsedRequest parse_generation_request(const std::string& body, const ParseLimits& lim = {});
+// `require_image`: the edits route, where `image` is required.
+ParsedRequest parse_generation_request(const std::string& body, const ParseLimits& lim = {}, bool require_image = false);
+// POST /v1/images/edits as multipart/form-data: the text fields as the JSON body's (numbers, booleans and
+// `loras` read from their text), the files `image` (or one `image[]`) and `mask` as PNG bytes.
+ParsedRequest parse_edit_form(const std::vector<FormPart>& parts, const ParseLimits& lim = {});
+// PNG bytes of the request field `field` -> an image (alpha kept for masks); not a PNG, corrupt, or over
+// lim.max_image_pixels (checked in the header, before decoding) is a 400 naming the field.
+Image decode_image_field(const std::string& png, const char* field, const ParseLimits& lim);
 
 // "1024x768" -> (1024, 768); throws ApiException for anything else.
 std::pair<int, int> parse_size(const std::string& s, int max_side);

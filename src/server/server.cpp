@@ -88,27 +88,6 @@ std::string size_str(int w, int h) { return std::to_string(w) + "x" + std::to_st
 
 }  // namespace
 
-std::string base64_encode(const std::string& in) {
-  static const char* t = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  out.reserve((in.size() + 2) / 3 * 4);
-  size_t i = 0;
-  for (; i + 2 < in.size(); i += 3) {
-    uint32_t v = uint32_t(uint8_t(in[i])) << 16 | uint32_t(uint8_t(in[i + 1])) << 8 | uint8_t(in[i + 2]);
-    out += t[v >> 18];
-    out += t[(v >> 12) & 63];
-    out += t[(v >> 6) & 63];
-    out += t[v & 63];
-  }
-  if (i < in.size()) {
-    uint32_t v = uint32_t(uint8_t(in[i])) << 16 | (i + 1 < in.size() ? uint32_t(uint8_t(in[i + 1])) << 8 : 0);
-    out += t[v >> 18];
-    out += t[(v >> 12) & 63];
-    out += i + 1 < in.size() ? t[(v >> 6) & 63] : '=';
-    out += '=';
-  }
-  return out;
-}
 
 Server::Server(std::unique_ptr<Engine> pipeline, ServerOptions opt) : opt_(std::move(opt)) {
   ERNIE_CHECK(pipeline != nullptr, "server: no pipeline");
@@ -175,8 +154,11 @@ bool Server::authorized(const httplib::Request& req) const {
   return scheme == "bearer" && start < h.size() && constant_time_equal(h.substr(start), opt_.api_key);
 }
 
-GenerateRequest Server::parse_and_resolve(const std::string& body) const {
-  ParsedRequest p = parse_generation_request(body, opt_.limits);
+GenerateRequest Server::parse_and_resolve(const httplib::Request& req, const std::string& body, bool edit) const {
+  const std::string ct = req.get_header_value("Content-Type");
+  const bool form = edit && ct.size() >= 19 && ct.compare(0, 19, "multipart/form-data") == 0;
+  ParsedRequest p = form ? parse_edit_form(parse_multipart(body, multipart_boundary(ct)), opt_.limits)
+                         : parse_generation_request(body, opt_.limits, edit);
   if (!p.seed_given) p.req.seed = random_seed();
   try {
     return queue_->pipeline().resolve(p.req);
@@ -209,10 +191,10 @@ json Server::model_info() const {
           {"api_key_required", !opt_.api_key.empty()}};
 }
 
-void Server::handle_generations(const httplib::Request& req, httplib::Response& res, const std::string& body) {
+void Server::handle_generations(const httplib::Request& req, httplib::Response& res, const std::string& body, bool edit) {
   if (!authorized(req)) return send_error(res, unauthorized());
   if (queue_->stopping()) return send_error(res, shutting_down());
-  JobPtr job = queue_->submit(parse_and_resolve(body));
+  JobPtr job = queue_->submit(parse_and_resolve(req, body, edit));
   res.set_header("X-Job-Id", job->id);
   // The client waits on this connection: when it goes away, nobody is left to take the images.
   while (!queue_->wait_finished(job, std::chrono::milliseconds(200)))
@@ -241,7 +223,7 @@ void Server::handle_generations(const httplib::Request& req, httplib::Response& 
 void Server::handle_submit(const httplib::Request& req, httplib::Response& res, const std::string& body) {
   if (!authorized(req)) return send_error(res, unauthorized());
   if (queue_->stopping()) return send_error(res, shutting_down());
-  JobPtr job = queue_->submit(parse_and_resolve(body));
+  JobPtr job = queue_->submit(parse_and_resolve(req, body));
   res.set_header("Location", "/v1/jobs/" + job->id);
   send_json(res, 202, queue_->describe(*job));
 }
@@ -310,6 +292,9 @@ void Server::routes() {
 
   s.Post("/v1/images/generations", with_body([this](auto& req, auto& res, const std::string& body) {
     handle_generations(req, res, body);
+  }));
+  s.Post("/v1/images/edits", with_body([this](auto& req, auto& res, const std::string& body) {
+    handle_generations(req, res, body, true);
   }));
   s.Post("/v1/jobs", with_body([this](auto& req, auto& res, const std::string& body) { handle_submit(req, res, body); }));
 

@@ -18,6 +18,7 @@
 
 #include "engine/engine.h"
 #include "server/connection_guard.h"
+#include "server/form_data.h"
 #include "server/job_queue.h"
 #include "server/request_parse.h"
 
@@ -34,7 +35,7 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;                     // 0: any free port (tests)
   std::string api_key;                 // empty: no key needed
-  size_t max_body_bytes = 1 << 20;     // larger bodies -> 413
+  size_t max_body_bytes = size_t(16) << 20;  // larger bodies -> 413 (an img2img PNG fits)
   int http_threads = 32;               // requests served at once (SSE streams hold one each)
   GuardOptions guard;                  // limits on connections and request framing (connection_guard.h)
   QueueOptions queue;
@@ -61,10 +62,11 @@ class Server {
  private:
   void routes();
   bool authorized(const httplib::Request& req) const;
-  void handle_generations(const httplib::Request& req, httplib::Response& res, const std::string& body);
+  // POST /v1/images/generations, or /v1/images/edits (`edit`: multipart or JSON, an image required).
+  void handle_generations(const httplib::Request& req, httplib::Response& res, const std::string& body, bool edit = false);
   void handle_submit(const httplib::Request& req, httplib::Response& res, const std::string& body);
   void handle_events(const httplib::Request& req, httplib::Response& res, const JobPtr& job);
-  GenerateRequest parse_and_resolve(const std::string& body) const;
+  GenerateRequest parse_and_resolve(const httplib::Request& req, const std::string& body, bool edit = false) const;
   nlohmann::json model_info() const;
 
   ServerOptions opt_;
@@ -78,7 +80,5 @@ class Server {
   EngineInfo info_;  // how the engine was loaded (its memory plan), for /health and /v1/info
 };
 
-// Base64 (RFC 4648, with padding).
-std::string base64_encode(const std::string& bytes);
 
 }  // namespace ernie::server

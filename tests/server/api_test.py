@@ -482,7 +482,7 @@ def main():
     binary, data = sys.argv[1], sys.argv[2]
     model = os.path.join(data, "tiny-ernie-image", "model")
     t0 = time.time()
-    srv = Server(binary, model, "--api-key", KEY, "--max-queue", "3")
+    srv = Server(binary, model, "--api-key", KEY, "--max-queue", "3", "--max-body-bytes", "1048576")
     try:
         info = test_static_and_meta(srv)
         sf = info["scale_factor"]

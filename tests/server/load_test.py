@@ -84,7 +84,7 @@ def main():
     asan = os.environ.get("ASAN_OPTIONS", "")
     asan = ":".join(x for x in [asan, "quarantine_size_mb=8", "thread_local_quarantine_size_kb=256",
                                 "allocator_release_to_os_interval_ms=200"] if x)
-    srv = Server(binary, model, "--api-key", KEY, "--max-queue", "64", "--quiet", env={"ASAN_OPTIONS": asan})
+    srv = Server(binary, model, "--api-key", KEY, "--max-queue", "64", "--quiet", "--max-body-bytes", "1048576", env={"ASAN_OPTIONS": asan})
     try:
         s, info = srv.json("GET", "/v1/info", headers=AUTH)
         sf = info["scale_factor"]

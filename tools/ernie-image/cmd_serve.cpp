@@ -26,7 +26,7 @@ struct Opts {
   EngineOptions engine;
   std::string host = "127.0.0.1", api_key;
   int port = 8080, max_queue = 16;
-  size_t max_body = 1 << 20;
+  size_t max_body = size_t(16) << 20;
   double grace = 30;
   bool no_pe = false, quiet = false;
 };
@@ -100,7 +100,7 @@ Register reg(30, [](CLI::App& app) {
   c->add_option("--port", o->port, "TCP port (default 8080; 0 picks a free one)");
   c->add_option("--api-key", o->api_key, "require 'Authorization: Bearer KEY' on /v1 routes");
   c->add_option("--max-queue", o->max_queue, "waiting requests before 429 (default 16)");
-  c->add_option("--max-body-bytes", o->max_body, "largest request body before 413 (default 1 MiB)");
+  c->add_option("--max-body-bytes", o->max_body, "largest request body before 413 (default 16 MiB: room for an img2img PNG)");
   c->add_option("--lora-dir,--lora-model-dir", o->engine.lora_dir,
                 "folder of LoRA .safetensors files requests may name (\"loras\": [{\"name\", \"scale\"}] or prompt "
                 "tags <lora:NAME:SCALE>); GET /v1/loras lists them");

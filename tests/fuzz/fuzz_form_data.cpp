@@ -1,0 +1,42 @@
+// libFuzzer target: the bodies of POST /v1/images/edits and the image fields (server/form_data.h,
+// server/request_parse.h) on arbitrary bytes. The first byte picks the parser: base64, a multipart body
+// (its own boundary line first), or a JSON body. Errors must be ApiExceptions (400s); anything else, or a
+// crash, is a finding. What base64 decodes must encode back to the canonical form of its input.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "server/api_error.h"
+#include "server/form_data.h"
+#include "server/request_parse.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace ernie::server;
+  if (size == 0) return 0;
+  const std::string_view in(reinterpret_cast<const char*>(data) + 1, size - 1);
+  ParseLimits lim;
+  lim.max_image_pixels = 1 << 16;  // small images only: the fuzzer explores the parsers, not libpng's speed
+  try {
+    switch (data[0] % 3) {
+      case 0: {
+        const std::string bytes = base64_decode(in, "image");
+        if (in.substr(0, 5) != "data:" && base64_decode(base64_encode(bytes), "image") != bytes) __builtin_trap();
+        break;
+      }
+      case 1: {  // "boundary\n" then the body
+        const size_t nl = in.find('\n');
+        if (nl == std::string_view::npos) return 0;
+        const std::string boundary = multipart_boundary("multipart/form-data; boundary=" + std::string(in.substr(0, nl)));
+        const std::vector<FormPart> parts = parse_multipart(in.substr(nl + 1), boundary);
+        if (parts.size() > kMaxFormParts) __builtin_trap();
+        parse_edit_form(parts, lim);
+        break;
+      }
+      default:
+        parse_generation_request(std::string(in), lim, true);
+    }
+  } catch (const ApiException&) {
+  }
+  return 0;
+}

@@ -1,0 +1,157 @@
+// The edits route's parsers: base64 both ways, multipart/form-data, the image fields of a request (JSON and
+// form), and the bad images and forms that must be 400s naming their field.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <iterator>
+
+#include "golden.h"
+#include "io/png.h"
+#include "server/api_error.h"
+#include "server/form_data.h"
+#include "server/request_parse.h"
+
+namespace ernie::server {
+namespace {
+
+template <class F>
+ApiError api_error_of(F&& f) {
+  try {
+    f();
+  } catch (const ApiException& e) {
+    return e.error;
+  }
+  ADD_FAILURE() << "no ApiException";
+  return {};
+}
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+std::string input_png() { return file_bytes(test::data_dir() + "/img2img/case2_input.png"); }  // 16x16 RGB
+std::string mask_png() { return file_bytes(test::data_dir() + "/img2img/case3_mask.png"); }    // 32x32 grey
+
+std::string part(const std::string& name, const std::string& data, const std::string& filename = "") {
+  return "--B0und\r\nContent-Disposition: form-data; name=\"" + name + "\"" +
+         (filename.empty() ? "" : "; filename=\"" + filename + "\"\r\nContent-Type: image/png") + "\r\n\r\n" + data +
+         "\r\n";
+}
+
+TEST(Base64, DecodesWhatItEncodesAndRejectsTheRest) {
+  for (std::string s : {std::string(""), std::string("f"), std::string("fo"), std::string("foo"), std::string("\xff\x00\xfe\x01", 4)})
+    EXPECT_EQ(base64_decode(base64_encode(s), "image"), s);
+  EXPECT_EQ(base64_decode("Zm9vYg", "image"), "foob");  // unpadded
+  EXPECT_EQ(base64_decode("data:image/png;base64,Zm9v", "image"), "foo");
+  for (const char* bad : {"Zm9", "Zm9v!", "Zm 9v", "Z===", "Zh==", "data:text/plain,foo", "Zm9vY"}) {
+    const ApiError e = api_error_of([&] { base64_decode(bad, "mask"); });
+    EXPECT_EQ(e.status, 400) << bad;
+    EXPECT_EQ(e.param, "mask") << bad;
+  }
+}
+
+TEST(Multipart, ReadsPartsAsSent) {
+  const std::string body = "preamble\r\n" + part("prompt", "a \"cat\"") + part("image", std::string("\x89PNG\r\n--B0", 10), "x.png") +
+                           "--B0und--\r\nepilogue";
+  const std::vector<FormPart> p = parse_multipart(body, multipart_boundary("multipart/form-data; boundary=B0und"));
+  ASSERT_EQ(p.size(), 2u);
+  EXPECT_EQ(p[0].name, "prompt");
+  EXPECT_EQ(p[0].data, "a \"cat\"");
+  EXPECT_EQ(p[1].filename, "x.png");
+  EXPECT_EQ(p[1].content_type, "image/png");
+  EXPECT_EQ(p[1].data, std::string("\x89PNG\r\n--B0", 10));  // a boundary prefix inside the data is data
+  EXPECT_EQ(multipart_boundary("Multipart/Form-Data; charset=utf-8; boundary=\"a b\""), "a b");
+}
+
+TEST(Multipart, MalformedBodiesAre400s) {
+  for (const char* ct : {"application/json", "multipart/form-data", "multipart/form-data; boundary="})
+    EXPECT_EQ(api_error_of([&] { multipart_boundary(ct); }).status, 400) << ct;
+  const std::vector<std::string> bad = {
+      "",                                                                        // no boundary
+      "--B0und\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\nunterminated",  // no closing boundary
+      "--B0und\r\nContent-Type: text/plain\r\n\r\nx\r\n--B0und--",              // no name
+      "--B0und\r\nContent-Disposition: attachment; name=\"a\"\r\n\r\nx\r\n--B0und--",
+      "--B0und\r\nno colon\r\n\r\nx\r\n--B0und--",
+      "--B0und\r\nContent-Disposition: form-data; name=\"a\r\n\r\nx\r\n--B0und--",  // open quote
+      "--B0undX",                                                                 // boundary line without CRLF
+      "--B0und\r\n" + std::string(10000, 'h'),                                   // endless headers
+  };
+  for (const std::string& b : bad) EXPECT_EQ(api_error_of([&] { parse_multipart(b, "B0und"); }).code, "invalid_multipart") << b.substr(0, 60);
+  std::string many;
+  for (size_t i = 0; i <= kMaxFormParts; ++i) many += part("f" + std::to_string(i), "x");
+  EXPECT_EQ(api_error_of([&] { parse_multipart(many + "--B0und--", "B0und"); }).status, 400);
+}
+
+TEST(EditRequest, FormFieldsAreTypedLikeTheJsonBody) {
+  const std::string body = part("image", input_png(), "in.png") + part("prompt", "a cat") + part("n", "2") +
+                           part("size", "16x16") + part("strength", "0.5") + part("composite", "false") +
+                           part("model", "ernie-image") + part("response_format", "b64_json") + "--B0und--\r\n";
+  const ParsedRequest p = parse_edit_form(parse_multipart(body, "B0und"));
+  EXPECT_EQ(p.req.prompt, "a cat");
+  EXPECT_EQ(p.req.num_images, 2);
+  EXPECT_EQ(p.req.width, 16);
+  EXPECT_FLOAT_EQ(p.req.strength, 0.5f);
+  ASSERT_TRUE(p.req.init_image.has_value());
+  EXPECT_EQ(p.req.init_image->width, 16);
+  EXPECT_FALSE(p.req.mask.has_value());
+  // image[] (the SDK's name for a list) and a mask; a mask with no transparency has no alpha
+  const std::string b2 = part("image[]", input_png(), "in.png") + part("mask", mask_png(), "m.png") + part("prompt", "x") +
+                         "--B0und--";
+  const ParsedRequest q = parse_edit_form(parse_multipart(b2, "B0und"));
+  ASSERT_TRUE(q.req.mask.has_value());
+  EXPECT_EQ(q.req.mask->width, 32);
+  EXPECT_TRUE(q.req.mask->alpha.empty());
+}
+
+TEST(EditRequest, BadImagesAndFormsAre400sNamingTheField) {
+  auto form_error = [](const std::string& parts) {
+    return api_error_of([&] { parse_edit_form(parse_multipart(parts + "--B0und--", "B0und")); });
+  };
+  const std::string png = input_png();
+  struct Case {
+    std::string parts, param;
+  };
+  std::string huge = png;  // a 100 MP header: refused before any decoding
+  huge[16] = 0, huge[17] = 0, huge[18] = 0x27, huge[19] = 0x10, huge[20] = 0, huge[21] = 0, huge[22] = 0x27, huge[23] = 0x10;
+  const std::vector<Case> cases = {
+      {part("prompt", "x"), "image"},                                                   // no image
+      {part("image", "GIF89a....", "a.gif") + part("prompt", "x"), "image"},           // not a PNG
+      {part("image", png.substr(0, png.size() / 2), "t.png") + part("prompt", "x"), "image"},  // truncated
+      {part("image", huge, "h.png") + part("prompt", "x"), "image"},                   // 10000x10000
+      {part("image", png, "a.png") + part("image", png, "b.png") + part("prompt", "x"), "image"},
+      {part("image", png, "a.png") + part("mask", "nope", "m.png") + part("prompt", "x"), "mask"},
+      {part("image", png, "a.png") + part("prompt", "x") + part("strength", "1.5"), "strength"},
+      {part("image", png, "a.png") + part("prompt", "x") + part("strength", "strong"), "strength"},
+      {part("image", png, "a.png") + part("prompt", "x") + part("n", "two"), "n"},
+      {part("image", png, "a.png") + part("prompt", "x") + part("prompt", "y"), "prompt"},
+      {part("image", png, "a.png") + part("prompt", "x") + part("mask_blur", "-1"), "mask_blur"},
+      {part("image", png, "a.png") + part("prompt", "x") + part("wat", "1"), "wat"},
+  };
+  for (const Case& c : cases) {
+    const ApiError e = form_error(c.parts);
+    EXPECT_EQ(e.status, 400) << c.param << ": " << e.message;
+    EXPECT_EQ(e.param, c.param) << e.message;
+  }
+  EXPECT_NE(form_error(cases[3].parts).message.find("too large"), std::string::npos);
+}
+
+TEST(EditRequest, JsonImagesAreBase64Pngs) {
+  const std::string b64 = base64_encode(input_png());
+  const ParsedRequest p = parse_generation_request(
+      R"({"prompt": "x", "image": ")" + b64 + R"(", "strength": 0.6, "mask_blur": 3, "resize": true})", {}, true);
+  ASSERT_TRUE(p.req.init_image.has_value());
+  EXPECT_EQ(p.req.init_image->height, 16);
+  EXPECT_EQ(p.req.mask_blur, 3);
+  EXPECT_TRUE(p.req.resize);
+  auto json_error = [](const std::string& body, bool edit) {
+    return api_error_of([&] { parse_generation_request(body, {}, edit); });
+  };
+  EXPECT_EQ(json_error(R"({"prompt": "x"})", true).param, "image");
+  EXPECT_EQ(json_error(R"({"prompt": "x", "image": 3})", false).param, "image");
+  EXPECT_EQ(json_error(R"({"prompt": "x", "image": "!!!!"})", false).code, "invalid_base64");
+  EXPECT_EQ(json_error(R"({"prompt": "x", "mask": ")" + base64_encode("not a png") + R"("})", false).code, "invalid_image");
+  EXPECT_EQ(json_error(R"({"prompt": "x", "composite": "yes"})", false).param, "composite");
+}
+
+}  // namespace
+}  // namespace ernie::server
