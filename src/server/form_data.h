@@ -1,6 +1,6 @@
-// Request bodies that carry files: base64 (RFC 4648) both ways, and multipart/form-data (RFC 7578), the body
-// of OpenAI's POST /v1/images/edits. Both parsers are strict and bounded (tests/fuzz/fuzz_form_data.cpp):
-// malformed input throws ApiException (400) naming the field.
+// Request bodies that carry files: base64 (RFC 4648) both ways (strict: malformed input throws ApiException,
+// a 400 naming the field; tests/fuzz/fuzz_form_data.cpp), and the parts of a multipart/form-data body (OpenAI's
+// POST /v1/images/edits), which httplib's parser reads (server.cpp).
 #pragma once
 #include <string>
 #include <string_view>
@@ -19,11 +19,6 @@ struct FormPart {
   std::string content_type;  // the part's Content-Type, or empty
   std::string data;
 };
-constexpr size_t kMaxFormParts = 64;
-
-// The boundary of a "multipart/form-data; boundary=..." Content-Type; throws unless it is one.
-std::string multipart_boundary(const std::string& content_type);
-// The parts of a multipart body, in order (at most kMaxFormParts; part headers at most 8 KiB each).
-std::vector<FormPart> parse_multipart(std::string_view body, const std::string& boundary);
+constexpr size_t kMaxFormParts = 64;  // more is a 400
 
 }  // namespace ernie::server

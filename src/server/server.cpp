@@ -84,6 +84,35 @@ bool read_body(const httplib::Request& req, const httplib::ContentReader& reader
   return true;
 }
 
+// A multipart/form-data body's parts, read by httplib's parser; false after sending the error.
+bool read_form(const httplib::ContentReader& reader, size_t limit, std::vector<FormPart>& parts,
+               httplib::Response& res) {
+  size_t total = 0;
+  bool over = false, too_many = false;
+  const bool ok = reader(
+      [&](const httplib::MultipartFormData& f) {
+        if (parts.size() == kMaxFormParts) return !(too_many = true);
+        parts.push_back({f.name, f.filename, f.content_type, {}});
+        return true;
+      },
+      [&](const char* d, size_t n) {
+        if ((total += n) > limit) return !(over = true);
+        parts.back().data.append(d, n);
+        return true;
+      });
+  if (over) {
+    send_error(res, too_large(limit));
+    return false;
+  }
+  if (!ok || too_many) {
+    send_error(res, ApiError{400, too_many ? "multipart body: more than " + std::to_string(kMaxFormParts) + " parts"
+                                           : "multipart body: malformed (boundary, part headers or framing)",
+                             "invalid_request_error", "", "invalid_multipart"});
+    return false;
+  }
+  return true;
+}
+
 std::string size_str(int w, int h) { return std::to_string(w) + "x" + std::to_string(h); }
 
 }  // namespace
@@ -154,11 +183,7 @@ bool Server::authorized(const httplib::Request& req) const {
   return scheme == "bearer" && start < h.size() && constant_time_equal(h.substr(start), opt_.api_key);
 }
 
-GenerateRequest Server::parse_and_resolve(const httplib::Request& req, const std::string& body, bool edit) const {
-  const std::string ct = req.get_header_value("Content-Type");
-  const bool form = edit && ct.size() >= 19 && ct.compare(0, 19, "multipart/form-data") == 0;
-  ParsedRequest p = form ? parse_edit_form(parse_multipart(body, multipart_boundary(ct)), opt_.limits)
-                         : parse_generation_request(body, opt_.limits, edit);
+GenerateRequest Server::resolve_parsed(ParsedRequest p) const {
   if (!p.seed_given) p.req.seed = random_seed();
   try {
     return queue_->pipeline().resolve(p.req);
@@ -191,10 +216,11 @@ json Server::model_info() const {
           {"api_key_required", !opt_.api_key.empty()}};
 }
 
-void Server::handle_generations(const httplib::Request& req, httplib::Response& res, const std::string& body, bool edit) {
+void Server::handle_generations(const httplib::Request& req, httplib::Response& res,
+                                const std::function<ParsedRequest()>& parse) {
   if (!authorized(req)) return send_error(res, unauthorized());
   if (queue_->stopping()) return send_error(res, shutting_down());
-  JobPtr job = queue_->submit(parse_and_resolve(req, body, edit));
+  JobPtr job = queue_->submit(resolve_parsed(parse()));
   res.set_header("X-Job-Id", job->id);
   // The client waits on this connection: when it goes away, nobody is left to take the images.
   while (!queue_->wait_finished(job, std::chrono::milliseconds(200)))
@@ -223,7 +249,7 @@ void Server::handle_generations(const httplib::Request& req, httplib::Response& 
 void Server::handle_submit(const httplib::Request& req, httplib::Response& res, const std::string& body) {
   if (!authorized(req)) return send_error(res, unauthorized());
   if (queue_->stopping()) return send_error(res, shutting_down());
-  JobPtr job = queue_->submit(parse_and_resolve(req, body));
+  JobPtr job = queue_->submit(resolve_parsed(parse_generation_request(body, opt_.limits)));
   res.set_header("Location", "/v1/jobs/" + job->id);
   send_json(res, 202, queue_->describe(*job));
 }
@@ -291,11 +317,21 @@ void Server::routes() {
   };
 
   s.Post("/v1/images/generations", with_body([this](auto& req, auto& res, const std::string& body) {
-    handle_generations(req, res, body);
+    handle_generations(req, res, [&] { return parse_generation_request(body, opt_.limits); });
   }));
-  s.Post("/v1/images/edits", with_body([this](auto& req, auto& res, const std::string& body) {
-    handle_generations(req, res, body, true);
-  }));
+  // OpenAI's edits: multipart/form-data (httplib parses the parts), or JSON with the image in base64.
+  auto edits_json = with_body([this](auto& req, auto& res, const std::string& body) {
+    handle_generations(req, res, [&] { return parse_generation_request(body, opt_.limits, true); });
+  });
+  s.Post("/v1/images/edits", [this, guard, edits_json](const httplib::Request& req, httplib::Response& res,
+                                                       const httplib::ContentReader& reader) {
+    if (!req.is_multipart_form_data()) return edits_json(req, res, reader);
+    std::vector<FormPart> parts;
+    if (!read_form(reader, opt_.max_body_bytes, parts, res)) return;
+    guard([&](const httplib::Request& rq, httplib::Response& rs) {
+      handle_generations(rq, rs, [&] { return parse_edit_form(parts, opt_.limits); });
+    })(req, res);
+  });
   s.Post("/v1/jobs", with_body([this](auto& req, auto& res, const std::string& body) { handle_submit(req, res, body); }));
 
   const std::string id = R"(/v1/jobs/([A-Za-z0-9_]{1,64}))";

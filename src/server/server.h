@@ -13,6 +13,7 @@
 // `Authorization: Bearer KEY`.
 #pragma once
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -62,11 +63,13 @@ class Server {
  private:
   void routes();
   bool authorized(const httplib::Request& req) const;
-  // POST /v1/images/generations, or /v1/images/edits (`edit`: multipart or JSON, an image required).
-  void handle_generations(const httplib::Request& req, httplib::Response& res, const std::string& body, bool edit = false);
+  // POST /v1/images/generations and /v1/images/edits: `parse` reads the body (JSON, or the edit's form).
+  void handle_generations(const httplib::Request& req, httplib::Response& res,
+                          const std::function<ParsedRequest()>& parse);
   void handle_submit(const httplib::Request& req, httplib::Response& res, const std::string& body);
   void handle_events(const httplib::Request& req, httplib::Response& res, const JobPtr& job);
-  GenerateRequest parse_and_resolve(const httplib::Request& req, const std::string& body, bool edit = false) const;
+  // A parsed request with its seed drawn (when not given) and resolved by the engine; errors are 400s.
+  GenerateRequest resolve_parsed(ParsedRequest p) const;
   nlohmann::json model_info() const;
 
   ServerOptions opt_;
