@@ -118,7 +118,8 @@ json JobQueue::params_json(const Job& j) const {
           {"use_pe", r.use_pe},
           {"sampler", sampler_id(r.sampler)},
           {"shift", r.shift},
-          {"rng", rng_name(r.rng)}};
+          {"rng", rng_name(r.rng)},
+          {"img2img", r.init_image ? json{{"strength", r.strength}, {"mask", r.mask.has_value()}} : json()}};
 }
 
 int JobQueue::position(const Job& j) const {

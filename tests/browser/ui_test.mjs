@@ -1,10 +1,11 @@
 // Browser test of the `ernie-image serve` web page in headless Debian Chromium (playwright-core):
 // types a prompt, clicks Generate, watches the progress bar move, waits for the image, checks it and
-// its download link, and saves a screenshot.
-// usage: node ui_test.mjs URL SCREENSHOT.png
+// its download link; then an img2img run (an init image, another sampler); saves a screenshot.
+// usage: node ui_test.mjs URL SCREENSHOT.png TESTS_DATA_DIR
+import path from "node:path";
 import { chromium } from "playwright-core";
 
-const [url, shot] = process.argv.slice(2);
+const [url, shot, data] = process.argv.slice(2);
 const fail = (msg) => { console.error("FAIL:", msg); process.exitCode = 1; };
 
 const browser = await chromium.launch({
@@ -55,6 +56,22 @@ try {
   const prompt = await page.$eval(".card.done .prompt", (p) => p.textContent);
   if (!prompt.includes("red fox")) fail(`prompt shown: ${prompt}`);
   if (errors.length) fail(`page errors: ${errors.join("; ")}`);
+
+  // img2img from the page: an init image, the DPM++ 2M sampler; the card names both.
+  await page.selectOption("#sampler", "dpmpp_2m");
+  await page.setInputFiles("#image", path.join(data, "img2img", "case2_input.png"));
+  await page.fill("#strength", "0.5");
+  await page.click("#generate");
+  await page.waitForFunction(() => document.querySelectorAll(".card.done, .card.failed").length >= 2 ||
+                                   document.getElementById("message").classList.contains("error"), null, { timeout: 120000 })
+    .catch((e) => fail(`img2img: no result (${e.message}); page errors: ${errors.join("; ")}`));
+  const state2 = await page.evaluate(() => ({ message: document.getElementById("message").textContent,
+                                              failed: [...document.querySelectorAll(".card.failed .placeholder")].map((e) => e.textContent) }));
+  if (state2.failed.length || state2.message) fail(`img2img did not run: ${JSON.stringify(state2)}`);
+  const p2 = await page.$eval(".card.done .params", (p) => p.textContent);
+  if (!p2.includes("dpmpp_2m") || !p2.includes("img2img strength 0.5")) fail(`img2img parameters shown: ${p2}`);
+  const img2 = await page.$eval(".card.done img", (i) => [i.naturalWidth, i.naturalHeight]);
+  if (img2[0] !== w || img2[1] !== h) fail(`img2img image is ${img2}, want ${size} (the init image resized)`);
 
   await page.screenshot({ path: shot, fullPage: true });
   console.log(`browser test: progress values ${JSON.stringify(seen)}; image ${img.w}x${img.h}; screenshot ${shot}`);

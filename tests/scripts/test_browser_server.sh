@@ -21,7 +21,7 @@ for _ in $(seq 1 600); do
 done
 url="$(grep -o 'http://[^ ]*' "$log" | head -n1)"
 [ -n "$url" ] || { echo "FAIL: server did not start"; exit 1; }
-node "$here/browser/ui_test.mjs" "$url" "$(dirname "$bin")/server-ui.png"
+node "$here/browser/ui_test.mjs" "$url" "$(dirname "$bin")/server-ui.png" "$data"
 kill -TERM $pid
 wait $pid
 echo "server exited with 0 after SIGTERM"

@@ -99,8 +99,18 @@ function makeCard(params) {
 
 function describe(p) {
   let s = `${p.size} · ${p.steps} steps · guidance ${p.guidance_scale} · seed ${p.seed}`;
+  if (p.sampler && p.sampler !== "euler") s += ` · ${p.sampler}`;
+  if (p.img2img) s += ` · ${p.img2img.mask ? "inpaint" : "img2img"} strength ${p.img2img.strength}`;
   if (p.negative_prompt) s += ` · negative: ${p.negative_prompt}`;
   return s;
+}
+
+// A file's bytes in base64 (for the JSON body's image and mask).
+async function base64Of(file) {
+  const bytes = new Uint8Array(await file.arrayBuffer());
+  let bin = "";
+  for (let i = 0; i < bytes.length; i += 0x8000) bin += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+  return btoa(bin);
 }
 
 function setProgress(card, fraction, label) {
@@ -149,6 +159,17 @@ async function generate(ev) {
   };
   const neg = $("negative").value.trim();
   if (neg) body.negative_prompt = neg;
+  if ($("sampler").value !== "euler") body.sampler = $("sampler").value;
+  if ($("shift").value !== "") body.shift = Number($("shift").value);
+  // img2img: the PNG in base64, resized to the chosen size by the server; the mask with it.
+  const image = $("image").files[0], mask = $("mask").files[0];
+  if (mask && !image) { say("A mask needs an init image.", true); return; }
+  if (image) {
+    body.image = await base64Of(image);
+    body.resize = true;
+    if ($("strength").value !== "") body.strength = Number($("strength").value);
+    if (mask) body.mask = await base64Of(mask);
+  }
 
   const started = performance.now();
   const res = await fetch("/v1/jobs", {
