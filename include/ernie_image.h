@@ -136,16 +136,24 @@ typedef struct ernie_request {
   const char* rng;             /* NULL or "": "cpu" (torch's CPU generator); else "cuda" or "ernie" */
   const ernie_lora* loras;     /* NULL, or lora_count adapters, applied before the prompt's tags */
   int lora_count;
+  /* img2img and inpainting (the third version; docs/cli.md has the semantics): */
+  const struct ernie_image* init_image; /* NULL, or the image to start from; channels 3 (RGB) or 4 (alpha ignored) */
+  float strength;              /* -1 (ernie_request_init): 0.75, or 1 with a mask; else (0, 1] */
+  const struct ernie_image* mask; /* NULL, or init_image's size: channels 1 (grey: white repaints), 3, or 4 (any
+                                  transparency: transparent repaints, as OpenAI's edits) */
+  int mask_blur;               /* Gaussian sigma in pixels over the mask, 0..256 */
+  int composite;               /* 1: paste init_image's unmasked pixels back over the result */
+  int resize;                  /* 1: resize init_image (and mask) to width x height instead of refusing another size */
 } ernie_request;
 
 typedef struct ernie_image {
-  int width, height, channels; /* channels is 3 (RGB) */
+  int width, height, channels; /* results: channels is 3 (RGB) */
   uint8_t* data;               /* height * width * channels bytes, row-major */
-  uint64_t seed;
+  uint64_t seed;               /* results: the image's seed (ignored in a request's init_image or mask) */
 } ernie_image;
 
 /* Called at each progress event; return non-zero to cancel the generation. phase is one of "load",
- * "encode", "enhance", "denoise", "decode". */
+ * "encode", "enhance", "encode_image" (img2img), "denoise", "decode". */
 typedef int (*ernie_progress_fn)(const char* phase, int step, int total, double elapsed_s, void* user);
 
 void ernie_options_init(ernie_options* opt);

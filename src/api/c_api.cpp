@@ -107,11 +107,33 @@ void ernie_options_init(ernie_options* opt) {
   opt->keep_text_encoder = 1;
 }
 
+namespace {
+// A request's init image or mask as the engine's Image: RGB from 3 or 4 channels (a mask's alpha kept, or
+// grey from 1); bad sizes and channel counts throw naming the field.
+ernie::Image c_image(const ernie_image& in, const char* field, bool mask) {
+  ERNIE_CHECK(in.width > 0 && in.height > 0 && in.width <= 32768 && in.height <= 32768 && in.data, "ernie_request.",
+              field, ": ", std::to_string(in.width), "x", std::to_string(in.height), " with data ",
+              in.data ? "set" : "NULL", " is not an image");
+  ERNIE_CHECK(in.channels == 3 || in.channels == 4 || (mask && in.channels == 1), "ernie_request.", field,
+              ": channels ", std::to_string(in.channels), " must be 3 or 4", mask ? " (or 1)" : "");
+  const size_t n = size_t(in.width) * size_t(in.height);
+  ernie::Image out{in.width, in.height, std::vector<uint8_t>(n * 3), {}};
+  if (mask && in.channels == 4) out.alpha.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const uint8_t* p = in.data + i * size_t(in.channels);
+    for (int c = 0; c < 3; ++c) out.rgb[i * 3 + size_t(c)] = in.channels == 1 ? p[0] : p[c];
+    if (!out.alpha.empty()) out.alpha[i] = p[3];
+  }
+  return out;
+}
+}  // namespace
+
 void ernie_request_init(ernie_request* req) {
   if (!req) return;
   std::memset(req, 0, sizeof *req);
   req->struct_size = sizeof *req;
   req->cfg = -1;
+  req->strength = -1;
   req->num_images = 1;
 }
 
@@ -193,10 +215,12 @@ ernie_status ernie_generate(ernie_model* model, const ernie_request* req, ernie_
     ERNIE_CHECK(model && model->pipe && req && out_images && out_count,
                 "ernie_generate: model, request and outputs must not be NULL");
     constexpr size_t kFirstRequest = offsetof(ernie_request, loras);  // the first version with a struct_size
-    ERNIE_CHECK(req->struct_size == sizeof(ernie_request) || req->struct_size == kFirstRequest,
+    constexpr size_t kSecondRequest = offsetof(ernie_request, init_image);  // LoRAs, no img2img
+    ERNIE_CHECK(req->struct_size == sizeof(ernie_request) || req->struct_size == kSecondRequest ||
+                    req->struct_size == kFirstRequest,
                 "ernie_request.struct_size ", std::to_string(req->struct_size), ": this library takes ",
-                std::to_string(sizeof(ernie_request)), " or ", std::to_string(kFirstRequest),
-                " (set it up with ernie_request_init)");
+                std::to_string(sizeof(ernie_request)), ", ", std::to_string(kSecondRequest), " or ",
+                std::to_string(kFirstRequest), " (set it up with ernie_request_init)");
     ERNIE_CHECK(req->prompt != nullptr, "ernie_generate: prompt is required");
     ernie::GenerateRequest r;
     r.prompt = req->prompt;
@@ -211,7 +235,7 @@ ernie_status ernie_generate(ernie_model* model, const ernie_request* req, ernie_
     if (req->sampler && *req->sampler) r.sampler = ernie::parse_sampler(req->sampler, "sampler");
     r.shift = req->shift;
     if (req->rng && *req->rng) r.rng = ernie::parse_rng(req->rng, "rng");
-    if (req->struct_size >= sizeof(ernie_request)) {
+    if (req->struct_size >= kSecondRequest) {
       ERNIE_CHECK(req->lora_count >= 0 && req->lora_count <= 64 && (req->loras || req->lora_count == 0),
                   "ernie_request: lora_count ", std::to_string(req->lora_count), " must be 0..64, with loras set");
       for (int i = 0; i < req->lora_count; ++i) {
@@ -223,6 +247,14 @@ ernie_status ernie_generate(ernie_model* model, const ernie_request* req, ernie_
         ref.scale = l.scale;
         r.loras.push_back(ref);
       }
+    }
+    if (req->struct_size >= sizeof(ernie_request)) {
+      if (req->init_image) r.init_image = c_image(*req->init_image, "init_image", false);
+      if (req->mask) r.mask = c_image(*req->mask, "mask", true);
+      r.strength = req->strength;
+      r.mask_blur = req->mask_blur;
+      r.composite = req->composite != 0;
+      r.resize = req->resize != 0;
     }
     if (req->init_latents) {
       // The shape follows from the request; resolve() then checks it against the model.
