@@ -227,7 +227,7 @@ class ErnieEngine final : public Engine {
       const GenerateRequest& r = x.resolved;
       // The reference draws the whole [B, ...] batch of a request in the pipeline's dtype (engine/noise.h).
       noise.push_back(r.init_latents ? *r.init_latents
-                                     : initial_noise(latent_shape(r, limits_), r.seed, r.rng, opt_.dtype));
+                                     : initial_noise(latent_shape(r, limits_), r.seed, r.rng, opt_.dtype, opt_.device));
     }
     if (noise.size() == 1) {
       in.latents = noise[0];

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "engine/rng/torch_cpu_rng.h"
 #include "engine/rng/torch_cuda_rng.h"
+#include "ops/ops.h"
 
 namespace ernie {
 
@@ -29,11 +30,13 @@ uint64_t image_seed(uint64_t seed, int b, NoiseRng rng) {
   return rng == NoiseRng::Ernie ? seed + uint64_t(b) : seed;
 }
 
-Tensor initial_noise(const Shape& shape, uint64_t seed, NoiseRng rng, DType dtype) {
+Tensor initial_noise(const Shape& shape, uint64_t seed, NoiseRng rng, DType dtype, Device device) {
   if (rng == NoiseRng::Ernie) return initial_noise(shape, seed);
   ERNIE_CHECK(shape.size() >= 1 && shape[0] >= 1, "initial_noise: bad shape ", shape_str(shape));
   const DType d = dtype == DType::BF16 ? DType::BF16 : DType::F32;  // the dtypes torch draws for our runs
   const int64_t n = shape_numel(shape);
+  // On a GPU, torch's CUDA generator is drawn by torch's own kernel scheme there: bit for bit.
+  if (rng == NoiseRng::Cuda && device.is_cuda()) return ops::torch_cuda_randn(n, seed, d, device).reshape(shape);
   std::vector<float> v = rng == NoiseRng::Cpu ? torch_cpu_randn(n, seed, d) : torch_cuda_randn(n, seed, d);
   return Tensor::from_vector(v, shape);
 }

@@ -329,6 +329,13 @@ std::vector<int64_t> argmax(const Tensor& x) {
   check_argmax_input(x);
   ERNIE_OP(argmax, x.device(), x);
 }
+Tensor torch_cuda_randn(int64_t n, uint64_t seed, DType dtype, Device device) {
+#ifdef ERNIE_HAVE_CUDA
+  if (device.is_cuda())
+    return on_cuda("torch_cuda_randn", [&] { return cuda::torch_cuda_randn(n, seed, dtype, device); });
+#endif
+  fail("torch_cuda_randn: draws on a CUDA device, not ", device.str(), " (on the host: engine/rng/torch_cuda_rng.h)");
+}
 Tensor argmax_indices(const Tensor& x) {
   check_argmax_input(x);
 #ifdef ERNIE_HAVE_CUDA

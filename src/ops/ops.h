@@ -229,6 +229,11 @@ Tensor embedding(const Tensor& table, const std::vector<int64_t>& ids, Device de
 Tensor embedding(const Tensor& table, const Tensor& ids, DType act);
 
 // ---- reductions ---------------------------------------------------------------------------------------------------
+// torch.randn(n, generator=torch.Generator("cuda").manual_seed(seed)) drawn on a CUDA device by torch's own
+// scheme (curand's Philox and Box-Muller, this GPU's grid): bit for bit torch's on the same GPU, [n] in dtype
+// (f32 or bf16) on `device`. CUDA only; the host twin is engine/rng/torch_cuda_rng.h.
+Tensor torch_cuda_randn(int64_t n, uint64_t seed, DType dtype, Device device);
+
 // Index of the largest value in each row of a float tensor [..., n] (the first one on ties, as torch.argmax), on
 // the host: greedy decoding brings back one id instead of the row. Throws Error when a row holds NaN.
 std::vector<int64_t> argmax(const Tensor& x);

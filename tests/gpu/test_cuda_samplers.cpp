@@ -85,4 +85,8 @@ TEST(CudaNoise, SeededNoiseIsTheHostGenerators) {
   GenerateRequest with_noise = r;
   with_noise.init_latents = initial_noise({2, 32, 6, 5}, 42, NoiseRng::Cpu, DType::BF16);
   EXPECT_EQ(pipe->generate(r).latents.to_vector(), pipe->generate(with_noise).latents.to_vector());
+  // --rng cuda on the GPU: drawn there (bit for bit torch's, test_cuda_torch_rng), as initial_noise gives it
+  r.rng = with_noise.rng = NoiseRng::Cuda;
+  with_noise.init_latents = initial_noise({2, 32, 6, 5}, 42, NoiseRng::Cuda, DType::BF16, test::kGPU).to(kCPU);
+  EXPECT_EQ(pipe->generate(r).latents.to_vector(), pipe->generate(with_noise).latents.to_vector());
 }

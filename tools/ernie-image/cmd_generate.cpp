@@ -131,7 +131,8 @@ int run(Opts& o, const CLI::App& c) {
                                   std::to_string(l.scale) + (l.from_tag ? ", from a prompt tag" : ""));
   }
   if (!o.save_latents.empty() && !r.init_latents)
-    r.init_latents = initial_noise(latent_shape(r, engine->limits()), r.seed, r.rng, engine->info().dtype);
+    r.init_latents = initial_noise(latent_shape(r, engine->limits()), r.seed, r.rng, engine->info().dtype,
+                                   engine->info().device).to(kCPU);
 
   GenerateResult res = engine->generate(r, printer.fn());
   printer.finish();

@@ -86,6 +86,7 @@ Tensor embedding(const Tensor& table, const std::vector<int64_t>& ids, Device de
 Tensor embedding(const Tensor& table, const Tensor& ids, DType act);  // ids I64 [n] on the table's device
 Tensor cast(const Tensor& x, DType dtype);
 std::vector<int64_t> argmax(const Tensor& x);  // argmax.cpp / argmax.cu
+Tensor torch_cuda_randn(int64_t n, uint64_t seed, DType dtype, Device device);  // torch_randn.cu: [n] on device
 Tensor argmax_indices(const Tensor& x);  // I64 [rows] on x's device, -1 for a row holding NaN; no wait
 
 // ---- device management (device.cpp) ------------------------------------------------------------------
