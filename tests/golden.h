@@ -45,6 +45,18 @@ inline std::vector<int64_t> golden_ids(const std::string& name) {
   return std::vector<int64_t>(p, p + t.numel());
 }
 
+// The tiny DiT forward's golden inputs; ErnieDit::forward(x, t, text, text_lens) is golden "dit.out".
+// `const auto [x, text, t, lens] = test::dit_inputs();`
+struct DitInputs {
+  Tensor x, text;
+  std::vector<float> t;
+  std::vector<int64_t> text_lens;
+};
+inline DitInputs dit_inputs() {
+  return {golden_tensor("dit.x").to_f32(), golden_tensor("dit.text").to_f32(), golden_tensor("dit.t").to_vector(),
+          golden_ids("dit.text_lens")};
+}
+
 struct Closeness {
   double rel_l2 = 0, cosine = 1, max_abs = 0;
 };

@@ -24,15 +24,8 @@ const ErnieDit& tiny_dit() {
   return d;
 }
 
-struct DitInputs {
-  Tensor x, text;
-  std::vector<float> t;
-  std::vector<int64_t> text_lens;
-};
-DitInputs golden_inputs() {
-  return {golden_tensor("dit.x").to_f32(), golden_tensor("dit.text").to_f32(), golden_tensor("dit.t").to_vector(),
-          golden_ids("dit.text_lens")};
-}
+using test::DitInputs;
+DitInputs golden_inputs() { return test::dit_inputs(); }
 
 using test::expect_error;
 

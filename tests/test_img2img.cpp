@@ -9,6 +9,7 @@
 #include "engine/engine.h"
 #include "engine/init_image.h"
 #include "img2img_cases.h"
+#include "tiny_engine.h"
 #include "io/model_folder.h"
 #include "models/flux2_vae.h"
 
@@ -16,16 +17,7 @@ using namespace ernie;
 
 namespace {
 
-Engine& tiny_engine() {
-  static std::unique_ptr<Engine> p = [] {
-    EngineOptions o;
-    o.device = "cpu";
-    o.default_offload = Offload::None;
-    o.model = test::tiny_model();
-    return Engine::open(o);
-  }();
-  return *p;
-}
+using test::tiny_engine;
 
 const Flux2Vae& tiny_vae() {
   static Flux2Vae v = Flux2Vae::load(ModelFolder::open(test::tiny_model()), kCPU, DType::F32);

@@ -12,6 +12,8 @@
 #include "engine/lora_library.h"
 #include "engine/metadata.h"
 #include "golden.h"
+#include "golden2_cases.h"
+#include "tiny_engine.h"
 #include "io/lora_file.h"
 #include "io/model_folder.h"
 #include "io/safetensors.h"
@@ -24,44 +26,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string golden2_dir() { return test::data_dir() + "/samplers-lora"; }
-std::string tiny_lora() { return golden2_dir() + "/lora/tiny_lora.safetensors"; }
-const SafeTensorsFile& golden2() {
-  static std::shared_ptr<SafeTensorsFile> g = SafeTensorsFile::open(golden2_dir() + "/golden2.safetensors");
-  return *g;
-}
+using test::golden2;
+using test::lora_request;
+using test::tiny_engine;
+std::string tiny_lora() { return test::golden2_dir() + "/lora/tiny_lora.safetensors"; }
 const DitConfig& tiny_dit() {
   static ModelFolder m = ModelFolder::open(test::tiny_model());
   return m.dit;
-}
-
-Engine& tiny_engine() {
-  static std::unique_ptr<Engine> p = [] {
-    EngineOptions o;
-    o.device = "cpu";
-    o.default_offload = Offload::None;
-    o.model = test::tiny_model();
-    return Engine::open(o);
-  }();
-  return *p;
-}
-
-// golden2.json's "lora" case from its initial latents, with the given adapters.
-GenerateRequest lora_request(std::vector<LoraRef> loras) {
-  std::ifstream f(golden2_dir() + "/golden2.json");
-  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  for (size_t p; (p = text.find("-Infinity")) != std::string::npos;) text.replace(p, 9, "null");
-  const nlohmann::json c = nlohmann::json::parse(text)["lora"];
-  GenerateRequest r;
-  r.prompt = c["prompt"].get<std::string>();
-  r.negative_prompt = c["negative_prompt"].get<std::string>();
-  r.height = c["height"].get<int>();
-  r.width = c["width"].get<int>();
-  r.steps = c["steps"].get<int>();
-  r.cfg = c["cfg"].get<float>();
-  r.init_latents = golden2().tensor("lora.latents_init").clone();
-  r.loras = std::move(loras);
-  return r;
 }
 
 LoraRef lora_ref(const std::string& path, float scale = 1) {
@@ -170,7 +141,7 @@ TEST(LoraGolden, PromptTagIsTheFlag) {
   o.device = "cpu";
   o.default_offload = Offload::None;
   o.model = test::tiny_model();
-  o.lora_dir = golden2_dir() + "/lora";
+  o.lora_dir = test::golden2_dir() + "/lora";
   auto e = Engine::open(o);
   GenerateRequest r = lora_request({});
   r.prompt += " <lora:tiny_lora:0.6>";
@@ -475,9 +446,7 @@ TEST(Lora, EightBitMergesBeforeQuantizing) {
   QuantPolicy all;
   all.keep_first_last_dit_blocks = false;
   const LoraSet set = {{std::make_shared<const LoraAdapter>(load_lora(tiny_lora(), m.dit)), 1.f}};
-  const Tensor x = test::golden_tensor("dit.x").to_f32(), text = test::golden_tensor("dit.text").to_f32();
-  const std::vector<float> t = test::golden_tensor("dit.t").to_vector();
-  const std::vector<int64_t> lens = test::golden_ids("dit.text_lens");
+  const auto [x, text, t, lens] = test::dit_inputs();
   const std::vector<float> want =
       ErnieDit::load(m, kCPU, DType::F32, false, std::nullopt, all, set).forward(x, t, text, lens).to_vector();
   const std::vector<float> base = ErnieDit::load(m, kCPU, DType::F32).forward(x, t, text, lens).to_vector();

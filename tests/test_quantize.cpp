@@ -161,9 +161,7 @@ TEST(Quantize, TinyDitWithQuantizedWeightsTracksTheReference) {
   ModelFolder m = ModelFolder::open(test::tiny_model(), false);
   QuantPolicy all;
   all.keep_first_last_dit_blocks = false;  // the tiny model has only two blocks
-  const Tensor x = golden_tensor("dit.x").to_f32(), text = golden_tensor("dit.text").to_f32();
-  const std::vector<float> t = golden_tensor("dit.t").to_vector();
-  const std::vector<int64_t> lens = test::golden_ids("dit.text_lens");
+  const auto [x, text, t, lens] = test::dit_inputs();
   for (DType qt : {DType::F8_E4M3, DType::I8}) {
     ErnieDit d = ErnieDit::load(m, kCPU, DType::F32, false, qt, all);
     ErnieDit bf = ErnieDit::load(m, kCPU, DType::F32);
@@ -188,9 +186,7 @@ TEST(Quantize, ConvertedFileEqualsQuantizingAtLoad) {
   ErnieDit at_load =
       ErnieDit::load(ModelFolder::open(test::tiny_model(), false), kCPU, DType::F32, false, DType::F8_E4M3, opt.policy);
   EXPECT_EQ(from_file.weight_bytes(), at_load.weight_bytes());
-  const Tensor x = golden_tensor("dit.x").to_f32(), text = golden_tensor("dit.text").to_f32();
-  const std::vector<float> t = golden_tensor("dit.t").to_vector();
-  const std::vector<int64_t> lens = test::golden_ids("dit.text_lens");
+  const auto [x, text, t, lens] = test::dit_inputs();
   EXPECT_TRUE(tensors_close(from_file.forward(x, t, text, lens), at_load.forward(x, t, text, lens), 0));
 }
 
@@ -259,9 +255,7 @@ TEST(Quantize, CalibratedFileUsesStaticScales) {
   ErnieDit calibrated = ErnieDit::load(mf, kCPU, DType::F32);
   ErnieDit dynamic =
       ErnieDit::load(ModelFolder::open(test::tiny_model(), false), kCPU, DType::F32, false, DType::F8_E4M3, opt.policy);
-  const Tensor x = golden_tensor("dit.x").to_f32(), text = golden_tensor("dit.text").to_f32();
-  const std::vector<float> t = golden_tensor("dit.t").to_vector();
-  const std::vector<int64_t> lens = test::golden_ids("dit.text_lens");
+  const auto [x, text, t, lens] = test::dit_inputs();
   const Tensor got = calibrated.forward(x, t, text, lens), dyn = dynamic.forward(x, t, text, lens);
   EXPECT_FALSE(tensors_close(got, dyn, 0)) << "the static scales changed nothing";
   auto close = tensors_close(got, golden_tensor("dit.out"), 0.1, 0.995);

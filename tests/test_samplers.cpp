@@ -12,6 +12,8 @@
 #include "engine/samplers/flow_solver.h"
 #include "engine/scheduler.h"
 #include "golden.h"
+#include "golden2_cases.h"
+#include "tiny_engine.h"
 #include "io/model_folder.h"
 #include "io/safetensors.h"
 #include "ops/ops.h"
@@ -20,48 +22,16 @@ using namespace ernie;
 
 namespace {
 
-std::string golden2_dir() { return test::data_dir() + "/samplers-lora"; }
-const SafeTensorsFile& golden2() {
-  static std::shared_ptr<SafeTensorsFile> g = SafeTensorsFile::open(golden2_dir() + "/golden2.safetensors");
-  return *g;
-}
-// golden2.json is Python's json.dump: lambda_min_clipped is -Infinity, which JSON proper has not; read as null.
-nlohmann::json golden2_case(int n) {
-  std::ifstream f(golden2_dir() + "/golden2.json");
-  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  for (size_t p; (p = text.find("-Infinity")) != std::string::npos;) text.replace(p, 9, "null");
-  return nlohmann::json::parse(text)["samplers"][size_t(n)];
-}
-
-Engine& tiny_engine() {
-  static std::unique_ptr<Engine> p = [] {
-    EngineOptions o;
-    o.device = "cpu";
-    o.default_offload = Offload::None;
-    o.model = test::tiny_model();
-    return Engine::open(o);
-  }();
-  return *p;
-}
+using test::golden2;
+using test::tiny_engine;
+nlohmann::json golden2_case(int n) { return test::golden2_json()["samplers"][size_t(n)]; }
 
 const SchedulerConfig& tiny_scheduler() {
   static ModelFolder m = ModelFolder::open(test::tiny_model());
   return m.scheduler;
 }
 
-GenerateRequest request_for(int n, SamplerKind kind) {
-  nlohmann::json c = golden2_case(n);
-  GenerateRequest r;
-  r.prompt = c["prompt"].get<std::string>();
-  r.negative_prompt = c["negative_prompt"].get<std::string>();
-  r.height = c["height"].get<int>();
-  r.width = c["width"].get<int>();
-  r.steps = c["steps"].get<int>();
-  r.cfg = c["cfg"].get<float>();
-  r.sampler = kind;
-  r.init_latents = golden2().tensor("samplers.case." + std::to_string(n) + ".latents_init").clone();
-  return r;
-}
+GenerateRequest request_for(int n, SamplerKind kind) { return test::sampler_request(n, kind); }
 
 struct Param {
   int n;

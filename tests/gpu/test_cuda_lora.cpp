@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
+#include "golden2_cases.h"
 #include "gpu_util.h"
 #include "io/model_folder.h"
 #include "io/safetensors.h"
@@ -20,31 +21,14 @@ using namespace ernie;
 
 namespace {
 
-const SafeTensorsFile& golden2() {
-  static std::shared_ptr<SafeTensorsFile> g =
-      SafeTensorsFile::open(test::data_dir() + "/samplers-lora/golden2.safetensors");
-  return *g;
-}
-std::string tiny_lora() { return test::data_dir() + "/samplers-lora/lora/tiny_lora.safetensors"; }
+using test::golden2;
+std::string tiny_lora() { return test::golden2_dir() + "/lora/tiny_lora.safetensors"; }
 
 GenerateRequest lora_case(float scale) {
-  std::ifstream f(test::data_dir() + "/samplers-lora/golden2.json");
-  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  for (size_t p; (p = text.find("-Infinity")) != std::string::npos;) text.replace(p, 9, "null");  // Python's json
-  nlohmann::json c = nlohmann::json::parse(text)["lora"];
-  GenerateRequest r;
-  r.prompt = c["prompt"].get<std::string>();
-  r.negative_prompt = c["negative_prompt"].get<std::string>();
-  r.height = c["height"].get<int>();
-  r.width = c["width"].get<int>();
-  r.steps = c["steps"].get<int>();
-  r.cfg = c["cfg"].get<float>();
-  r.init_latents = golden2().tensor("lora.latents_init").clone();
   LoraRef l;
   l.path = tiny_lora();
   l.scale = scale;
-  if (scale != 0) r.loras = {l};
-  return r;
+  return test::lora_request(scale != 0 ? std::vector<LoraRef>{l} : std::vector<LoraRef>{});
 }
 
 std::unique_ptr<Engine> engine(DType dt, const std::string& quantize = "") {
@@ -102,9 +86,7 @@ TEST(CudaLora, EightBitTracksCpu) {
   QuantPolicy all;
   all.keep_first_last_dit_blocks = false;
   const LoraSet set = {{std::make_shared<const LoraAdapter>(load_lora(tiny_lora(), m.dit)), 1.f}};
-  const Tensor x = test::golden_tensor("dit.x").to_f32(), text = test::golden_tensor("dit.text").to_f32();
-  const std::vector<float> t = test::golden_tensor("dit.t").to_vector();
-  const std::vector<int64_t> lens = test::golden_ids("dit.text_lens");
+  const auto [x, text, t, lens] = test::dit_inputs();
   for (DType qt : {DType::F8_E4M3, DType::I8}) {
     Tensor ref = ErnieDit::load(m, kCPU, DType::F32, false, qt, all, set).forward(x, t, text, lens);
     Tensor got = test::down(ErnieDit::load(m, test::kGPU, DType::BF16, false, qt, all, set).forward(x, t, text, lens));

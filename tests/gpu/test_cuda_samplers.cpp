@@ -11,6 +11,7 @@
 
 #include "engine/engine.h"
 #include "engine/noise.h"
+#include "golden2_cases.h"
 #include "gpu_util.h"
 #include "io/safetensors.h"
 
@@ -18,28 +19,8 @@ using namespace ernie;
 
 namespace {
 
-const SafeTensorsFile& golden2() {
-  static std::shared_ptr<SafeTensorsFile> g =
-      SafeTensorsFile::open(test::data_dir() + "/samplers-lora/golden2.safetensors");
-  return *g;
-}
-
-GenerateRequest sampler_case(int n, SamplerKind kind) {
-  std::ifstream f(test::data_dir() + "/samplers-lora/golden2.json");
-  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  for (size_t p; (p = text.find("-Infinity")) != std::string::npos;) text.replace(p, 9, "null");  // Python's json
-  nlohmann::json c = nlohmann::json::parse(text)["samplers"][size_t(n)];
-  GenerateRequest r;
-  r.prompt = c["prompt"].get<std::string>();
-  r.negative_prompt = c["negative_prompt"].get<std::string>();
-  r.height = c["height"].get<int>();
-  r.width = c["width"].get<int>();
-  r.steps = c["steps"].get<int>();
-  r.cfg = c["cfg"].get<float>();
-  r.sampler = kind;
-  r.init_latents = golden2().tensor("samplers.case." + std::to_string(n) + ".latents_init").clone();
-  return r;
-}
+using test::golden2;
+GenerateRequest sampler_case(int n, SamplerKind kind) { return test::sampler_request(n, kind); }
 
 }  // namespace
 
