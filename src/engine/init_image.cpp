@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <string>
 
 #include "core/error.h"
+#include "core/float_text.h"
 
 namespace ernie {
 namespace {
@@ -102,12 +102,7 @@ int img2img_start_step(int steps, float strength) {
   // init_timestep = min(num_inference_steps * strength, num_inference_steps); t_start = int(max(N - it, 0)),
   // in Python's doubles on the number the user wrote: the float's shortest decimal (0.6f -> 0.6, whose
   // 5 * 0.6 is 3.0, where 5 * double(0.6f) is 3.0000000447 and would start a step earlier).
-  char buf[32];
-  for (int prec = 1; prec <= 9; ++prec) {
-    std::snprintf(buf, sizeof buf, "%.*g", prec, double(strength));
-    if (std::strtof(buf, nullptr) == strength) break;
-  }
-  const double s = std::strtod(buf, nullptr);
+  const double s = std::strtod(shortest_decimal(strength).c_str(), nullptr);
   const double init = std::min(double(steps) * s, double(steps));
   return int(std::max(double(steps) - init, 0.0));
 }

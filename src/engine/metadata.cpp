@@ -1,9 +1,9 @@
 #include "engine/metadata.h"
 
-#include <cstdio>
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/float_text.h"
 #include "core/json.h"
 #include "io/configs.h"
 
@@ -17,23 +17,12 @@ ImageMeta image_meta(const GenerateResult& res, int k, const std::string& model,
 
 std::string engine_version() { return std::string("ernie-image ") + ERNIE_VERSION; }
 
-namespace {
-std::string fmt_float(float v) {  // shortest form that reads back: 4 -> "4", 2.5 -> "2.5"
-  char buf[32];
-  for (int prec = 1; prec <= 9; ++prec) {
-    std::snprintf(buf, sizeof buf, "%.*g", prec, double(v));
-    if (std::strtof(buf, nullptr) == v) break;
-  }
-  return buf;
-}
-}  // namespace
-
 std::string a1111_parameters(const ImageMeta& m) {
   const GenerateRequest& r = m.request;
   std::string s = r.prompt;
   if (!r.negative_prompt.empty()) s += "\nNegative prompt: " + r.negative_prompt;
   s += "\nSteps: " + std::to_string(r.steps) + ", Sampler: " + sampler_a1111(r.sampler) +
-       ", Schedule type: FlowMatch, CFG scale: " + fmt_float(r.cfg);
+       ", Schedule type: FlowMatch, CFG scale: " + shortest_decimal(r.cfg);
   if (m.seed) s += ", Seed: " + std::to_string(*m.seed);
   s += ", Size: " + std::to_string(r.width) + "x" + std::to_string(r.height);
   if (!m.model.empty()) s += ", Model: " + m.model;
@@ -42,8 +31,8 @@ std::string a1111_parameters(const ImageMeta& m) {
     for (const LoraRef& l : r.loras) list += (list.empty() ? "" : ", ") + l.name + ": " + l.hash;
     s += ", Lora hashes: \"" + list + "\"";
   }
-  if (r.shift > 0) s += ", Shift: " + fmt_float(r.shift);
-  if (r.init_image) s += ", Denoising strength: " + fmt_float(r.strength);  // A1111's img2img fields
+  if (r.shift > 0) s += ", Shift: " + shortest_decimal(r.shift);
+  if (r.init_image) s += ", Denoising strength: " + shortest_decimal(r.strength);  // A1111's img2img fields
   if (r.mask && r.mask_blur > 0) s += ", Mask blur: " + std::to_string(r.mask_blur);
   if (r.mask) s += std::string(", Inpaint: true") + (r.composite ? ", Composite: true" : "");
   // A1111's RNG names: CPU (torch's CPU generator), NV (its twin of torch's CUDA generator)
