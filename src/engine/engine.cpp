@@ -240,8 +240,12 @@ class ErnieEngine final : public Engine {
     const Shape shape = latent_shape(r0, limits_);
     std::unique_ptr<FlowSolver> solver =
         make_flow_solver(r0.sampler, m_.scheduler, r0.steps, shape[2] * shape[3], r0.shift);
-    // img2img: x0 of every image, the latent mask, and the steps that run (engine/init_image.h)
-    const double vae_encode_s = r0.init_image ? encode_init_images(res, in, progress, check_cancel) : 0.0;
+    // img2img: x0 of every image, the latent mask, and the steps that run (engine/init_image.h); each mask's
+    // pixel weights serve the latent mask and the composite.
+    std::vector<std::vector<float>> mask_w(res.size());
+    for (size_t i = 0; i < res.size(); ++i)
+      if (const GenerateRequest& r = res[i].resolved; r.mask) mask_w[i] = mask_weights(*r.mask, r.mask_blur);
+    const double vae_encode_s = r0.init_image ? encode_init_images(res, mask_w, in, progress, check_cancel) : 0.0;
     const int run_steps = r0.steps - in.first_step;
     t0 = Clock::now();
     if (progress) progress({"denoise", 0, run_steps, 0});
@@ -257,7 +261,8 @@ class ErnieEngine final : public Engine {
     ops::release_cached_memory(opt_.device);
     if (progress) progress({"decode", 0, images, 0});
     int row = 0;
-    for (GenerateResult& x : res) {
+    for (size_t i = 0; i < res.size(); ++i) {
+      GenerateResult& x = res[i];
       const GenerateRequest& r = x.resolved;
       x.latents = latents.narrow(row, r.num_images).to(kCPU);
       x.image_f32 = Tensor::empty({r.num_images, r.height, r.width, 3}, DType::F32);
@@ -274,7 +279,7 @@ class ErnieEngine final : public Engine {
         Image img{r.width, r.height, {}, {}};
         float* f32 = x.image_f32.f32() + size_t(b) * r.height * r.width * 3;
         postprocess(decoded, f32, img.rgb);
-        if (r.composite) composite_over(*r.init_image, mask_weights(*r.mask, r.mask_blur), f32, img.rgb);
+        if (r.composite) composite_over(*r.init_image, mask_w[i], f32, img.rgb);
         x.images.push_back(std::move(img));
         if (progress) progress({"decode", row + 1, images, seconds_since(t0)});
       }
@@ -341,11 +346,12 @@ class ErnieEngine final : public Engine {
   mutable std::mutex mu_;
 
   // img2img: each request's init image VAE-encoded (the posterior's mode; tiled as a decode of its size
-  // would be), patchified and normalised into in.x0, one row per image; the latent mask into in.mask; the
-  // first step from the strength. Returns the seconds the encodes took.
+  // would be), patchified and normalised into in.x0, one row per image; the latent mask from the masks' pixel
+  // weights `mask_w` (one per request) into in.mask; the first step from the strength. Returns the seconds the
+  // encodes took.
   template <class CheckCancel>
-  double encode_init_images(const std::vector<GenerateResult>& res, SamplerInput& in, const ProgressFn& progress,
-                            const CheckCancel& check_cancel) {
+  double encode_init_images(const std::vector<GenerateResult>& res, const std::vector<std::vector<float>>& mask_w,
+                            SamplerInput& in, const ProgressFn& progress, const CheckCancel& check_cancel) {
     const auto t0 = Clock::now();
     if (progress) progress({"encode_image", 0, int(res.size()), 0});
     std::vector<Tensor> x0, mask;
@@ -353,13 +359,13 @@ class ErnieEngine final : public Engine {
       const GenerateRequest& r = res[i].resolved;
       check_cancel();
       const Tensor img = image_to_tensor(*r.init_image);
-      const std::optional<VaeTiling> t = vae_tiling_for(img.dim(2) / m_.vae.spatial_scale(), img.dim(3) / m_.vae.spatial_scale());
+      const int vs = m_.vae.spatial_scale();
+      const std::optional<VaeTiling> t = vae_tiling_for(img.dim(2) / vs, img.dim(3) / vs);
       const Tensor mean = t ? vae_encode_mean_tiled(*vae_, img, *t) : vae_->encode(img).first;
       const Tensor z = vae_->patchify_and_normalize(mean).to(kCPU).to_f32();
       x0.insert(x0.end(), size_t(r.num_images), z);
       if (r.mask)
-        mask.push_back(latent_mask(mask_weights(*r.mask, r.mask_blur), r.width, r.height, r.num_images, z.dim(1),
-                                   z.dim(2), z.dim(3)));
+        mask.push_back(latent_mask(mask_w[i], r.width, r.height, r.num_images, z.dim(1), z.dim(2), z.dim(3)));
       if (progress) progress({"encode_image", int(i) + 1, int(res.size()), seconds_since(t0)});
     }
     in.x0 = x0.size() == 1 ? x0[0] : ops::concat(x0, 0);

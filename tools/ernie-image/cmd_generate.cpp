@@ -157,6 +157,7 @@ int run(Opts& o, const CLI::App& c) {
     if (seed) md["seed"] = std::to_string(*seed);
     save_safetensors(o.save_final_latents, {{"latents", res.latents.to_f32()}}, md);
   }
+  const int run_steps = r.steps - (r.init_image ? img2img_start_step(r.steps, r.strength) : 0);  // img2img: fewer
   if (json) {
     using oj = nlohmann::ordered_json;
     oj images = oj::array();
@@ -166,14 +167,13 @@ int run(Opts& o, const CLI::App& c) {
     oj done = {{"event", "done"}, {"images", images},
                {"timings", {{"encode_s", ms(res.encode_s)}, {"denoise_s", ms(res.denoise_s)},
                             {"decode_s", ms(res.decode_s)}, {"vae_encode_s", ms(res.vae_encode_s)},
-                            {"s_per_step", ms(res.denoise_s / (r.steps - (r.init_image ? img2img_start_step(r.steps, r.strength) : 0)))}}}};
+                            {"s_per_step", ms(res.denoise_s / run_steps)}}}};
     if (r.use_pe) done["revised_prompt"] = res.revised_prompt;
     printer.event(done);
   } else if (!o.quiet) {
     if (r.use_pe) std::fprintf(stderr, "revised prompt: %s\n", res.revised_prompt.c_str());
     for (const std::string& p : outs) std::printf("%s\n", p.c_str());
     if (!seed_given && seed && o.init_latents.empty()) std::fprintf(stderr, "seed: %llu\n", (unsigned long long)*seed);
-    const int run_steps = r.steps - (r.init_image ? img2img_start_step(r.steps, r.strength) : 0);
     if (r.init_image)
       std::fprintf(stderr, "img2img: strength %g runs %d of %d steps; image encode %.2fs\n", double(r.strength),
                    run_steps, r.steps, res.vae_encode_s);
