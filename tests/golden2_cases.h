@@ -6,8 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "engine/request.h"
-#include "golden.h"
+#include "golden_cases.h"
 #include "io/safetensors.h"
 
 namespace ernie::test {
@@ -29,13 +28,7 @@ inline const nlohmann::json& golden2_json() {
 }
 // A case (golden2_json()["samplers"][n], or ["lora"]) as a request from its initial latents `latents_key`.
 inline GenerateRequest golden2_request(const nlohmann::json& c, const std::string& latents_key) {
-  GenerateRequest r;
-  r.prompt = c["prompt"].get<std::string>();
-  r.negative_prompt = c["negative_prompt"].get<std::string>();
-  r.height = c["height"].get<int>();
-  r.width = c["width"].get<int>();
-  r.steps = c["steps"].get<int>();
-  r.cfg = c["cfg"].get<float>();
+  GenerateRequest r = request_of_case(c);
   r.init_latents = golden2().tensor(latents_key).clone();
   return r;
 }

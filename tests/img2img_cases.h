@@ -6,8 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "engine/request.h"
-#include "golden.h"
+#include "golden_cases.h"
 #include "io/png.h"
 #include "io/safetensors.h"
 
@@ -34,13 +33,7 @@ constexpr int kImg2imgCases = 5;
 // Case n as a request: its prompt, size, steps, cfg, strength, image and mask, and the golden noise.
 inline GenerateRequest img2img_request(int n) {
   const nlohmann::json c = img2img_case(n);
-  GenerateRequest r;
-  r.prompt = c["prompt"].get<std::string>();
-  r.negative_prompt = c["negative_prompt"].get<std::string>();
-  r.height = c["height"].get<int>();
-  r.width = c["width"].get<int>();
-  r.steps = c["steps"].get<int>();
-  r.cfg = c["cfg"].get<float>();
+  GenerateRequest r = request_of_case(c);
   r.strength = c["strength"].get<float>();
   r.init_image = png_image(c["input"].get<std::string>());
   if (!c["mask"].is_null()) r.mask = png_image(c["mask"].get<std::string>());

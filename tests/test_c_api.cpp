@@ -14,6 +14,27 @@
 
 namespace {
 
+// The pixels of the one image `q` gives (empty, with a failure, when it gives none).
+std::vector<uint8_t> generated_pixels(ernie_model* m, const ernie_request& q) {
+  ernie_image* imgs = nullptr;
+  int n = 0;
+  EXPECT_EQ(ernie_generate(m, &q, nullptr, nullptr, &imgs, &n, nullptr), ERNIE_OK) << ernie_last_error();
+  std::vector<uint8_t> px;
+  if (n == 1) px.assign(imgs[0].data, imgs[0].data + size_t(imgs[0].width) * imgs[0].height * 3);
+  ernie_free_images(imgs, n);
+  return px;
+}
+
+// `q` is refused as ERNIE_ERR_INVALID with a message containing `needle`.
+void expect_invalid(ernie_model* m, const ernie_request& q, const std::string& needle) {
+  ernie_image* imgs = nullptr;
+  int n = 0;
+  char* err = nullptr;
+  EXPECT_EQ(ernie_generate(m, &q, nullptr, nullptr, &imgs, &n, &err), ERNIE_ERR_INVALID) << needle;
+  EXPECT_NE(std::string(err ? err : "").find(needle), std::string::npos) << (err ? err : "") << " / " << needle;
+  ernie_free_string(err);
+}
+
 ernie_model* load_tiny() {
   static ernie_model* m = [] {
     ernie_options o;
@@ -360,15 +381,7 @@ TEST(CApi, Loras) {
   r.height = 24;
   r.steps = 2;
   r.seed = 3;
-  auto pixels = [&](const ernie_request& q) {
-    ernie_image* imgs = nullptr;
-    int n = 0;
-    EXPECT_EQ(ernie_generate(m, &q, nullptr, nullptr, &imgs, &n, nullptr), ERNIE_OK) << ernie_last_error();
-    std::vector<uint8_t> px;
-    if (n == 1) px.assign(imgs[0].data, imgs[0].data + 16 * 24 * 3);
-    ernie_free_images(imgs, n);
-    return px;
-  };
+  auto pixels = [&](const ernie_request& q) { return generated_pixels(m, q); };
   const std::vector<uint8_t> base = pixels(r);
   ernie_lora by_path = {file.c_str(), nullptr, 0.6f}, by_name = {nullptr, "tiny_lora", 0.6f};
   r.loras = &by_path;
@@ -388,14 +401,7 @@ TEST(CApi, Loras) {
   v1.struct_size = offsetof(ernie_request, loras);
   EXPECT_EQ(pixels(v1), base);
 
-  auto invalid = [&](const ernie_request& q, const std::string& needle) {
-    ernie_image* imgs = nullptr;
-    int n = 0;
-    char* err = nullptr;
-    EXPECT_EQ(ernie_generate(m, &q, nullptr, nullptr, &imgs, &n, &err), ERNIE_ERR_INVALID) << needle;
-    EXPECT_NE(std::string(err ? err : "").find(needle), std::string::npos) << (err ? err : "") << " / " << needle;
-    ernie_free_string(err);
-  };
+  auto invalid = [&](const ernie_request& q, const std::string& needle) { expect_invalid(m, q, needle); };
   ernie_request bad = r;
   bad.struct_size = 12;
   invalid(bad, "ernie_request.struct_size 12");
@@ -448,15 +454,7 @@ TEST(CApi, Img2img) {
   ernie_image init_rgba{g.width, g.height, 4, rgba.data(), 0};
   r.init_image = &init;
   r.mask = &mask_rgb;
-  auto pixels = [&](const ernie_request& q) {
-    ernie_image* imgs = nullptr;
-    int n = 0;
-    EXPECT_EQ(ernie_generate(m, &q, nullptr, nullptr, &imgs, &n, nullptr), ERNIE_OK) << ernie_last_error();
-    std::vector<uint8_t> px;
-    if (n == 1) px.assign(imgs[0].data, imgs[0].data + size_t(imgs[0].width) * imgs[0].height * 3);
-    ernie_free_images(imgs, n);
-    return px;
-  };
+  auto pixels = [&](const ernie_request& q) { return generated_pixels(m, q); };
   // the same request through the C++ engine
   ernie::EngineOptions eo;
   eo.device = "cpu";
@@ -471,14 +469,7 @@ TEST(CApi, Img2img) {
   v2.struct_size = offsetof(ernie_request, init_image);
   EXPECT_NE(pixels(v2), want);
 
-  auto invalid = [&](const ernie_request& q, const std::string& needle) {
-    ernie_image* imgs = nullptr;
-    int n = 0;
-    char* err = nullptr;
-    EXPECT_EQ(ernie_generate(m, &q, nullptr, nullptr, &imgs, &n, &err), ERNIE_ERR_INVALID) << needle;
-    EXPECT_NE(std::string(err ? err : "").find(needle), std::string::npos) << (err ? err : "") << " / " << needle;
-    ernie_free_string(err);
-  };
+  auto invalid = [&](const ernie_request& q, const std::string& needle) { expect_invalid(m, q, needle); };
   ernie_request bad = r;
   ernie_image two{g.width, g.height, 2, rgba.data(), 0}, nodata{g.width, g.height, 3, nullptr, 0};
   bad.init_image = &two;

@@ -9,6 +9,7 @@
 
 #include "engine/engine.h"
 #include "golden.h"
+#include "golden_cases.h"
 #include "gguf_builder.h"
 #include "io/checkpoint.h"
 #include "io/gguf.h"
@@ -236,13 +237,7 @@ TEST_P(GgufDit, MatchesTheReferenceRun) {
     EXPECT_EQ(test::fatal_problems(m), "");
   }
   const json& c = g["case"];
-  GenerateRequest r;
-  r.prompt = c["prompt"].get<std::string>();
-  r.negative_prompt = c["negative_prompt"].get<std::string>();
-  r.height = c["height"].get<int>();
-  r.width = c["width"].get<int>();
-  r.steps = c["steps"].get<int>();
-  r.cfg = c["cfg"].get<float>();
+  GenerateRequest r = test::request_of_case(c);
   r.init_latents = golden_gguf().tensor("case.latents_init").clone();
   const GenerateResult res = Engine::open(o)->generate(r);
   const Tensor want_lat = golden_gguf().tensor(variant + ".latents_final");

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "core/tensor.h"
+#include "engine/options.h"
 #include "golden.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/ops.h"
@@ -13,6 +14,17 @@
 namespace ernie::test {
 
 inline const Device kGPU{DeviceKind::CUDA, 0};
+
+// An engine on the GPU in `dt` to compare with the fp32 golden runs: the tiny model, and the DiT fed the fp32
+// timesteps the golden run used (the reference in bf16 rounds them: a difference of inputs, not of kernels).
+inline EngineOptions golden_run_options(DType dt) {
+  EngineOptions o;
+  o.model = tiny_model();
+  o.device = kGPU.str();
+  o.dtype = dtype_name(dt);
+  o.round_timesteps = false;
+  return o;
+}
 
 inline bool have_gpu() {
   static const bool have = cuda::device_count() > 0;

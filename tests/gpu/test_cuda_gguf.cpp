@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "golden.h"
+#include "golden_cases.h"
 #include "gpu_util.h"
 #include "engine/engine.h"
 
@@ -24,19 +25,10 @@ TEST_P(CudaGguf, MatchesReference) {
   std::ifstream jf(gguf_dir() + "/golden_gguf.json");
   const nlohmann::json c = nlohmann::json::parse(jf)["case"];
   const auto golden = SafeTensorsFile::open(gguf_dir() + "/golden_gguf.safetensors");
-  EngineOptions o;
+  EngineOptions o = test::golden_run_options(dt);
   o.model = gguf_dir() + "/tiny256/model";
   o.files.diffusion_model = gguf_dir() + "/dit-" + variant + ".gguf";
-  o.device = test::kGPU.str();
-  o.dtype = dtype_name(dt);
-  o.round_timesteps = false;
-  GenerateRequest r;
-  r.prompt = c["prompt"].get<std::string>();
-  r.negative_prompt = c["negative_prompt"].get<std::string>();
-  r.height = c["height"].get<int>();
-  r.width = c["width"].get<int>();
-  r.steps = c["steps"].get<int>();
-  r.cfg = c["cfg"].get<float>();
+  GenerateRequest r = test::request_of_case(c);
   r.init_latents = golden->tensor("case.latents_init").clone();
   const GenerateResult res = Engine::open(o)->generate(r);
   const double rel = dt == DType::F32 ? 1e-3 : 3e-2, cos = dt == DType::F32 ? -1 : 0.999;

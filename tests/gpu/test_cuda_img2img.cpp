@@ -17,11 +17,7 @@ class CudaImg2imgGolden : public ::testing::TestWithParam<std::tuple<int, DType>
 TEST_P(CudaImg2imgGolden, MatchesReference) {
   ERNIE_REQUIRE_GPU();
   auto [n, dt] = GetParam();
-  EngineOptions o;
-  o.model = test::tiny_model();
-  o.device = test::kGPU.str();
-  o.dtype = dtype_name(dt);
-  o.round_timesteps = false;
+  EngineOptions o = test::golden_run_options(dt);
   auto pipe = Engine::open(o);
   const GenerateRequest r = test::img2img_request(n);
   const GenerateResult res = pipe->generate(r);

@@ -32,11 +32,7 @@ GenerateRequest lora_case(float scale) {
 }
 
 std::unique_ptr<Engine> engine(DType dt, const std::string& quantize = "") {
-  EngineOptions o;
-  o.model = test::tiny_model();
-  o.device = test::kGPU.str();
-  o.dtype = dtype_name(dt);
-  o.round_timesteps = false;
+  EngineOptions o = test::golden_run_options(dt);
   if (!quantize.empty()) o.quantize = quantize;
   return Engine::open(o);
 }

@@ -16,11 +16,7 @@ class CudaGoldenCase : public ::testing::TestWithParam<std::tuple<int, DType>> {
 TEST_P(CudaGoldenCase, MatchesReference) {
   ERNIE_REQUIRE_GPU();
   auto [n, dt] = GetParam();
-  EngineOptions o;
-  o.model = test::tiny_model();
-  o.device = test::kGPU.str();
-  o.dtype = dtype_name(dt);
-  o.round_timesteps = false;
+  EngineOptions o = test::golden_run_options(dt);
   auto pipe = Engine::open(o);
   GenerateResult res = pipe->generate(test::golden_case(n));
   const std::string p = "case." + std::to_string(n) + ".";

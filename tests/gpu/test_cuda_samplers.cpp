@@ -29,11 +29,7 @@ class CudaSamplerGolden : public ::testing::TestWithParam<std::tuple<int, Sample
 TEST_P(CudaSamplerGolden, MatchesReference) {
   ERNIE_REQUIRE_GPU();
   auto [n, kind, dt] = GetParam();
-  EngineOptions o;
-  o.model = test::tiny_model();
-  o.device = test::kGPU.str();
-  o.dtype = dtype_name(dt);
-  o.round_timesteps = false;
+  EngineOptions o = test::golden_run_options(dt);
   auto pipe = Engine::open(o);
   GenerateResult res = pipe->generate(sampler_case(n, kind));
   const std::string k = "samplers.case." + std::to_string(n) + "." + sampler_id(kind) + ".latents_final";

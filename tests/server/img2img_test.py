@@ -6,14 +6,13 @@ naming their field, and the server goes on.
 
 usage: img2img_test.py ERNIE_IMAGE_BINARY TESTS_DATA_DIR"""
 import base64
-import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import serverlib  # noqa: E402
 from serverlib import Check, Server, pixels, png_info  # noqa: E402
 
 check = Check()
@@ -22,14 +21,9 @@ BASE = {"prompt": "a cat", "size": f"{W}x{H}", "steps": 4, "seed": 5, "guidance_
 
 
 def cli_pixels(binary, model, out_dir, name, extra, size=(W, H)):
-    out = os.path.join(out_dir, name + ".png")
-    cmd = [binary, "generate", "--model", model, "--prompt", BASE["prompt"], "-W", str(size[0]), "-H", str(size[1]),
-           "--steps", "4", "--seed", "5", "--cfg", "3", "--threads", "1", "-q", "-o", out, *extra]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    if not check(r.returncode == 0, f"CLI {name}: exit {r.returncode}: {r.stderr[-500:]}"):
-        return None
-    with open(out, "rb") as f:
-        return pixels(f.read())
+    return serverlib.cli_pixels(binary, model, os.path.join(out_dir, name + ".png"),
+                                ["--prompt", BASE["prompt"], "-W", str(size[0]), "-H", str(size[1]), "--steps", "4",
+                                 "--seed", "5", "--cfg", "3", *extra], check)
 
 
 def multipart(fields, files):

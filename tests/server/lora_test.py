@@ -7,13 +7,13 @@ usage: lora_test.py ERNIE_IMAGE_BINARY TESTS_DATA_DIR"""
 import base64
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import serverlib  # noqa: E402
 from serverlib import Check, Server, pixels, png_info  # noqa: E402
 
 check = Check()
@@ -23,14 +23,9 @@ BASE = {"prompt": "a cat", "size": f"{SIZE[0]}x{SIZE[1]}", "steps": 2, "seed": 5
 
 
 def cli_pixels(binary, model, out_dir, name, extra, prompt=BASE["prompt"]):
-    out = os.path.join(out_dir, name + ".png")
-    cmd = [binary, "generate", "--model", model, "--prompt", prompt, "-W", str(SIZE[0]), "-H", str(SIZE[1]),
-           "--steps", "2", "--seed", "5", "--cfg", "3", "--threads", "1", "-q", "-o", out, *extra]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    if not check(r.returncode == 0, f"CLI {name}: exit {r.returncode}: {r.stderr[-500:]}"):
-        return None
-    with open(out, "rb") as f:
-        return pixels(f.read())
+    return serverlib.cli_pixels(binary, model, os.path.join(out_dir, name + ".png"),
+                                ["--prompt", prompt, "-W", str(SIZE[0]), "-H", str(SIZE[1]), "--steps", "2",
+                                 "--seed", "5", "--cfg", "3", *extra], check)
 
 
 def generate(srv, body):

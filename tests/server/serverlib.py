@@ -193,6 +193,17 @@ def pixels(data):
     return bytes(out)
 
 
+def cli_pixels(binary, model, out_png, args, check):
+    """`ernie-image generate --model MODEL` (one thread, quiet) writing out_png with these flags, as the image
+    a server answer must equal: its pixels, or None after a failed `check`."""
+    cmd = [binary, "generate", "--model", model, "--threads", "1", "-q", "-o", out_png, *args]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if not check(r.returncode == 0, f"CLI {os.path.basename(out_png)}: exit {r.returncode}: {r.stderr[-500:]}"):
+        return None
+    with open(out_png, "rb") as f:
+        return pixels(f.read())
+
+
 class Check:
     """Counts checks; fails with the list of what went wrong at the end."""
 
