@@ -461,3 +461,23 @@ TEST(Lora, EightBitMergesBeforeQuantizing) {
     EXPECT_LT(err, lora_effect / 4) << dtype_name(qt);
   }
 }
+
+// The engine's pinned copy of the stored weights reads each tensor from the file once, and a load through it
+// equals a load from the file.
+TEST(HostWeightCache, ReadsEachStoredTensorOnceAndLoadsTheSame) {
+  int reads = 0;
+  HostWeightCache cache(kCPU);
+  auto stored = [&](const std::string& name) {
+    ++reads;
+    return ops::Weight(Tensor::from_vector({float(name.size())}, {1}));
+  };
+  EXPECT_EQ(cache.get("a.weight", stored).w.to_vector(), std::vector<float>{8});
+  EXPECT_EQ(cache.get("a.weight", stored).w.to_vector(), std::vector<float>{8});
+  cache.get("bb.weight", stored);
+  EXPECT_EQ(reads, 2);
+  ModelFolder m = ModelFolder::open(test::tiny_model(), false);
+  const auto [x, text, t, lens] = test::dit_inputs();
+  HostWeightCache through(kCPU);
+  EXPECT_EQ(ErnieDit::load(m, kCPU, DType::F32, false, std::nullopt, {}, {}, &through).forward(x, t, text, lens).to_vector(),
+            ErnieDit::load(m, kCPU, DType::F32).forward(x, t, text, lens).to_vector());
+}

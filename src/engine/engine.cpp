@@ -341,6 +341,7 @@ class ErnieEngine final : public Engine {
   std::optional<PromptEnhancer> pe_;
   LoraLibrary loras_;
   std::vector<LoraRef> dit_loras_;  // the LoRAs merged into dit_
+  std::optional<HostWeightCache> base_weights_;  // the DiT's stored weights, pinned (see load_denoiser)
   Tensor empty_negative_;  // [T, hidden] F32 host: encode_prompt(""), encoded on first use
   LoadCounts loads_;
   mutable std::mutex mu_;
@@ -413,8 +414,10 @@ class ErnieEngine final : public Engine {
     load_component(!pe_, loads_.prompt_enhancer, progress,
                    [&] { pe_ = PromptEnhancer::load(m_, opt_.device, opt_.dtype); });
   }
-  // The DiT with `loras` merged (and the VAE). A DiT with another set is freed and loaded again from the
-  // model's files, so every set starts from the exact base weights; returns the seconds that switch took.
+  // The DiT with `loras` merged (and the VAE). A DiT with another set is freed and built again from the
+  // stored weights, so every set starts from the exact base weights; returns the seconds that switch took.
+  // On CUDA (resident blocks), an engine that may switch (a LoRA directory, or a first switch) keeps the stored
+  // weights in pinned host memory (models/host_weight_cache.h), so a switch uploads at the bus's speed.
   double load_denoiser(const ProgressFn& progress, const std::vector<LoraRef>& loras) {
     const auto t0 = Clock::now();
     const bool do_switch = dit_ && !(dit_loras_ == loras);
@@ -422,9 +425,11 @@ class ErnieEngine final : public Engine {
       dit_.reset();
       ops::release_cached_memory(opt_.device);
     }
+    if (!base_weights_ && opt_.device.is_cuda() && !opt_.offload_blocks && (do_switch || !opt_.lora_dir.empty()))
+      base_weights_.emplace(opt_.device);
     load_component(!dit_, loads_.denoiser, progress, [&] {
       dit_ = ErnieDit::load(m_, opt_.device, opt_.dtype, opt_.offload_blocks, opt_.quantize, QuantPolicy{},
-                            loras_.set(loras));
+                            loras_.set(loras), base_weights_ ? &*base_weights_ : nullptr);
       dit_loras_ = loras;
       dit_->set_input_observer(opt_.observe_dit_inputs);
       dit_->set_attention_fp8(opt_.attention_fp8);

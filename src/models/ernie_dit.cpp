@@ -184,16 +184,18 @@ ErnieDit ErnieDit::build(const DitConfig& cfg, Device device, DType act, const W
 }
 
 ErnieDit ErnieDit::load(const ModelFolder& m, Device device, DType act, bool stream_blocks,
-                        std::optional<DType> quantize, const QuantPolicy& policy, const LoraSet& loras) {
+                        std::optional<DType> quantize, const QuantPolicy& policy, const LoraSet& loras,
+                        HostWeightCache* cache) {
   m.require_ok("transformer");
   const Component& comp = m.transformer_c;
-  auto source = [&](const std::string& name) {
+  WeightSource file = [&](const std::string& name) {
     auto [t, scale] = comp.quantized(name);
     ops::Weight w(t, scale);
     if (scale.defined()) w.input_scale = comp.input_scale(name);
     return w;
   };
-  return build(m.dit, device, act, source, stream_blocks, quantize, policy, loras);
+  WeightSource cached = [&](const std::string& name) { return cache->get(name, file); };
+  return build(m.dit, device, act, cache ? cached : file, stream_blocks, quantize, policy, loras);
 }
 
 size_t ErnieDit::weight_bytes() const {

@@ -16,6 +16,7 @@
 #include "models/quant_policy.h"
 #include "io/model_folder.h"
 #include "models/block_streamer.h"
+#include "models/host_weight_cache.h"
 #include "models/lora_merge.h"
 #include "ops/ops.h"
 
@@ -34,9 +35,11 @@ class ErnieDit {
   // QuantPolicy picks are quantized at load, on the model's device.
   // `loras` are merged into the weights they change (models/lora_merge.h) before any cast or quantization; a
   // weight stored 8-bit is expanded, merged and quantized again (its static activation scale kept).
+  // With `cache`, the stored weights are read through it (pinned host copies: a load after the first, e.g.
+  // for another LoRA set, uploads from them).
   static ErnieDit load(const ModelFolder& m, Device device, DType act, bool stream_blocks = false,
                        std::optional<DType> quantize = std::nullopt, const QuantPolicy& policy = {},
-                       const LoraSet& loras = {});
+                       const LoraSet& loras = {}, HostWeightCache* cache = nullptr);
   // The same model with deterministic random weights (linear weights and biases ~ U with std 0.02, norm
   // weights 1) built on the host as BF16 like the release, then placed as load() does. For speed tests:
   // speed does not depend on the values.

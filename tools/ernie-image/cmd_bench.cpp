@@ -8,7 +8,9 @@
 // load_s (the "GB/s from page cache" when the file was read once before); load_device_gib is what
 // they placed on the GPU. --load-only stops after loading. --lora FILE[:SCALE] (repeatable) merges adapters
 // into the DiT as it loads (dit_load_s includes the merge); --lora-switch then also frees that DiT and loads it
-// again with the same adapters, as a server does for another LoRA set: lora_switch_s.
+// again with the same adapters, as a server does for another LoRA set: lora_switch_s. On CUDA both loads then
+// read the stored weights through a pinned host cache, as the engine does (the first load fills it, and its
+// dit_load_s includes that copy; pinned_base_gib is its size).
 // It times the components one by one (not Engine::generate), each stage with the device synchronised around
 // it, and takes the engine flags as every front end does. --vae-tiling also times the tiled decode of the same latents (pipeline/vae_tiling.h, tiling chosen as
 // `generate --vae-tiling` does) and compares it with the untiled one: decode_tiled_s, tiled_psnr_db (range
@@ -183,7 +185,7 @@ int report(const Opts& o, const nlohmann::json& j) {
     std::printf("%s %s %dx%d, %d steps, cfg %.2g, %d prompt tokens\n", j.value("gpu", o.device.str()).c_str(),
                 j["dtype"].get<std::string>().c_str(), o.width, o.height, o.steps, double(o.cfg), o.prompt_tokens);
     std::printf("  %-18s %s\n", "offload", j["offload"].get<std::string>().c_str());
-    for (const char* k : {"load_s", "load_gib", "dit_load_s", "lora_switch_s", "load_gbps", "encode_s", "step_s", "denoise_s", "decode_s", "total_s",
+    for (const char* k : {"load_s", "load_gib", "dit_load_s", "lora_switch_s", "pinned_base_gib", "load_gbps", "encode_s", "step_s", "denoise_s", "decode_s", "total_s",
                           "peak_gib", "te_device_gib", "upload_gbps", "dit_tflops_per_s", "decode_tiled_s", "tiled_psnr_db", "tiled_max_abs", "decode_extra_gib",
                           "decode_tiled_extra_gib", "decode_tiled_host_s"})
       if (j.contains(k)) std::printf("  %-18s %.4f\n", k, j[k].get<double>());
@@ -323,9 +325,14 @@ int run(Opts& o) {
   LoraLibrary library("", cfg);
   const LoraSet loras = library.set(library.resolve(refs, ""));  // read (and checked) before the timing
   j["loras"] = int(loras.size());
+  // --lora-switch on CUDA: the stored weights are read through a pinned host cache, as the engine does when it
+  // may switch; the first load fills it (dit_load_s includes that copy), the switch uploads from it.
+  std::optional<HostWeightCache> base_weights;
+  if (o.lora_switch && dev.is_cuda() && !stream && !o.random) base_weights.emplace(dev);
   auto load_dit = [&] {
     return o.random ? ErnieDit::random(cfg, dev, act, o.seed, stream, quantize, QuantPolicy{}, loras)
-                    : ErnieDit::load(*folder, dev, act, stream, quantize, QuantPolicy{}, loras);
+                    : ErnieDit::load(*folder, dev, act, stream, quantize, QuantPolicy{}, loras,
+                                     base_weights ? &*base_weights : nullptr);
   };
   t0 = Clock::now();
   std::optional<ErnieDit> dit_slot(load_dit());
@@ -338,6 +345,7 @@ int run(Opts& o) {
     dit_slot.emplace(load_dit());
     sync(dev);
     j["lora_switch_s"] = since(t0);
+    if (base_weights) j["pinned_base_gib"] = double(base_weights->bytes()) / double(size_t(1) << 30);
   }
   ErnieDit& dit = *dit_slot;
   device_bytes += device_in_use(dev) - in_use;
