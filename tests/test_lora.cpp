@@ -466,7 +466,7 @@ TEST(Lora, EightBitMergesBeforeQuantizing) {
 // equals a load from the file.
 TEST(HostWeightCache, ReadsEachStoredTensorOnceAndLoadsTheSame) {
   int reads = 0;
-  HostWeightCache cache(kCPU);
+  HostWeightCache cache(kCPU, size_t(1) << 30);
   auto stored = [&](const std::string& name) {
     ++reads;
     return ops::Weight(Tensor::from_vector({float(name.size())}, {1}));
@@ -477,7 +477,22 @@ TEST(HostWeightCache, ReadsEachStoredTensorOnceAndLoadsTheSame) {
   EXPECT_EQ(reads, 2);
   ModelFolder m = ModelFolder::open(test::tiny_model(), false);
   const auto [x, text, t, lens] = test::dit_inputs();
-  HostWeightCache through(kCPU);
+  HostWeightCache through(kCPU, size_t(1) << 30);
   EXPECT_EQ(ErnieDit::load(m, kCPU, DType::F32, false, std::nullopt, {}, {}, &through).forward(x, t, text, lens).to_vector(),
             ErnieDit::load(m, kCPU, DType::F32).forward(x, t, text, lens).to_vector());
+}
+
+// Past its budget the cache passes the stored tensors through (read again each time), and says what it holds.
+TEST(HostWeightCache, PastItsBudgetReadsTheFile) {
+  int reads = 0;
+  HostWeightCache cache(kCPU, 0);
+  auto stored = [&](const std::string&) {
+    ++reads;
+    return ops::Weight(Tensor::from_vector({1.f, 2.f}, {2}));
+  };
+  EXPECT_EQ(cache.get("w", stored).w.to_vector(), (std::vector<float>{1, 2}));
+  EXPECT_EQ(cache.get("w", stored).w.to_vector(), (std::vector<float>{1, 2}));
+  EXPECT_EQ(reads, 2);
+  EXPECT_EQ(cache.bytes(), size_t(0));
+  EXPECT_GT(HostWeightCache::default_budget(), size_t(0));  // Linux: /proc/meminfo
 }

@@ -426,7 +426,7 @@ class ErnieEngine final : public Engine {
       ops::release_cached_memory(opt_.device);
     }
     if (!base_weights_ && opt_.device.is_cuda() && !opt_.offload_blocks && (do_switch || !opt_.lora_dir.empty()))
-      base_weights_.emplace(opt_.device);
+      base_weights_.emplace(opt_.device, HostWeightCache::default_budget());
     load_component(!dit_, loads_.denoiser, progress, [&] {
       dit_ = ErnieDit::load(m_, opt_.device, opt_.dtype, opt_.offload_blocks, opt_.quantize, QuantPolicy{},
                             loras_.set(loras), base_weights_ ? &*base_weights_ : nullptr);

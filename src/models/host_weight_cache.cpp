@@ -1,7 +1,11 @@
 #include "models/host_weight_cache.h"
 
 #include <cstring>
+#include <fstream>
+#include <limits>
 #include <memory>
+
+#include "core/error.h"
 
 namespace ernie {
 
@@ -18,19 +22,37 @@ ops::Weight HostWeightCache::get(const std::string& name, const Source& stored) 
   auto it = cache_.find(name);
   if (it != cache_.end()) return it->second;
   ops::Weight w = stored(name);
+  if (full_ || bytes_ + w.nbytes() > budget_) {
+    full_ = true;
+    return w;
+  }
   ops::Weight p;
-  p.w = pin(w.w);
-  p.scale = pin(w.scale);
-  p.input_scale = pin(w.input_scale);
+  try {
+    p.w = pin(w.w);
+    p.scale = pin(w.scale);
+    p.input_scale = pin(w.input_scale);
+  } catch (const OutOfMemory&) {
+    full_ = true;
+    return w;
+  }
+  if (device_.is_cuda()) bytes_ += p.nbytes();
   return cache_.emplace(name, p).first->second;
 }
 
 size_t HostWeightCache::bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
-  size_t n = 0;
-  for (const auto& [name, w] : cache_)
-    if (device_.is_cuda()) n += w.nbytes();
-  return n;
+  return bytes_;
+}
+
+size_t HostWeightCache::default_budget() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  size_t kib = 0;
+  while (f >> key >> kib) {
+    if (key == "MemAvailable:") return kib / 2 * 1024;
+    f.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  return 0;
 }
 
 }  // namespace ernie

@@ -101,7 +101,7 @@ TEST(CudaLora, PinnedBaseWeightsAreTheStoredOnes) {
   const LoraSet set = {{std::make_shared<const LoraAdapter>(load_lora(tiny_lora(), m.dit)), 0.8f}};
   const auto [x, text, t, lens] = test::dit_inputs();
   for (std::optional<DType> qt : {std::optional<DType>(), std::optional<DType>(DType::F8_E4M3)}) {
-    HostWeightCache cache(test::kGPU);
+    HostWeightCache cache(test::kGPU, size_t(1) << 30);
     auto run = [&](const LoraSet& s, HostWeightCache* c) {
       return test::down(ErnieDit::load(m, test::kGPU, DType::BF16, false, qt, QuantPolicy{}, s, c).forward(x, t, text, lens))
           .to_vector();

@@ -328,7 +328,7 @@ int run(Opts& o) {
   // --lora-switch on CUDA: the stored weights are read through a pinned host cache, as the engine does when it
   // may switch; the first load fills it (dit_load_s includes that copy), the switch uploads from it.
   std::optional<HostWeightCache> base_weights;
-  if (o.lora_switch && dev.is_cuda() && !stream && !o.random) base_weights.emplace(dev);
+  if (o.lora_switch && dev.is_cuda() && !stream && !o.random) base_weights.emplace(dev, HostWeightCache::default_budget());
   auto load_dit = [&] {
     return o.random ? ErnieDit::random(cfg, dev, act, o.seed, stream, quantize, QuantPolicy{}, loras)
                     : ErnieDit::load(*folder, dev, act, stream, quantize, QuantPolicy{}, loras,
