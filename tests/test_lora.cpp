@@ -20,6 +20,7 @@
 #include "models/ernie_dit.h"
 #include "models/lora_merge.h"
 #include "models/quant_policy.h"
+#include "ops/ops.h"
 
 using namespace ernie;
 namespace fs = std::filesystem;
@@ -462,6 +463,43 @@ TEST(Lora, EightBitMergesBeforeQuantizing) {
   }
 }
 
+// --lora-apply-mode at_runtime: the 8-bit blocks keep their exact quantized base weights and add the adapter as a
+// float side GEMM, so the result is off the f32 LoRA DiT by about the base model's own 8-bit error.
+TEST(Lora, EightBitAtRuntimeAddsTheAdapterBesideTheBase) {
+  ModelFolder m = ModelFolder::open(test::tiny_model(), false);
+  QuantPolicy all;
+  all.keep_first_last_dit_blocks = false;
+  const LoraSet set = {{std::make_shared<const LoraAdapter>(load_lora(tiny_lora(), m.dit)), 1.f}};
+  const auto [x, text, t, lens] = test::dit_inputs();
+  auto run = [&](std::optional<DType> qt, const LoraSet& s, bool at_runtime) {
+    return ErnieDit::load(m, kCPU, DType::F32, false, qt, all, s, at_runtime).forward(x, t, text, lens).to_vector();
+  };
+  const std::vector<float> want = run(std::nullopt, set, false), base = run(std::nullopt, {}, false);
+  const double lora_effect = test::closeness(base, want).rel_l2;
+  for (DType qt : {DType::F8_E4M3, DType::I8}) {
+    const double base_err = test::closeness(run(qt, {}, false), base).rel_l2;
+    const double merged_err = test::closeness(run(qt, set, false), want).rel_l2;
+    const double err = test::closeness(run(qt, set, true), want).rel_l2;
+    std::printf("%s + LoRA at runtime: rel L2 %.4f to the f32 LoRA DiT (merged: %.4f; the 8-bit base model %.4f; "
+                "the adapter moves it %.4f)\n", dtype_name(qt), err, merged_err, base_err, lora_effect);
+    EXPECT_LT(err, lora_effect / 4) << dtype_name(qt);
+    EXPECT_LT(err, 2 * base_err) << dtype_name(qt);
+  }
+  // Float weights merge in either mode.
+  EXPECT_EQ(run(std::nullopt, set, true), want);
+}
+
+// q|k|v as one GEMM: the stacked side gives each part's own side output, and zeros for a part without one.
+TEST(Lora, StackedSidesAreBlockDiagonal) {
+  const LoraSide q{test::rnd({2, 6}, 1), test::rnd({4, 2}, 2)}, v{test::rnd({3, 6}, 3), test::rnd({5, 3}, 4)};
+  const LoraSide qkv = stack_lora_sides({q, LoraSide{}, v}, {4, 3, 5}, kCPU, DType::F32);
+  const Tensor x = test::rnd({7, 6}, 5);
+  auto side = [&](const LoraSide& s) { return ops::linear(ops::linear(x, ops::Weight(s.down)), ops::Weight(s.up)); };
+  const Tensor want = ops::concat({side(q), Tensor::zeros({7, 3}, DType::F32), side(v)}, 1);
+  auto r = test::tensors_close(side(qkv), want, 1e-6);
+  EXPECT_TRUE(r) << r.message();
+}
+
 // The engine's pinned copy of the stored weights reads each tensor from the file once, and a load through it
 // equals a load from the file.
 TEST(HostWeightCache, ReadsEachStoredTensorOnceAndLoadsTheSame) {
@@ -478,7 +516,7 @@ TEST(HostWeightCache, ReadsEachStoredTensorOnceAndLoadsTheSame) {
   ModelFolder m = ModelFolder::open(test::tiny_model(), false);
   const auto [x, text, t, lens] = test::dit_inputs();
   HostWeightCache through(kCPU, size_t(1) << 30);
-  EXPECT_EQ(ErnieDit::load(m, kCPU, DType::F32, false, std::nullopt, {}, {}, &through).forward(x, t, text, lens).to_vector(),
+  EXPECT_EQ(ErnieDit::load(m, kCPU, DType::F32, false, std::nullopt, {}, {}, false, &through).forward(x, t, text, lens).to_vector(),
             ErnieDit::load(m, kCPU, DType::F32).forward(x, t, text, lens).to_vector());
 }
 

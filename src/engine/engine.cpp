@@ -63,6 +63,7 @@ struct Settings {
   VaeTilingMode vae_tiling = VaeTilingMode::Auto;
   int vae_tile = 0;
   std::string lora_dir;
+  bool lora_at_runtime = false;
   std::function<void(const std::string&, const Tensor&)> observe_dit_inputs;
 };
 
@@ -87,6 +88,7 @@ Settings parse_settings(const EngineOptions& o, MemoryFlags& mem) {
   s.vae_tile = o.vae_tile;
   s.vae_tiling = o.vae_tiling;
   s.lora_dir = o.lora_dir;
+  s.lora_at_runtime = parse_lora_apply_option(o.lora_apply);
   s.load_denoiser = o.load_denoiser;
   s.round_timesteps = o.round_timesteps;
   s.observe_dit_inputs = o.observe_dit_inputs;
@@ -429,7 +431,8 @@ class ErnieEngine final : public Engine {
       base_weights_.emplace(opt_.device, HostWeightCache::default_budget());
     load_component(!dit_, loads_.denoiser, progress, [&] {
       dit_ = ErnieDit::load(m_, opt_.device, opt_.dtype, opt_.offload_blocks, opt_.quantize, QuantPolicy{},
-                            loras_.set(loras), base_weights_ ? &*base_weights_ : nullptr);
+                            loras_.set(loras), opt_.lora_at_runtime,
+                            base_weights_ ? &*base_weights_ : nullptr);
       dit_loras_ = loras;
       dit_->set_input_observer(opt_.observe_dit_inputs);
       dit_->set_attention_fp8(opt_.attention_fp8);

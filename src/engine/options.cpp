@@ -43,6 +43,12 @@ std::optional<DType> parse_quantize_option(const std::string& s) {
   fail("--quantize: unknown format '", s, "' (use fp8, int8 or none)");
 }
 
+bool parse_lora_apply_option(const std::string& s) {
+  if (s.empty() || s == "auto" || s == "immediately") return false;
+  if (s == "at_runtime") return true;
+  fail("--lora-apply-mode: unknown mode '", s, "' (use auto, immediately or at_runtime)");
+}
+
 bool parse_attention_option(const std::string& s) {
   if (s.empty() || s == "bf16") return false;
   if (s == "fp8") return true;

@@ -42,6 +42,10 @@ struct EngineOptions {
   std::optional<double> max_vram_gib;   // the least offloading whose estimate fits, and the allocator capped there
   VaeTilingMode vae_tiling = VaeTilingMode::Auto;
   int vae_tile = 0;  // tile side in image pixels (a multiple of the VAE's 8); 0 = the largest that fits
+  // How LoRAs apply to 8-bit DiT weights (stable-diffusion.cpp's --lora-apply-mode): immediately merges them
+  // before quantizing; at_runtime keeps the exact 8-bit base and runs each adapter beside it as a low-rank side
+  // GEMM. auto = immediately (faster, measured in bench/BENCHMARKS.md). Float weights always merge.
+  std::string lora_apply = "auto";
   std::string lora_dir;  // where LoRAs named by requests and prompt tags are (engine/lora_library.h); "" = none
 
   // ---- what the front end is ----
@@ -66,5 +70,6 @@ Device parse_device_option(const std::string& s);                  // "auto" ask
 DType parse_dtype_option(const std::string& s, Device device);     // "" = the device's default
 std::optional<DType> parse_quantize_option(const std::string& s);  // fp8 -> F8_E4M3, int8 -> I8, none/"" -> none
 bool parse_attention_option(const std::string& s);                 // fp8 -> true, bf16/"" -> false
+bool parse_lora_apply_option(const std::string& s);                // at_runtime -> true; auto/immediately/"" -> false
 
 }  // namespace ernie

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 
 #include "core/error.h"
@@ -41,9 +42,15 @@ std::vector<Tensor*> ErnieDit::Block::tensors() {
   return ts;
 }
 
+bool ErnieDit::Block::Sides::any() const {
+  for (const LoraSide* s : {&to_q, &to_k, &to_v, &to_qkv, &to_out, &gate_proj, &up_proj, &linear_fc2})
+    if (s->defined()) return true;
+  return false;
+}
+
 ErnieDit ErnieDit::build(const DitConfig& cfg, Device device, DType act, const WeightSource& stored,
                          bool stream_blocks, std::optional<DType> quantize, const QuantPolicy& policy,
-                         const LoraSet& loras) {
+                         const LoraSet& loras, bool lora_at_runtime) {
   ERNIE_CHECK(!device.is_cpu() || act == DType::F32, "ErnieDit: the CPU backend computes in F32, not ",
               dtype_name(act));
   ERNIE_CHECK(act == DType::F32 || act == DType::BF16, "ErnieDit: activations must be F32 or BF16, not ",
@@ -60,10 +67,25 @@ ErnieDit ErnieDit::build(const DitConfig& cfg, Device device, DType act, const W
               device.str());
   // The stored weight with the LoRAs that change it merged in, on the device, in F32; one stored 8-bit is
   // quantized again in its format (with its static activation scale).
+  // With lora_at_runtime, an adapted block linear that is 8-bit (stored so, or quantized here) keeps its base
+  // weight, and its adapters wait in `sides` for the block.
+  std::map<std::string, LoraSide> sides;
+  auto block_linear = [](const std::string& name) {
+    if (name.rfind("layers.", 0) != 0) return false;
+    for (const char* l : {".to_q.weight", ".to_k.weight", ".to_v.weight", ".to_out.0.weight", ".gate_proj.weight",
+                          ".up_proj.weight", ".linear_fc2.weight"})
+      if (name.size() > std::strlen(l) && name.compare(name.size() - std::strlen(l), std::strlen(l), l) == 0) return true;
+    return false;
+  };
   auto source = [&](const std::string& name) {
     ops::Weight t = stored(name);
     if (!lora_adapts(loras, name) || !t.defined() || t.w.shape() != shapes.at(name)) return t;
     const bool q = t.quantized();
+    if (lora_at_runtime && block_linear(name) &&
+        (q || (quantize && policy.quantized("transformer", name, cfg.num_layers)))) {
+      sides[name] = lora_side(loras, name, device, act);
+      return t;
+    }
     Tensor merged = merge_lora(q ? ops::dequantize(to_device(t, device)) : t.w, loras, name, device);
     if (!q) return ops::Weight(merged);
     ops::Weight requantized = ops::quantize(merged, t.w.dtype());
@@ -152,7 +174,20 @@ ErnieDit ErnieDit::build(const DitConfig& cfg, Device device, DType act, const W
       into.input_scale = parts[0]->input_scale;
       for (ops::Weight* p : parts) *p = ops::Weight();
     };
+    auto side = [&](const std::string& n) {
+      auto it = sides.find(p + n);
+      return it == sides.end() ? LoraSide{} : it->second;
+    };
+    b.lora = {side("self_attention.to_q.weight"), side("self_attention.to_k.weight"), side("self_attention.to_v.weight"),
+              {}, side("self_attention.to_out.0.weight"), side("mlp.gate_proj.weight"), side("mlp.up_proj.weight"),
+              side("mlp.linear_fc2.weight")};
     if (device.is_cuda()) stack({&b.to_q, &b.to_k, &b.to_v}, b.to_qkv);
+    if (b.to_qkv.defined() && (b.lora.to_q.defined() || b.lora.to_k.defined() || b.lora.to_v.defined())) {
+      auto rows = [&](const char* n) { return shapes.at(p + "self_attention." + n + ".weight")[0]; };
+      b.lora.to_qkv = stack_lora_sides({b.lora.to_q, b.lora.to_k, b.lora.to_v}, {rows("to_q"), rows("to_k"), rows("to_v")},
+                                       device, act);
+      b.lora.to_q = b.lora.to_k = b.lora.to_v = LoraSide{};
+    }
     return b;
   };
   if (!stream_blocks) {
@@ -161,8 +196,10 @@ ErnieDit ErnieDit::build(const DitConfig& cfg, Device device, DType act, const W
     // Blocks may differ in which tensors they have (8-bit or float linears): per block, the positions in
     // Block::tensors() of the ones it has, which become views into its slot.
     std::vector<std::vector<size_t>> has(size_t(cfg.num_layers));
+    std::vector<Block::Sides> lora(size_t(cfg.num_layers));
     d.streamer_ = std::make_shared<BlockStreamer>(cfg.num_layers, device, [&](int l) {
       Block b = block(l, true);
+      lora[size_t(l)] = b.lora;
       std::vector<Tensor> ts;
       const std::vector<Tensor*> all = b.tensors();
       for (size_t i = 0; i < all.size(); ++i)
@@ -171,6 +208,7 @@ ErnieDit ErnieDit::build(const DitConfig& cfg, Device device, DType act, const W
     });
     for (int l = 0; l < cfg.num_layers; ++l) {
       Block& b = d.streamed_.emplace_back();
+      b.lora = lora[size_t(l)];
       const std::vector<Tensor*> all = b.tensors();
       for (size_t k = 0; k < has[size_t(l)].size(); ++k) *all[has[size_t(l)][k]] = d.streamer_->views(l)[k];
     }
@@ -185,7 +223,7 @@ ErnieDit ErnieDit::build(const DitConfig& cfg, Device device, DType act, const W
 
 ErnieDit ErnieDit::load(const ModelFolder& m, Device device, DType act, bool stream_blocks,
                         std::optional<DType> quantize, const QuantPolicy& policy, const LoraSet& loras,
-                        HostWeightCache* cache) {
+                        bool lora_at_runtime, HostWeightCache* cache) {
   m.require_ok("transformer");
   const Component& comp = m.transformer_c;
   WeightSource file = [&](const std::string& name) {
@@ -195,7 +233,7 @@ ErnieDit ErnieDit::load(const ModelFolder& m, Device device, DType act, bool str
     return w;
   };
   WeightSource cached = [&](const std::string& name) { return cache->get(name, file); };
-  return build(m.dit, device, act, cache ? cached : file, stream_blocks, quantize, policy, loras);
+  return build(m.dit, device, act, cache ? cached : file, stream_blocks, quantize, policy, loras, lora_at_runtime);
 }
 
 size_t ErnieDit::weight_bytes() const {
@@ -311,9 +349,9 @@ ErnieDit::Rotary ErnieDit::cached_pos_embed(const std::vector<int64_t>& text_len
 // geglu) that produce a GEMM's input write them directly, once for every GEMM reading it (q, k, v; gate, up).
 ErnieDit::LinearInput ErnieDit::norm_modulate(const Tensor& x, const Tensor& weight, const Tensor& shift,
                                               const Tensor& scale,
-                                              std::initializer_list<const ops::Weight*> readers) const {
+                                              std::initializer_list<const ops::Weight*> readers, bool codes) const {
   // With the calibration observer set, the float input is kept (the observer reads it).
-  bool fp8 = !input_observer_;
+  bool fp8 = codes && !input_observer_;
   for (const ops::Weight* r : readers) fp8 &= is_fp8(*r);
   if (fp8) {  // the readers' static scale, when they have one, is one scale (checked at load)
     const Tensor& fixed = (*readers.begin())->input_scale;
@@ -322,9 +360,22 @@ ErnieDit::LinearInput ErnieDit::norm_modulate(const Tensor& x, const Tensor& wei
   return {ops::rms_norm_modulate(x, weight, cfg_.eps, shift, scale), ops::Weight(), x.dim(0), x.dim(1)};
 }
 
-Tensor ErnieDit::linear(const LinearInput& in, const ops::Weight& w) const {
-  if (!in.x8.defined()) return ops::linear(in.x, w);
+Tensor ErnieDit::linear(const LinearInput& in, const ops::Weight& w, const LoraSide& side) const {
+  if (!in.x8.defined()) {
+    const Tensor y = ops::linear(in.x, w);
+    if (!side.defined()) return y;
+    return ops::add(y, ops::linear(ops::linear(in.x, ops::Weight(side.down)), ops::Weight(side.up)));
+  }
+  ERNIE_CHECK(!side.defined(), "ErnieDit: a LoRA side GEMM needs the float input");
   return ops::linear(in.x8, w, act_).reshape({in.B, in.S, w.w.dim(0)});
+}
+
+// x + gate · (in·Wᵀ), with an unmerged adapter's gate · (in·downᵀ)·upᵀ added the same way first.
+static Tensor gated_residual(const Tensor& x, const Tensor& gate, const Tensor& in, const ops::Weight& w,
+                             const LoraSide& side) {
+  if (!side.defined()) return ops::linear_gated_residual(x, gate, in, w);
+  const Tensor y = ops::linear_gated_residual(x, gate, ops::linear(in, ops::Weight(side.down)), ops::Weight(side.up));
+  return ops::linear_gated_residual(y, gate, in, w);
 }
 
 // ErnieImageAttention with ErnieImageSingleStreamAttnProcessor: per-head RMSNorm on q and k, rotate-half
@@ -336,7 +387,7 @@ Tensor ErnieDit::self_attention(const Block& blk, const LinearInput& x, const Ro
   const float scale = 1.0f / std::sqrt(float(D));
   Tensor query, key, value;
   if (blk.to_qkv.defined()) {  // one GEMM, then the split, the norms and RoPE in one pass
-    const Tensor qkv = linear(x, blk.to_qkv);
+    const Tensor qkv = linear(x, blk.to_qkv, blk.lora.to_qkv);
     if (attention_fp8_ && blk.to_qkv.w.dtype() == DType::F8_E4M3 && ops::attention_fp8_supported(qkv, D)) {
       auto inputs = [&](const Tensor& rows, const Tensor& cos, const Tensor& sin) {
         return ops::qkv_norm_rope_fp8(rows, heads, blk.norm_q, blk.norm_k, cfg_.eps, cos, sin);
@@ -354,9 +405,9 @@ Tensor ErnieDit::self_attention(const Block& blk, const LinearInput& x, const Ro
     ops::Qkv a = ops::qkv_norm_rope(qkv, heads, blk.norm_q, blk.norm_k, cfg_.eps, rope.cos, rope.sin);
     query = a.q, key = a.k, value = a.v;
   } else {
-    query = linear(x, blk.to_q).reshape({B, S, heads, D});
-    key = linear(x, blk.to_k).reshape({B, S, heads, D});
-    value = linear(x, blk.to_v).reshape({B, S, heads, D});
+    query = linear(x, blk.to_q, blk.lora.to_q).reshape({B, S, heads, D});
+    key = linear(x, blk.to_k, blk.lora.to_k).reshape({B, S, heads, D});
+    value = linear(x, blk.to_v, blk.lora.to_v).reshape({B, S, heads, D});
     if (blk.norm_q.defined()) query = ops::rms_norm(query, blk.norm_q, cfg_.eps);
     if (blk.norm_k.defined()) key = ops::rms_norm(key, blk.norm_k, cfg_.eps);
     query = ops::rope(query, rope.cos, rope.sin);
@@ -368,8 +419,8 @@ Tensor ErnieDit::self_attention(const Block& blk, const LinearInput& x, const Ro
 // ErnieImageFeedForward: linear_fc2(up_proj(x) * gelu(gate_proj(x))); linear_fc2 is applied by layer()
 // together with the gated residual, so this returns its input (fp8 codes when linear_fc2 is fp8).
 ErnieDit::LinearInput ErnieDit::mlp(const Block& blk, const LinearInput& x) const {
-  Tensor gate = linear(x, blk.gate_proj), up = linear(x, blk.up_proj);
-  if (is_fp8(blk.linear_fc2) && !input_observer_)
+  Tensor gate = linear(x, blk.gate_proj, blk.lora.gate_proj), up = linear(x, blk.up_proj, blk.lora.up_proj);
+  if (is_fp8(blk.linear_fc2) && !input_observer_ && !blk.lora.any())
     return {Tensor(), ops::geglu_fp8(gate, up, blk.linear_fc2.input_scale), x.B, x.S};
   return {ops::geglu(gate, up), ops::Weight(), x.B, x.S};
 }
@@ -384,19 +435,21 @@ Tensor ErnieDit::layer(int index, const Block& blk, const Tensor& x, const Rotar
     if (!input_observer_) return;
     for (const char* w : weights) input_observer_("layers." + std::to_string(index) + "." + w, in);
   };
+  const bool codes = !blk.lora.any();  // an unmerged adapter reads the float input
   LinearInput h = blk.to_qkv.defined()
-                      ? norm_modulate(x, blk.adaLN_sa_ln, mod.shift_msa, mod.scale_msa, {&blk.to_qkv})
-                      : norm_modulate(x, blk.adaLN_sa_ln, mod.shift_msa, mod.scale_msa, {&blk.to_q, &blk.to_k, &blk.to_v});
+                      ? norm_modulate(x, blk.adaLN_sa_ln, mod.shift_msa, mod.scale_msa, {&blk.to_qkv}, codes)
+                      : norm_modulate(x, blk.adaLN_sa_ln, mod.shift_msa, mod.scale_msa, {&blk.to_q, &blk.to_k, &blk.to_v},
+                                      codes);
   observe(h.x, {"self_attention.to_q.weight", "self_attention.to_k.weight", "self_attention.to_v.weight"});
   const Tensor attn = self_attention(blk, h, rope, mask);
   observe(attn, {"self_attention.to_out.0.weight"});
-  Tensor y = ops::linear_gated_residual(x, mod.gate_msa, attn, blk.to_out);
-  h = norm_modulate(y, blk.adaLN_mlp_ln, mod.shift_mlp, mod.scale_mlp, {&blk.gate_proj, &blk.up_proj});
+  Tensor y = gated_residual(x, mod.gate_msa, attn, blk.to_out, blk.lora.to_out);
+  h = norm_modulate(y, blk.adaLN_mlp_ln, mod.shift_mlp, mod.scale_mlp, {&blk.gate_proj, &blk.up_proj}, codes);
   observe(h.x, {"mlp.gate_proj.weight", "mlp.up_proj.weight"});
   const LinearInput m = mlp(blk, h);
   observe(m.x, {"mlp.linear_fc2.weight"});
   return m.x8.defined() ? ops::linear_gated_residual(y, mod.gate_mlp, m.x8, blk.linear_fc2)
-                        : ops::linear_gated_residual(y, mod.gate_mlp, m.x, blk.linear_fc2);
+                        : gated_residual(y, mod.gate_mlp, m.x, blk.linear_fc2, blk.lora.linear_fc2);
 }
 
 // ErnieImageAdaLNContinuous: LayerNorm without affine, then x·(1 + scale) + shift with

@@ -34,18 +34,20 @@ class ErnieDit {
   // runs W8A8, int8 W8A16, see ops::linear). With `quantize` (I8 or F8_E4M3) the float linear weights that
   // QuantPolicy picks are quantized at load, on the model's device.
   // `loras` are merged into the weights they change (models/lora_merge.h) before any cast or quantization; a
-  // weight stored 8-bit is expanded, merged and quantized again (its static activation scale kept).
+  // weight stored 8-bit is expanded, merged and quantized again (its static activation scale kept), unless
+  // `lora_at_runtime`: then the block linears that are 8-bit keep their exact base weights and run the
+  // adapters beside them as a low-rank side GEMM (float weights are merged either way).
   // With `cache`, the stored weights are read through it (pinned host copies: a load after the first, e.g.
   // for another LoRA set, uploads from them).
   static ErnieDit load(const ModelFolder& m, Device device, DType act, bool stream_blocks = false,
                        std::optional<DType> quantize = std::nullopt, const QuantPolicy& policy = {},
-                       const LoraSet& loras = {}, HostWeightCache* cache = nullptr);
+                       const LoraSet& loras = {}, bool lora_at_runtime = false, HostWeightCache* cache = nullptr);
   // The same model with deterministic random weights (linear weights and biases ~ U with std 0.02, norm
   // weights 1) built on the host as BF16 like the release, then placed as load() does. For speed tests:
   // speed does not depend on the values.
   static ErnieDit random(const DitConfig& cfg, Device device, DType act, uint64_t seed, bool stream_blocks = false,
                          std::optional<DType> quantize = std::nullopt, const QuantPolicy& policy = {},
-                         const LoraSet& loras = {});
+                         const LoraSet& loras = {}, bool lora_at_runtime = false);
 
   const DitConfig& config() const { return cfg_; }
   size_t weight_bytes() const;  // bytes of all weights as placed on the device (streamed: the two slots)
@@ -81,6 +83,11 @@ class ErnieDit {
     Tensor norm_q, norm_k;                               // [head_dim]
     ops::Weight to_qkv;  // on CUDA [to_q; to_k; to_v] as one [3·hidden, hidden] GEMM (to_q/k/v then unset)
     ops::Weight gate_proj, up_proj, linear_fc2;          // mlp (no biases)
+    // Adapters kept unmerged on 8-bit weights (lora_at_runtime), resident even when the block streams.
+    struct Sides {
+      LoraSide to_q, to_k, to_v, to_qkv, to_out, gate_proj, up_proj, linear_fc2;
+      bool any() const;
+    } lora;
     std::vector<Tensor*> tensors();                      // every tensor (weights and scales), in this order
   };
 
@@ -107,7 +114,7 @@ class ErnieDit {
   using WeightSource = std::function<ops::Weight(const std::string& name)>;
   static ErnieDit build(const DitConfig& cfg, Device device, DType act, const WeightSource& source,
                         bool stream_blocks, std::optional<DType> quantize, const QuantPolicy& policy,
-                        const LoraSet& loras);
+                        const LoraSet& loras, bool lora_at_runtime = false);
   Tensor place(const Tensor& host) const;      // host weight -> device (cast to act on CUDA when BF16)
   Tensor to_act(const Tensor& input) const;    // user input -> device, activation dtype
 
@@ -128,9 +135,10 @@ class ErnieDit {
     int64_t B = 0, S = 0;
   };
   // rms_norm_modulate as a LinearInput for `readers` (fp8 codes when they are all fp8).
+  // `codes` false: keep the float input (a reader has a LoRA side, which needs it).
   LinearInput norm_modulate(const Tensor& x, const Tensor& weight, const Tensor& shift, const Tensor& scale,
-                            std::initializer_list<const ops::Weight*> readers) const;
-  Tensor linear(const LinearInput& in, const ops::Weight& w) const;
+                            std::initializer_list<const ops::Weight*> readers, bool codes) const;
+  Tensor linear(const LinearInput& in, const ops::Weight& w, const LoraSide& side = {}) const;
   Tensor self_attention(const Block& blk, const LinearInput& x, const Rotary& rope,
                         const ops::AttentionMask& mask) const;
   LinearInput mlp(const Block& blk, const LinearInput& x) const;  // linear_fc2's input

@@ -18,8 +18,12 @@ bool lora_adapts(const LoraSet& set, const std::string& weight) {
   return false;
 }
 
-Tensor lora_delta(const LoraSet& set, const std::string& weight, Device device) {
-  // [up_1·c_1 | up_2·c_2 | ...] · [down_1; down_2; ...] with c = scale · alpha / rank.
+namespace {
+struct Stacked {
+  Tensor up, down;  // [out, R] with c folded in, [R, in]; F32 on the device
+};
+// [up_1·c_1 | up_2·c_2 | ...] and [down_1; down_2; ...] with c = scale · alpha / rank.
+Stacked stacked_factors(const LoraSet& set, const std::string& weight, Device device) {
   std::vector<Tensor> ups, downs;
   for (const LoraUse& u : set) {
     auto it = u.adapter->weights.find(weight);
@@ -28,10 +32,43 @@ Tensor lora_delta(const LoraSet& set, const std::string& weight, Device device) 
     ups.push_back(ops::scale(f.up.to(device), u.scale * f.alpha / float(f.rank)));
     downs.push_back(f.down.to(device));
   }
-  ERNIE_CHECK(!ups.empty(), "lora_delta: no adapter of the set changes ", weight);
-  Tensor up = ups.size() == 1 ? ups[0] : ops::concat(ups, 1);        // [out, R]
-  Tensor down = downs.size() == 1 ? downs[0] : ops::concat(downs, 0);  // [R, in]
-  return ops::linear(up, ops::Weight(ops::permute(down, {1, 0})));     // up · down = up · (downᵀ)ᵀ
+  ERNIE_CHECK(!ups.empty(), "LoRA: no adapter of the set changes ", weight);
+  return {ups.size() == 1 ? ups[0] : ops::concat(ups, 1), downs.size() == 1 ? downs[0] : ops::concat(downs, 0)};
+}
+Tensor as(const Tensor& t, DType dt) { return t.dtype() == dt ? t : ops::cast(t, dt); }
+}  // namespace
+
+Tensor lora_delta(const LoraSet& set, const std::string& weight, Device device) {
+  const Stacked f = stacked_factors(set, weight, device);
+  return ops::linear(f.up, ops::Weight(ops::permute(f.down, {1, 0})));  // up · down = up · (downᵀ)ᵀ
+}
+
+LoraSide lora_side(const LoraSet& set, const std::string& weight, Device device, DType act) {
+  const Stacked f = stacked_factors(set, weight, device);
+  return {as(f.down, act), as(f.up, act)};
+}
+
+LoraSide stack_lora_sides(const std::vector<LoraSide>& parts, const std::vector<int64_t>& rows, Device device,
+                          DType act) {
+  ERNIE_CHECK(parts.size() == rows.size(), "stack_lora_sides: ", std::to_string(parts.size()), " parts, ",
+              std::to_string(rows.size()), " row counts");
+  int64_t R = 0;
+  std::vector<Tensor> downs;
+  for (const LoraSide& p : parts)
+    if (p.defined()) R += p.down.dim(0), downs.push_back(as(p.down, act));
+  if (downs.empty()) return {};
+  std::vector<Tensor> ups;  // part i's rows: [0 | up_i | 0] over the stacked rank
+  int64_t at = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const int64_t r = parts[i].defined() ? parts[i].up.dim(1) : 0;
+    std::vector<Tensor> cols;
+    if (at > 0) cols.push_back(Tensor::zeros({rows[i], at}, act, device));
+    if (r > 0) cols.push_back(as(parts[i].up, act));
+    if (R - at - r > 0) cols.push_back(Tensor::zeros({rows[i], R - at - r}, act, device));
+    ups.push_back(cols.size() == 1 ? cols[0] : ops::concat(cols, 1));
+    at += r;
+  }
+  return {downs.size() == 1 ? downs[0] : ops::concat(downs, 0), ops::concat(ups, 0)};
 }
 
 Tensor merge_lora(const Tensor& base, const LoraSet& set, const std::string& weight, Device device) {

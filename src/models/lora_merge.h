@@ -27,6 +27,18 @@ bool lora_adapts(const LoraSet& set, const std::string& weight);
 // stacked factors, F32 [out, in] on `device`.
 Tensor lora_delta(const LoraSet& set, const std::string& weight, Device device);
 
+// An adapter kept unmerged (--lora-apply-mode at_runtime, for 8-bit weights): y = x·Wᵀ + (x·downᵀ)·upᵀ, the
+// set's factors stacked and c = scale · alpha / rank folded into up.
+struct LoraSide {
+  Tensor down, up;  // [R, in], [out, R], in `act` on the device
+  bool defined() const { return down.defined(); }
+};
+LoraSide lora_side(const LoraSet& set, const std::string& weight, Device device, DType act);
+// The side of weights whose outputs are stacked by rows (q|k|v as one GEMM): their downs stacked, their ups
+// block-diagonal. rows[i]: part i's output features; a part without an adapter is undefined (zero rows of up).
+LoraSide stack_lora_sides(const std::vector<LoraSide>& parts, const std::vector<int64_t>& rows, Device device,
+                          DType act);
+
 // base + lora_delta in F32 on `device` (base: any float dtype, any device; [out, in] or a 1x1 conv's [out, in, 1, 1],
 // returned in its shape).
 Tensor merge_lora(const Tensor& base, const LoraSet& set, const std::string& weight, Device device);

@@ -103,7 +103,7 @@ TEST(CudaLora, PinnedBaseWeightsAreTheStoredOnes) {
   for (std::optional<DType> qt : {std::optional<DType>(), std::optional<DType>(DType::F8_E4M3)}) {
     HostWeightCache cache(test::kGPU, size_t(1) << 30);
     auto run = [&](const LoraSet& s, HostWeightCache* c) {
-      return test::down(ErnieDit::load(m, test::kGPU, DType::BF16, false, qt, QuantPolicy{}, s, c).forward(x, t, text, lens))
+      return test::down(ErnieDit::load(m, test::kGPU, DType::BF16, false, qt, QuantPolicy{}, s, false, c).forward(x, t, text, lens))
           .to_vector();
     };
     const std::vector<float> lora = run(set, nullptr), base = run({}, nullptr);
@@ -112,5 +112,24 @@ TEST(CudaLora, PinnedBaseWeightsAreTheStoredOnes) {
     EXPECT_EQ(run({}, &cache), base);   // from the pinned copies
     EXPECT_EQ(run(set, &cache), lora);
     EXPECT_NE(base, lora);
+  }
+}
+
+// --lora-apply-mode at_runtime on CUDA (the q|k|v side stacked block-diagonally, the 8-bit GEMMs on a float
+// input): it tracks the CPU's at_runtime DiT, fp8 and int8.
+TEST(CudaLora, AtRuntimeTracksCpu) {
+  ERNIE_REQUIRE_GPU();
+  ModelFolder m = ModelFolder::open(test::tiny_model(), false);
+  QuantPolicy all;
+  all.keep_first_last_dit_blocks = false;
+  const LoraSet set = {{std::make_shared<const LoraAdapter>(load_lora(tiny_lora(), m.dit)), 1.f}};
+  const auto [x, text, t, lens] = test::dit_inputs();
+  for (DType qt : {DType::F8_E4M3, DType::I8}) {
+    Tensor ref = ErnieDit::load(m, kCPU, DType::F32, false, qt, all, set, true).forward(x, t, text, lens);
+    Tensor got =
+        test::down(ErnieDit::load(m, test::kGPU, DType::BF16, false, qt, all, set, true).forward(x, t, text, lens));
+    auto r = test::tensors_close(got, ref, 3e-2, 0.999);
+    std::printf("dit.out %s weights + LoRA at runtime, CUDA bf16 vs CPU: %s\n", dtype_name(qt), r.message());
+    EXPECT_TRUE(r);
   }
 }

@@ -218,6 +218,7 @@ int run(Opts& o) {
   const std::optional<DType> quantize = parse_quantize_option(o.engine.quantize);
   const std::optional<DType> te_quantize = QuantPolicy{}.text_encoder_quantization(quantize);
   j["quantize"] = quantize ? o.engine.quantize : "none";
+  const bool lora_at_runtime = parse_lora_apply_option(o.engine.lora_apply);
   const bool attention_fp8 = parse_attention_option(o.engine.attention);
   j["attention"] = attention_fp8 ? "fp8" : "bf16";
   j["width"] = o.width;
@@ -325,14 +326,15 @@ int run(Opts& o) {
   LoraLibrary library("", cfg);
   const LoraSet loras = library.set(library.resolve(refs, ""));  // read (and checked) before the timing
   j["loras"] = int(loras.size());
+  if (!loras.empty()) j["lora_apply_mode"] = lora_at_runtime ? "at_runtime" : "immediately";
   // --lora-switch on CUDA: the stored weights are read through a pinned host cache, as the engine does when it
   // may switch; the first load fills it (dit_load_s includes that copy), the switch uploads from it.
   std::optional<HostWeightCache> base_weights;
   if (o.lora_switch && dev.is_cuda() && !stream && !o.random) base_weights.emplace(dev, HostWeightCache::default_budget());
   auto load_dit = [&] {
-    return o.random ? ErnieDit::random(cfg, dev, act, o.seed, stream, quantize, QuantPolicy{}, loras)
+    return o.random ? ErnieDit::random(cfg, dev, act, o.seed, stream, quantize, QuantPolicy{}, loras, lora_at_runtime)
                     : ErnieDit::load(*folder, dev, act, stream, quantize, QuantPolicy{}, loras,
-                                     base_weights ? &*base_weights : nullptr);
+                                     lora_at_runtime, base_weights ? &*base_weights : nullptr);
   };
   t0 = Clock::now();
   std::optional<ErnieDit> dit_slot(load_dit());

@@ -38,6 +38,9 @@ void add_engine_flags(CLI::App& cmd, EngineOptions& o, const std::string& defaul
                  "(weight-only); a converted 8-bit file is used as stored");
   cmd.add_option("--attention", o.attention, "bf16 (default) or fp8: the fp8 DiT blocks run attention on the fp8 "
                                              "tensor cores too (Hopper; q, k, P and v in e4m3)");
+  cmd.add_option("--lora-apply-mode", o.lora_apply,
+                 "how LoRAs apply to 8-bit DiT weights: auto (default: immediately), immediately (merged, then "
+                 "quantized) or at_runtime (the exact 8-bit base plus a low-rank side GEMM)");
   cmd.add_option("--threads", o.threads, "CPU threads (default 0: all cores)");
   const std::string def = offload_name(o.default_offload);
   cmd.add_option_function<std::string>(
