@@ -89,6 +89,10 @@ typedef struct ernie_memory_options {
   int attention_fp8;   /* 1: the fp8 DiT blocks run attention in fp8 too (Hopper; ~2.6 % faster at 50 steps on an H200,
                           further from bf16); 0 (default): bf16 attention. Added in the third version of this struct
                           (earlier ones are still accepted) */
+  int lora_at_runtime; /* 1: LoRAs on 8-bit DiT weights run as a low-rank side GEMM beside the exact 8-bit base
+                          (`--lora-apply-mode at_runtime`, ~20 % slower steps with fp8 on an H200); 0 (default): they
+                          are merged, then quantized. Float weights always merge. Added in the fourth version of this
+                          struct (earlier ones are still accepted) */
 } ernie_memory_options;
 
 /* Component files that replace those of ernie_options.model_dir (the CLI's --diffusion-model, --text-encoder,

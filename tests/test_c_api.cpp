@@ -206,6 +206,7 @@ TEST(CApi, MemoryOptionsDefaults) {
   EXPECT_EQ(mem.vae_tile, 0);
   EXPECT_EQ(mem.quantize, ERNIE_QUANTIZE_NONE);
   EXPECT_EQ(mem.attention_fp8, 0);
+  EXPECT_EQ(mem.lora_at_runtime, 0);
   ernie_memory_options_init(nullptr);  // no crash
   EXPECT_EQ(ernie_model_offload(nullptr), ERNIE_OFFLOAD_DEFAULT);
   // ernie_load: everything resident; keep_text_encoder = 0: the text encoder offloaded.
@@ -256,6 +257,16 @@ TEST(CApi, QuantizeOptionLoads) {
   ASSERT_EQ(a.status, ERNIE_OK) << a.err;
   EXPECT_LE(golden_case_2_max_diff(a.model), 1);
   ernie_free(a.model);
+  mem.lora_at_runtime = 1;  // no LoRA here: the same image
+  a = load_with(&mem);
+  ASSERT_EQ(a.status, ERNIE_OK) << a.err;
+  EXPECT_LE(golden_case_2_max_diff(a.model), 1);
+  ernie_free(a.model);
+  mem.struct_size = offsetof(ernie_memory_options, lora_at_runtime);  // the third version
+  mem.lora_at_runtime = 9;                                            // not read
+  a = load_with(&mem);
+  EXPECT_EQ(a.status, ERNIE_OK) << a.err;
+  ernie_free(a.model);
   mem.struct_size = offsetof(ernie_memory_options, attention_fp8);  // the second version
   mem.attention_fp8 = 5;                                            // not read
   a = load_with(&mem);
@@ -287,6 +298,8 @@ TEST(CApi, BadMemoryOptionsAreErrors) {
       {"struct_size", [](ernie_memory_options& m) { m.struct_size = 8; }, 1, "ernie_memory_options.struct_size 8"},
       {"unknown quantize", [](ernie_memory_options& m) { m.quantize = 9; }, 1, "ernie_memory_options.quantize 9"},
       {"attention_fp8 2", [](ernie_memory_options& m) { m.attention_fp8 = 2; }, 1, "ernie_memory_options.attention_fp8 2"},
+      {"lora_at_runtime 3", [](ernie_memory_options& m) { m.lora_at_runtime = 3; }, 1,
+       "ernie_memory_options.lora_at_runtime 3"},
       {"keep_text_encoder 0 and none", [](ernie_memory_options& m) { m.offload = ERNIE_OFFLOAD_NONE; }, 0,
        "keep_text_encoder = 0 contradicts"},
   };

@@ -322,6 +322,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"bad_dtype", kGen + "-W 16 -H 16 --dtype f64 -o '{D}/x.png'", "unknown type 'f64'"},
         BadCase{"bad_quantize", kGen + "-W 16 -H 16 --quantize fp4 -o '{D}/x.png'", "--quantize: unknown format 'fp4'"},
         BadCase{"bad_attention", kGen + "-W 16 -H 16 --attention fp16 -o '{D}/x.png'", "--attention: unknown precision 'fp16'"},
+        BadCase{"bad_lora_apply", kGen + "-W 16 -H 16 --lora-apply-mode later -o '{D}/x.png'",
+                "--lora-apply-mode: unknown mode 'later'"},
         BadCase{"bad_device", kGen + "-W 16 -H 16 --device tpu -o '{D}/x.png'", "tpu"},
         BadCase{"bad_vae_tile", kGen + "-W 16 -H 16 --vae-tiling --vae-tile 3 -o '{D}/x.png'",
                 "--vae-tile 3 must be a positive multiple of the VAE's 2"},

@@ -86,6 +86,11 @@ void memory_options(const ernie_memory_options& m, const ernie_options& opt, ern
                 std::to_string(m.attention_fp8), ": 0 or 1");
     po.attention = m.attention_fp8 == 1 ? "fp8" : "bf16";
   }
+  if (m.struct_size > offsetof(ernie_memory_options, lora_at_runtime)) {
+    ERNIE_CHECK(m.lora_at_runtime == 0 || m.lora_at_runtime == 1, "ernie_memory_options.lora_at_runtime ",
+                std::to_string(m.lora_at_runtime), ": 0 or 1");
+    po.lora_apply = m.lora_at_runtime == 1 ? "at_runtime" : "immediately";
+  }
 }
 
 ernie_offload c_offload(ernie::Offload o) {
@@ -164,11 +169,12 @@ ernie_status ernie_load_components(const ernie_options* opt, const ernie_memory_
     ERNIE_CHECK(opt && out, "ernie_load: options and out must not be NULL");
     constexpr size_t kFirstVersion = offsetof(ernie_memory_options, quantize);  // before `quantize`
     constexpr size_t kSecondVersion = offsetof(ernie_memory_options, attention_fp8);
-    ERNIE_CHECK(!mem || mem->struct_size == sizeof(ernie_memory_options) || mem->struct_size == kSecondVersion ||
-                    mem->struct_size == kFirstVersion,
+    constexpr size_t kThirdVersion = offsetof(ernie_memory_options, lora_at_runtime);
+    ERNIE_CHECK(!mem || mem->struct_size == sizeof(ernie_memory_options) || mem->struct_size == kThirdVersion ||
+                    mem->struct_size == kSecondVersion || mem->struct_size == kFirstVersion,
                 "ernie_memory_options.struct_size ", std::to_string(mem ? mem->struct_size : 0),
                 ": this library takes ", std::to_string(sizeof(ernie_memory_options)), ", ",
-                std::to_string(kSecondVersion), " or ", std::to_string(kFirstVersion),
+                std::to_string(kThirdVersion), ", ", std::to_string(kSecondVersion), " or ", std::to_string(kFirstVersion),
                 " (set it up with ernie_memory_options_init)");
     constexpr size_t kFirstFiles = offsetof(ernie_component_files, text_encoder);  // diffusion_model only
     constexpr size_t kSecondFiles = offsetof(ernie_component_files, lora_dir);     // no lora_dir
