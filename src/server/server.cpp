@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "engine/metadata.h"
+#include "engine/noise.h"
 #include "server/web_assets.h"
 
 namespace ernie::server {
@@ -238,7 +239,8 @@ void Server::handle_generations(const httplib::Request& req, httplib::Response& 
   }
   json data = json::array();
   for (auto& [i, png] : queue_->take_images(job, -1))
-    data.push_back({{"b64_json", base64_encode(png)}, {"revised_prompt", job->revised_prompt}});
+    data.push_back({{"b64_json", base64_encode(png)}, {"revised_prompt", job->revised_prompt},
+                    {"seed", image_seed(job->req.seed, i, job->req.rng)}});
   json out = {{"created", job->created_unix}, {"data", std::move(data)}, {"id", job->id}, {"seed", job->req.seed},
               {"size", size_str(job->req.width, job->req.height)}, {"steps", job->req.steps},
               {"guidance_scale", job->req.cfg}, {"truncated", job->truncated}};
@@ -347,7 +349,8 @@ void Server::routes() {
   s.Get(id + "/images", job_route([this](auto&, auto& res, const JobPtr& job) {
     json data = json::array();
     for (auto& [i, png] : queue_->take_images(job, -1))
-      data.push_back({{"index", i}, {"b64_json", base64_encode(png)}, {"revised_prompt", job->revised_prompt}});
+      data.push_back({{"index", i}, {"b64_json", base64_encode(png)}, {"revised_prompt", job->revised_prompt},
+                      {"seed", image_seed(job->req.seed, i, job->req.rng)}});
     send_json(res, 200, {{"created", job->created_unix}, {"id", job->id}, {"data", std::move(data)}});
   }));
   s.Get(id + R"(/images/([0-9]{1,4}))", job_route([this](auto& req, auto& res, const JobPtr& job) {

@@ -160,10 +160,14 @@ def test_generations(srv, binary, model, size):
         seeds = [png_info(base64.b64decode(d["b64_json"]))[2].get("parameters", "") for d in j4["data"]]
         check("Seed: 1234," in seeds[0] and "Seed: 1234," in seeds[1] and "Batch pos: 1" in seeds[1],
               f"n=2 PNG seeds: {seeds}")
+        check([d.get("seed") for d in j4["data"]] == [1234, 1234] and
+              all(d.get("revised_prompt") == body["prompt"] for d in j4["data"]),
+              f"n=2 data[] seeds and revised prompts: {[(d.get('seed'), d.get('revised_prompt')) for d in j4['data']]}")
         # With rng "ernie", image i of a batch is seed + i: pasting its parameters reproduces it.
         s, j6 = srv.json("POST", "/v1/images/generations", {**body, "n": 2, "rng": "ernie"}, AUTH)
         seeds = [png_info(base64.b64decode(d["b64_json"]))[2].get("parameters", "") for d in j6.get("data", [])]
         check(s == 200 and len(seeds) == 2 and "Seed: 1235," in seeds[1], f"n=2 rng ernie PNG seeds: {seeds}")
+        check([d.get("seed") for d in j6.get("data", [])] == [1234, 1235], f"n=2 rng ernie data[] seeds: {j6.get('data')}")
         s, j5 = srv.json("POST", "/v1/images/generations", {**body, "seed": 1235, "rng": "ernie"}, AUTH)
         check(s == 200 and j6.get("data") and pixels(base64.b64decode(j5["data"][0]["b64_json"])) ==
               pixels(base64.b64decode(j6["data"][1]["b64_json"])),
