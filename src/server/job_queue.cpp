@@ -164,6 +164,15 @@ json JobQueue::describe(const Job& j) const {
   return o;
 }
 
+// job id=J size=WxH steps=N images=K status=S seconds=T (from submission) queued_s=Q [code=C]
+void JobQueue::log_job(const Job& j) const {
+  const bool ran = j.started != Clock::time_point{};
+  std::fprintf(stderr, "job id=%s size=%dx%d steps=%d images=%d status=%s seconds=%.3f queued_s=%.3f%s%s\n",
+               j.id.c_str(), j.req.width, j.req.height, j.req.steps, j.req.num_images, state_name(j.state),
+               seconds(j.finished - j.created), seconds((ran ? j.started : j.finished) - j.created),
+               j.error ? " code=" : "", j.error ? j.error->code.c_str() : "");
+}
+
 void JobQueue::finish_job(Job& j, JobState s, std::optional<ApiError> err) {
   j.state = s;
   j.finished = Clock::now();
@@ -176,6 +185,7 @@ void JobQueue::finish_job(Job& j, JobState s, std::optional<ApiError> err) {
     if (j.events.back().type == "progress") kept.push_back(j.events.back());
     j.events = std::move(kept);
   }
+  if (opt_.log_jobs) log_job(j);
   json d = {{"id", j.id}, {"status", state_name(s)}};
   if (s == JobState::Succeeded) {
     d["images"] = int(j.png.size());

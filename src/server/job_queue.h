@@ -67,6 +67,7 @@ struct QueueOptions {
   BatchPolicy batch;           // max_images is taken from the pipeline unless set lower
   bool batching = true;        // false: every request runs alone (serve --max-vram plans for one request)
   std::string model_name;      // for the PNG metadata
+  bool log_jobs = false;       // one line per finished job on stderr (id, size, steps, status, duration)
 };
 
 class JobQueue {
@@ -122,6 +123,7 @@ class JobQueue {
   void on_progress(const std::shared_ptr<Batch>& b, const Progress& p);
   void push_event(Job& j, const std::string& type, nlohmann::json data);  // with mu_ held
   void finish_job(Job& j, JobState s, std::optional<ApiError> err);    // with mu_ held
+  void log_job(const Job& j) const;  // the log line of a finished job (QueueOptions::log_jobs)
   void prune();                                                          // with mu_ held
   std::string new_id();
   nlohmann::json params_json(const Job& j) const;

@@ -149,6 +149,11 @@ def test_generations(srv, binary, model, size):
     check(s == 200 and jm.get("seed") == 2 ** 64 - 1, f"seed 2^64-1: {s} {jm.get('seed')}")
     s, j3 = srv.json("POST", "/v1/images/generations", {**body, "seed": 99}, AUTH)
     check(s == 200 and pixels(base64.b64decode(j3["data"][0]["b64_json"])) != px, "another seed gave the same pixels")
+    # One log line per finished job: its id, size, steps, status and duration.
+    time.sleep(0.2)
+    lines = [l for l in srv.stderr_lines if l.startswith("job id=")]
+    check(any(f"size={size}" in l and "steps=3" in l and "status=succeeded" in l and "seconds=" in l for l in lines),
+          f"job log lines: {lines[-3:]}")
     # n = 2: two different images.
     s, j4 = srv.json("POST", "/v1/images/generations", {**body, "n": 2}, AUTH)
     check(s == 200 and len(j4["data"]) == 2, f"n=2 -> {s} {len(j4.get('data', []))} images")

@@ -62,6 +62,7 @@ int run(Opts& o) {
   so.api_key = o.api_key;
   so.max_body_bytes = o.max_body;
   so.queue.max_queue = o.max_queue;
+  so.queue.log_jobs = !o.quiet;
   so.http_threads = std::max(32, o.max_queue + 16);
   so.log_requests = !o.quiet;
   server::Server srv(std::move(engine), so);
