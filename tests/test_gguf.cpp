@@ -15,6 +15,8 @@
 #include "io/gguf.h"
 #include "io/gguf_quants.h"
 #include "io/model_folder.h"
+#include "io/safetensors.h"
+#include "ops/ops.h"
 
 using namespace ernie;
 using json = nlohmann::json;
@@ -252,6 +254,54 @@ TEST_P(GgufDit, MatchesTheReferenceRun) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Gguf, GgufDit, ::testing::Values("folder", "Q8_0", "Q4_K", "Q5_1", "BF16"));
+
+// LoRA on a GGUF DiT: its blocks are expanded to float at load, so an adapter merges as on a float model. With a
+// diffusers-style adapter on two of tiny256's projections, the BF16 file (the folder's exact values) + LoRA gives
+// the folder + LoRA run; the quantized files (random blocks, other weights: fixtures/README.md) are moved by it
+// about as much as the folder is.
+TEST(Gguf, LoraMergesIntoTheGgufDit) {
+  const std::string model = gguf_dir() + "/tiny256/model";
+  const ModelFolder folder = ModelFolder::open(model, false);
+  test::TempDir dir;
+  std::vector<std::pair<std::string, Tensor>> factors;
+  uint64_t seed = 1;
+  for (const char* w : {"layers.0.self_attention.to_q.weight", "layers.1.mlp.linear_fc2.weight"}) {
+    const Shape sh = folder.transformer_c.tensor(w).shape();
+    const std::string k = "transformer." + std::string(w).substr(0, std::strlen(w) - std::strlen(".weight"));
+    factors.push_back({k + ".lora_A.weight", ops::scale(test::rnd({4, sh[1]}, seed++), 0.2f)});
+    factors.push_back({k + ".lora_B.weight", ops::scale(test::rnd({sh[0], 4}, seed++), 0.2f)});
+  }
+  const std::string lora = dir.str() + "/gguf_lora.safetensors";
+  save_safetensors(lora, factors);
+  const json g = golden_json();
+  const json& c = g["case"];
+  auto run = [&](const std::string& variant, bool with_lora) {
+    EngineOptions o;
+    o.device = "cpu";
+    o.model = model;
+    if (variant != "folder") o.files.diffusion_model = gguf_dir() + "/dit-" + variant + ".gguf";
+    GenerateRequest r = test::request_of_case(c);
+    r.init_latents = golden_gguf().tensor("case.latents_init").clone();
+    if (with_lora) {
+      LoraRef l;
+      l.path = lora;
+      r.loras = {l};
+    }
+    return Engine::open(o)->generate(r).latents.to_vector();
+  };
+  const std::vector<float> base = run("folder", false), want = run("folder", true);
+  const double effect = test::closeness(base, want).rel_l2;
+  EXPECT_GT(effect, 1e-2);
+  const double bf16_err = test::closeness(run("BF16", true), want).rel_l2;
+  std::printf("BF16 + LoRA: rel L2 %.2g to the folder + LoRA (the adapter moves it %.4f)\n", bf16_err, effect);
+  EXPECT_LT(bf16_err, test::kCpuRelL2);
+  for (const char* v : {"Q8_0", "Q4_K"}) {
+    const double moved = test::closeness(run(v, false), run(v, true)).rel_l2;
+    std::printf("%s: the adapter moves it %.4f\n", v, moved);
+    EXPECT_GT(moved, effect / 4) << v;
+    EXPECT_LT(moved, effect * 4) << v;
+  }
+}
 
 TEST(Gguf, ANonDitGgufIsNamed) {
   ComponentFiles f;
