@@ -470,9 +470,10 @@ TEST(Lora, EightBitAtRuntimeAddsTheAdapterBesideTheBase) {
   QuantPolicy all;
   all.keep_first_last_dit_blocks = false;
   const LoraSet set = {{std::make_shared<const LoraAdapter>(load_lora(tiny_lora(), m.dit)), 1.f}};
-  const auto [x, text, t, lens] = test::dit_inputs();
+  const test::DitInputs in = test::dit_inputs();
   auto run = [&](std::optional<DType> qt, const LoraSet& s, bool at_runtime) {
-    return ErnieDit::load(m, kCPU, DType::F32, false, qt, all, s, at_runtime).forward(x, t, text, lens).to_vector();
+    const ErnieDit d = ErnieDit::load(m, kCPU, DType::F32, false, qt, all, s, at_runtime);
+    return d.forward(in.x, in.t, in.text, in.text_lens).to_vector();
   };
   const std::vector<float> want = run(std::nullopt, set, false), base = run(std::nullopt, {}, false);
   const double lora_effect = test::closeness(base, want).rel_l2;

@@ -99,11 +99,12 @@ TEST(CudaLora, PinnedBaseWeightsAreTheStoredOnes) {
   ERNIE_REQUIRE_GPU();
   ModelFolder m = ModelFolder::open(test::tiny_model(), false);
   const LoraSet set = {{std::make_shared<const LoraAdapter>(load_lora(tiny_lora(), m.dit)), 0.8f}};
-  const auto [x, text, t, lens] = test::dit_inputs();
+  const test::DitInputs in = test::dit_inputs();
   for (std::optional<DType> qt : {std::optional<DType>(), std::optional<DType>(DType::F8_E4M3)}) {
     HostWeightCache cache(test::kGPU, size_t(1) << 30);
     auto run = [&](const LoraSet& s, HostWeightCache* c) {
-      return test::down(ErnieDit::load(m, test::kGPU, DType::BF16, false, qt, QuantPolicy{}, s, false, c).forward(x, t, text, lens))
+      const ErnieDit d = ErnieDit::load(m, test::kGPU, DType::BF16, false, qt, QuantPolicy{}, s, false, c);
+      return test::down(d.forward(in.x, in.t, in.text, in.text_lens))
           .to_vector();
     };
     const std::vector<float> lora = run(set, nullptr), base = run({}, nullptr);
