@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <map>
 
 #include "core/error.h"
@@ -67,22 +66,17 @@ ErnieDit ErnieDit::build(const DitConfig& cfg, Device device, DType act, const W
               device.str());
   // The stored weight with the LoRAs that change it merged in, on the device, in F32; one stored 8-bit is
   // quantized again in its format (with its static activation scale).
-  // With lora_at_runtime, an adapted block linear that is 8-bit (stored so, or quantized here) keeps its base
-  // weight, and its adapters wait in `sides` for the block.
+  // With lora_at_runtime, an adapted block linear (`block_linear`: read by linear_weight) that is 8-bit (stored
+  // so, or quantized here) keeps its base weight, and its adapters wait in `sides` for the block.
   std::map<std::string, LoraSide> sides;
-  auto block_linear = [](const std::string& name) {
-    if (name.rfind("layers.", 0) != 0) return false;
-    for (const char* l : {".to_q.weight", ".to_k.weight", ".to_v.weight", ".to_out.0.weight", ".gate_proj.weight",
-                          ".up_proj.weight", ".linear_fc2.weight"})
-      if (name.size() > std::strlen(l) && name.compare(name.size() - std::strlen(l), std::strlen(l), l) == 0) return true;
-    return false;
+  auto quantized_here = [&](const std::string& name) {
+    return quantize && policy.quantized("transformer", name, cfg.num_layers);
   };
-  auto source = [&](const std::string& name) {
+  auto source = [&](const std::string& name, bool block_linear) {
     ops::Weight t = stored(name);
     if (!lora_adapts(loras, name) || !t.defined() || t.w.shape() != shapes.at(name)) return t;
     const bool q = t.quantized();
-    if (lora_at_runtime && block_linear(name) &&
-        (q || (quantize && policy.quantized("transformer", name, cfg.num_layers)))) {
+    if (lora_at_runtime && block_linear && (q || quantized_here(name))) {
       sides[name] = lora_side(loras, name, device, act);
       return t;
     }
@@ -92,8 +86,8 @@ ErnieDit ErnieDit::build(const DitConfig& cfg, Device device, DType act, const W
     if (t.input_scale.defined()) requantized.input_scale = t.input_scale.to(device);
     return requantized;
   };
-  auto checked = [&](const std::string& name) {
-    ops::Weight t = source(name);
+  auto checked = [&](const std::string& name, bool block_linear = false) {
+    ops::Weight t = source(name, block_linear);
     ERNIE_CHECK(t.defined() && t.w.shape() == shapes.at(name), "transformer: tensor ", name, " has shape ",
                 shape_str(t.defined() ? t.w.shape() : Shape{}), ", expected ", shape_str(shapes.at(name)));
     ERNIE_CHECK(t.quantized() || dtype_is_float(t.w.dtype()), "transformer: tensor ", name, " has non-float dtype ",
@@ -113,9 +107,9 @@ ErnieDit ErnieDit::build(const DitConfig& cfg, Device device, DType act, const W
   };
   // A block's linear weight: 8-bit as stored, or quantized here when asked and the policy picks it.
   auto linear_weight = [&](const std::string& name, bool streaming) -> ops::Weight {
-    ops::Weight t = checked(name);
+    ops::Weight t = checked(name, true);
     if (t.quantized()) return streaming ? t : to_device(t, device);
-    if (quantize && policy.quantized("transformer", name, cfg.num_layers)) return ops::quantize(d.place(t.w), *quantize);
+    if (quantized_here(name)) return ops::quantize(d.place(t.w), *quantize);
     return streaming ? streamed(t.w) : d.place(t.w);
   };
   const int64_t H = cfg.hidden_size;

@@ -74,22 +74,34 @@ TEST(CudaLora, MergeMatchesTheCpu) {
   EXPECT_TRUE(mg) << mg.message();
 }
 
-// The 8-bit DiT with every block quantized merges in F32 and quantizes the merged weight: on CUDA it tracks the
-// CPU's 8-bit LoRA DiT (test_lora: that one is nearer the f32 LoRA DiT than the base model is).
-TEST(CudaLora, EightBitTracksCpu) {
-  ERNIE_REQUIRE_GPU();
+// The 8-bit DiT with every block quantized and a LoRA on CUDA (bf16) tracks the CPU's, fp8 and int8: merged in
+// F32, then quantized (test_lora: that one is nearer the f32 LoRA DiT than the base model is), or at_runtime (the
+// q|k|v side stacked block-diagonally, the 8-bit GEMMs on a float input).
+static void expect_eight_bit_lora_tracks_cpu(bool at_runtime) {
   ModelFolder m = ModelFolder::open(test::tiny_model(), false);
   QuantPolicy all;
   all.keep_first_last_dit_blocks = false;
   const LoraSet set = {{std::make_shared<const LoraAdapter>(load_lora(tiny_lora(), m.dit)), 1.f}};
   const auto [x, text, t, lens] = test::dit_inputs();
   for (DType qt : {DType::F8_E4M3, DType::I8}) {
-    Tensor ref = ErnieDit::load(m, kCPU, DType::F32, false, qt, all, set).forward(x, t, text, lens);
-    Tensor got = test::down(ErnieDit::load(m, test::kGPU, DType::BF16, false, qt, all, set).forward(x, t, text, lens));
+    Tensor ref = ErnieDit::load(m, kCPU, DType::F32, false, qt, all, set, at_runtime).forward(x, t, text, lens);
+    Tensor got = test::down(
+        ErnieDit::load(m, test::kGPU, DType::BF16, false, qt, all, set, at_runtime).forward(x, t, text, lens));
     auto r = test::tensors_close(got, ref, 3e-2, 0.999);
-    std::printf("dit.out %s weights + LoRA, CUDA bf16 vs CPU: %s\n", dtype_name(qt), r.message());
+    std::printf("dit.out %s weights + LoRA%s, CUDA bf16 vs CPU: %s\n", dtype_name(qt), at_runtime ? " at runtime" : "",
+                r.message());
     EXPECT_TRUE(r);
   }
+}
+
+TEST(CudaLora, EightBitTracksCpu) {
+  ERNIE_REQUIRE_GPU();
+  expect_eight_bit_lora_tracks_cpu(false);
+}
+
+TEST(CudaLora, AtRuntimeTracksCpu) {  // --lora-apply-mode at_runtime
+  ERNIE_REQUIRE_GPU();
+  expect_eight_bit_lora_tracks_cpu(true);
 }
 
 // A switch through the pinned host cache (models/host_weight_cache.h) starts from the exact stored weights:
@@ -104,8 +116,7 @@ TEST(CudaLora, PinnedBaseWeightsAreTheStoredOnes) {
     HostWeightCache cache(test::kGPU, size_t(1) << 30);
     auto run = [&](const LoraSet& s, HostWeightCache* c) {
       const ErnieDit d = ErnieDit::load(m, test::kGPU, DType::BF16, false, qt, QuantPolicy{}, s, false, c);
-      return test::down(d.forward(in.x, in.t, in.text, in.text_lens))
-          .to_vector();
+      return test::down(d.forward(in.x, in.t, in.text, in.text_lens)).to_vector();
     };
     const std::vector<float> lora = run(set, nullptr), base = run({}, nullptr);
     EXPECT_EQ(run(set, &cache), lora);  // fills the cache
@@ -113,24 +124,5 @@ TEST(CudaLora, PinnedBaseWeightsAreTheStoredOnes) {
     EXPECT_EQ(run({}, &cache), base);   // from the pinned copies
     EXPECT_EQ(run(set, &cache), lora);
     EXPECT_NE(base, lora);
-  }
-}
-
-// --lora-apply-mode at_runtime on CUDA (the q|k|v side stacked block-diagonally, the 8-bit GEMMs on a float
-// input): it tracks the CPU's at_runtime DiT, fp8 and int8.
-TEST(CudaLora, AtRuntimeTracksCpu) {
-  ERNIE_REQUIRE_GPU();
-  ModelFolder m = ModelFolder::open(test::tiny_model(), false);
-  QuantPolicy all;
-  all.keep_first_last_dit_blocks = false;
-  const LoraSet set = {{std::make_shared<const LoraAdapter>(load_lora(tiny_lora(), m.dit)), 1.f}};
-  const auto [x, text, t, lens] = test::dit_inputs();
-  for (DType qt : {DType::F8_E4M3, DType::I8}) {
-    Tensor ref = ErnieDit::load(m, kCPU, DType::F32, false, qt, all, set, true).forward(x, t, text, lens);
-    Tensor got =
-        test::down(ErnieDit::load(m, test::kGPU, DType::BF16, false, qt, all, set, true).forward(x, t, text, lens));
-    auto r = test::tensors_close(got, ref, 3e-2, 0.999);
-    std::printf("dit.out %s weights + LoRA at runtime, CUDA bf16 vs CPU: %s\n", dtype_name(qt), r.message());
-    EXPECT_TRUE(r);
   }
 }
