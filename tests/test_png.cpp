@@ -141,6 +141,17 @@ TEST(Png, ChunkDeclaringMoreBytesThanTheFileIsRefusedCheaply) {
   EXPECT_LT(added, 64L << 10) << "KiB";
 }
 
+// The 43-byte variant the fuzz smoke run found next: the same chunk cut off 2 bytes into its data, so that even
+// its CRC is missing. A chunk the file cannot hold whole, header and CRC included, is refused before libpng sees it.
+TEST(Png, CutOffChunkIsRefusedCheaply) {
+  const std::vector<uint8_t> cut(kHugeTextChunk.begin(), kHugeTextChunk.begin() + 43);
+  std::string e;
+  const long added = peak_rss_added_kib([&] { e = test::error_of([&] { decode_png(cut, "x.png"); }); });
+  EXPECT_NE(e.find("x.png: corrupt PNG (the file ends inside the chunk at byte 33)"), std::string::npos) << e;
+  if (added < 0) GTEST_SKIP() << "cannot reset the peak RSS here (/proc/self/clear_refs)";
+  EXPECT_LT(added, 64L << 10) << "KiB";
+}
+
 // A chunk really there but larger than the 4 MiB libpng may buffer outside the image data is refused; text
 // below that still reads.
 TEST(Png, TextChunksAreBounded) {

@@ -236,7 +236,9 @@ namespace {
 // file declaring a 2 GB tEXt chunk cost 2 GB (issue 21). The chunk lengths are checked here first, against
 // the bytes really there and, but for IDAT (which libpng streams), against kMaxChunk.
 void check_chunk_lengths(const std::vector<uint8_t>& b, const std::string& what) {
-  for (size_t pos = 8; pos + 12 <= b.size();) {  // length, type, data, CRC
+  for (size_t pos = 8; pos < b.size();) {  // length, type, data, CRC
+    ERNIE_CHECK(pos + 12 <= b.size(), what, ": corrupt PNG (the file ends inside the chunk at byte ",
+                std::to_string(pos), ")");
     const uint32_t len = png_get_uint_32(&b[pos]);
     std::string type(b.begin() + long(pos) + 4, b.begin() + long(pos) + 8);
     for (char& c : type)
