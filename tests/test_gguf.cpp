@@ -87,6 +87,37 @@ TEST(Gguf, EveryTypeDecodesLikeTheReference) {
   }
 }
 
+// The stored blocks (what a CUDA DiT keeps in memory) expand through ops::dequantize to the file's own decoding,
+// bit for bit: the CPU twin of the GPU's de-quantizer (tests/gpu/test_cuda_gguf.cpp). Wrong geometry is an error.
+TEST(Gguf, StoredBlocksExpandAsTheFileDecodes) {
+  auto f = GgufFile::open(gguf_dir() + "/blocks.gguf");
+  const json g = golden_json();
+  for (const auto& name : g["blocks"]) {
+    const std::string type = name.get<std::string>();
+    SCOPED_TRACE(type);
+    const TensorInfo* ti = f->find("t." + type);
+    const Tensor raw = f->stored_blocks("t." + type);
+    if (ggml_type(uint32_t(ti->ggml_type))->plain) {
+      EXPECT_FALSE(raw.defined());
+      continue;
+    }
+    ASSERT_TRUE(raw.defined());
+    EXPECT_EQ(raw.dtype(), DType::U8);
+    EXPECT_EQ(size_t(raw.nbytes()), ti->end - ti->begin);
+    const ops::Weight w = ops::Weight::ggml_blocks(raw, ti->ggml_type, 512);
+    EXPECT_EQ(w.shape(), (Shape{4, 512}));
+    const Tensor got = ops::dequantize(w), want = f->tensor("t." + type);
+    ASSERT_EQ(got.shape(), want.shape());
+    EXPECT_EQ(std::memcmp(got.raw(), want.raw(), want.nbytes()), 0) << "values not bit-identical";
+    const Tensor x = Tensor::from_vector(std::vector<float>(2 * 512, 0.5f), {2, 512});
+    EXPECT_TRUE(test::tensors_close(ops::linear(x, w), ops::linear(x, want), 1e-6));
+    test::expect_error([&] { ops::dequantize(ops::Weight::ggml_blocks(raw, ti->ggml_type, 256)); },
+                       "do not hold rows of 256 elements");
+  }
+  test::expect_error([&] { ops::dequantize(ops::Weight::ggml_blocks(f->stored_blocks("t.Q8_0"), 16, 512)); },
+                     "GGML type 16 is not a block type this build reads");
+}
+
 TEST(Gguf, PlainTypesAreViewsAndBlockTypesF32) {
   auto f = GgufFile::open(gguf_dir() + "/blocks.gguf");
   EXPECT_EQ(f->find("t.BF16")->dtype, DType::BF16);

@@ -21,15 +21,20 @@ namespace {
 // Weights as placed on the device: BF16 activations cast every weight to BF16; F32 keeps 4 bytes (the
 // safe side for F32-stored or de-quantized weights). With `quantized` (the component whose weights are 8-bit:
 // "transformer" under --quantize or from an 8-bit file, "text_encoder" from an 8-bit file), the weights the
-// default QuantPolicy picks take a byte per element plus an F32 scale per row.
+// default QuantPolicy picks take a byte per element plus an F32 scale per row. `ggml`: tensors kept as GGML
+// blocks, with their stored bytes.
 size_t weight_bytes(const std::vector<TensorSpec>& specs, DType act, const std::string& prefix = "",
-                    const std::string& quantized = "", int dit_layers = 0) {
+                    const std::string& quantized = "", int dit_layers = 0,
+                    const std::map<std::string, size_t>& ggml = {}) {
   const QuantPolicy policy;
   size_t n = 0;
   for (const TensorSpec& s : specs) {
     if (!s.required || s.name.rfind(prefix, 0) != 0) continue;
     const size_t numel = size_t(shape_numel(s.shape));
-    if (!quantized.empty() && policy.quantized(quantized, s.name, dit_layers))
+    auto kept = ggml.find(s.name);
+    if (kept != ggml.end() && !(!quantized.empty() && policy.quantized(quantized, s.name, dit_layers)))
+      n += kept->second;
+    else if (!quantized.empty() && policy.quantized(quantized, s.name, dit_layers))
       n += numel + size_t(s.shape[0]) * 4;
     else
       n += numel * (act == DType::BF16 ? 2 : 4);
@@ -68,6 +73,14 @@ void set_8bit_weights(GenerationShape& g, const ModelFolder* m, std::optional<DT
   const Stored8bit stored = m ? stored_8bit(*m) : Stored8bit{};
   g.quantize = quantize ? quantize : stored.dit;
   g.text_encoder_8bit = stored.text_encoder || QuantPolicy{}.text_encoder_quantization(quantize);
+  g.dit_ggml_bytes.clear();
+  if (!m) return;
+  const Component& c = m->transformer_c;
+  for (const TensorSpec& s : dit_tensor_specs(m->dit)) {  // the block linears ErnieDit::load keeps as blocks
+    if (s.name.rfind("layers.", 0) != 0 || s.shape.size() != 2 || !c.ckpt.contains(c.stored_name(s.name))) continue;
+    const Tensor raw = c.stored_blocks(s.name).first;
+    if (raw.defined()) g.dit_ggml_bytes[s.name] = raw.nbytes();
+  }
 }
 
 MemoryEstimate estimate_memory(const ModelShapes& m, const GenerationShape& g) {
@@ -90,10 +103,11 @@ MemoryEstimate estimate_memory(const ModelShapes& m, const GenerationShape& g) {
   const std::vector<TensorSpec> dit = dit_tensor_specs(m.dit);
   const std::string q = g.quantize ? "transformer" : "";
   const int L = m.dit.num_layers;
-  e.dit = weight_bytes(dit, act, "", q, L);
-  e.dit_blocks = weight_bytes(dit, act, "layers.", q, L);
-  for (int l = 0; l < L; ++l)  // blocks differ when 8-bit (the first and last stay bf16)
-    e.dit_block = std::max(e.dit_block, weight_bytes(dit, act, "layers." + std::to_string(l) + ".", q, L));
+  const auto& kept = g.dit_ggml_bytes;
+  e.dit = weight_bytes(dit, act, "", q, L, kept);
+  e.dit_blocks = weight_bytes(dit, act, "layers.", q, L, kept);
+  for (int l = 0; l < L; ++l)  // blocks differ when 8-bit (the first and last stay bf16) or GGML types mix
+    e.dit_block = std::max(e.dit_block, weight_bytes(dit, act, "layers." + std::to_string(l) + ".", q, L, kept));
   const int64_t s = m.vae.scale_factor(), tokens = int64_t(g.height / s) * (g.width / s) + g.text_tokens;
   // Per row and token: a layer's activations, plus the full-width RoPE tables (cos, sin: F32).
   e.dit_act = rounded(double(g.rows) * double(tokens) *

@@ -3,6 +3,7 @@
 // as placed, the largest activations of each phase, with the allocator's size-class rounding); the CUDA
 // context and library workspaces come on top (kRuntimeOverheadBytes, for comparisons with free memory).
 #pragma once
+#include <map>
 #include <cstddef>
 #include <optional>
 #include <string>
@@ -34,6 +35,8 @@ struct GenerationShape {
   std::optional<DType> quantize;  // --quantize or a converted 8-bit file: the DiT's linear weights in 8 bits
   bool text_encoder_8bit = false;  // --quantize or an 8-bit file: the text encoder's projections are 8-bit
   bool vae_tiling = false;  // decode in tiles (pipeline/vae_tiling.h defaults)
+  // The DiT block linears a GGUF keeps as GGML blocks on CUDA (ErnieDit::load): name -> stored bytes.
+  std::map<std::string, size_t> dit_ggml_bytes;
 };
 
 struct MemoryEstimate {

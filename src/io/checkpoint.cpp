@@ -98,6 +98,12 @@ Tensor Checkpoint::tensor(const std::string& name) const {
   return files_[it->second.first]->tensor(name);
 }
 
+Tensor Checkpoint::stored_blocks(const std::string& name) const {
+  auto it = where_.find(name);
+  ERNIE_CHECK(it != where_.end(), "checkpoint has no tensor '", name, "'");
+  return files_[it->second.first]->stored_blocks(name);
+}
+
 std::vector<const TensorInfo*> Checkpoint::tensors() const {
   std::vector<const TensorInfo*> v;
   for (auto& [n, w] : where_) v.push_back(w.second);

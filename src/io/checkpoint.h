@@ -19,6 +19,7 @@ class Checkpoint {
   bool contains(const std::string& name) const { return where_.count(name) > 0; }
   const TensorInfo* find(const std::string& name) const;
   Tensor tensor(const std::string& name) const;  // throws naming the tensor when absent
+  Tensor stored_blocks(const std::string& name) const;  // TensorFile::stored_blocks of the file holding it
   std::vector<const TensorInfo*> tensors() const;
   const std::vector<std::shared_ptr<TensorFile>>& files() const { return files_; }
   size_t bytes_on_disk() const;

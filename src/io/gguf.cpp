@@ -369,6 +369,15 @@ Tensor GgufFile::tensor(const std::string& name) const {
   return gguf_tensor_copy(h_, *ti, base_);
 }
 
+Tensor GgufFile::stored_blocks(const std::string& name) const {
+  const TensorInfo* ti = find(name);
+  ERNIE_CHECK(ti, path_, ": no tensor named '", name, "'");
+  const GgmlType* t = ggml_type(uint32_t(ti->ggml_type));
+  if (!t->decode || ti->shape.size() != 2) return Tensor();
+  const Shape raw = {ti->shape[0], ti->shape[1] / t->block * int64_t(t->block_bytes)};
+  return Tensor::borrow(base_ + h_.data_offset + ti->begin, raw, DType::U8, self_.lock());
+}
+
 const GgufValue* GgufFile::meta(const std::string& key) const {
   auto it = h_.metadata.find(key);
   return it == h_.metadata.end() ? nullptr : &it->second;

@@ -61,6 +61,7 @@ class GgufFile : public TensorFile {
   const std::vector<TensorInfo>& tensors() const override { return h_.tensors; }
   const TensorInfo* find(const std::string& name) const override;
   Tensor tensor(const std::string& name) const override;
+  Tensor stored_blocks(const std::string& name) const override;
   uint32_t version() const { return h_.version; }
   const std::map<std::string, GgufValue>& metadata() const { return h_.metadata; }
   const GgufValue* meta(const std::string& key) const;  // nullptr when absent

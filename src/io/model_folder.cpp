@@ -584,6 +584,11 @@ std::pair<Tensor, Tensor> Component::quantized(const std::string& name) const {
   return {t, ckpt.tensor(full + "_scale")};
 }
 
+std::pair<Tensor, const TensorInfo*> Component::stored_blocks(const std::string& name) const {
+  const std::string full = stored_name(name);
+  return {ckpt.stored_blocks(full), ckpt.find(full)};
+}
+
 Tensor Component::input_scale(const std::string& name) const {
   const std::string full = stored_name(name) + "_input_scale";
   if (!ckpt.contains(full)) return Tensor();

@@ -55,6 +55,9 @@ struct Component {
   Tensor tensor(const std::string& name) const;
   // {q, scale} when `name` is stored quantized, else {tensor, undefined}.
   std::pair<Tensor, Tensor> quantized(const std::string& name) const;
+  // A GGML block-quantized 2-D tensor's stored bytes (TensorFile::stored_blocks) and its TensorInfo; an
+  // undefined tensor for any other.
+  std::pair<Tensor, const TensorInfo*> stored_blocks(const std::string& name) const;
   bool is_quantized(const std::string& name) const { return ckpt.contains(stored_name(name) + "_scale"); }
   // The static activation scale of an fp8 weight ("<name>_input_scale", F32 [1], from convert --calibrate),
   // checked finite and positive; undefined when there is none.

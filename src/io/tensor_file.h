@@ -29,6 +29,9 @@ class TensorFile {
   // to its elements); a block-quantized one comes back de-quantized to F32 on the host. Throws naming the
   // tensor when absent.
   virtual Tensor tensor(const std::string& name) const = 0;
+  // The stored bytes of a GGML block-quantized 2-D tensor as a zero-copy U8 [rows, row bytes] view, for a
+  // device that de-quantizes as it runs (ops::Weight::ggml_blocks); undefined for any other tensor.
+  virtual Tensor stored_blocks(const std::string&) const { return Tensor(); }
 };
 
 // Opens a tensor file by its content (the GGUF magic, else safetensors), never by its name.

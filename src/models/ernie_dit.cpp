@@ -15,12 +15,16 @@ std::string str(int64_t v) { return std::to_string(v); }
 bool is_fp8(const ops::Weight& w) { return w.quantized() && w.w.dtype() == DType::F8_E4M3; }
 // The value of a weight's static activation scale (convert --calibrate); 0 without one.
 float static_scale(const ops::Weight& w) { return w.input_scale.defined() ? w.input_scale.to(kCPU).f32()[0] : 0.f; }
-// An 8-bit weight (and its static activation scale) on `device`.
+// An 8-bit weight (and its static activation scale) or GGML blocks on `device`.
 ops::Weight to_device(const ops::Weight& w, Device device) {
-  ops::Weight d(w.w.to(device), w.scale.to(device));
+  ops::Weight d = w;
+  d.w = w.w.to(device);
+  if (w.scale.defined()) d.scale = w.scale.to(device);
   if (w.input_scale.defined()) d.input_scale = w.input_scale.to(device);
   return d;
 }
+// Stored in a compact form (8-bit with row scales, or GGML blocks) rather than as floats.
+bool compact(const ops::Weight& w) { return w.quantized() || w.blocks(); }
 }  // namespace
 
 // ---- weights ------------------------------------------------------------------------------------------------
@@ -31,9 +35,13 @@ Tensor ErnieDit::place(const Tensor& host) const {
   return t;
 }
 
+std::vector<ops::Weight*> ErnieDit::Block::linears() {
+  return {&to_q, &to_k, &to_v, &to_qkv, &to_out, &gate_proj, &up_proj, &linear_fc2};
+}
+
 std::vector<Tensor*> ErnieDit::Block::tensors() {
   std::vector<Tensor*> ts = {&adaLN_sa_ln, &adaLN_mlp_ln, &norm_q, &norm_k};
-  for (ops::Weight* w : {&to_q, &to_k, &to_v, &to_qkv, &to_out, &gate_proj, &up_proj, &linear_fc2}) {
+  for (ops::Weight* w : linears()) {
     ts.push_back(&w->w);
     ts.push_back(&w->scale);
     ts.push_back(&w->input_scale);
@@ -72,32 +80,32 @@ ErnieDit ErnieDit::build(const DitConfig& cfg, Device device, DType act, const W
   auto quantized_here = [&](const std::string& name) {
     return quantize && policy.quantized("transformer", name, cfg.num_layers);
   };
+  // GGML blocks with an adapter merged become float weights (only those the adapter changes).
   auto source = [&](const std::string& name, bool block_linear) {
     ops::Weight t = stored(name);
-    if (!lora_adapts(loras, name) || !t.defined() || t.w.shape() != shapes.at(name)) return t;
-    const bool q = t.quantized();
-    if (lora_at_runtime && block_linear && (q || quantized_here(name))) {
+    if (!lora_adapts(loras, name) || !t.defined() || t.shape() != shapes.at(name)) return t;
+    if (lora_at_runtime && block_linear && (compact(t) || quantized_here(name))) {
       sides[name] = lora_side(loras, name, device, act);
       return t;
     }
-    Tensor merged = merge_lora(q ? ops::dequantize(to_device(t, device)) : t.w, loras, name, device);
-    if (!q) return ops::Weight(merged);
+    Tensor merged = merge_lora(compact(t) ? ops::dequantize(to_device(t, device)) : t.w, loras, name, device);
+    if (!t.quantized()) return ops::Weight(merged);
     ops::Weight requantized = ops::quantize(merged, t.w.dtype());
     if (t.input_scale.defined()) requantized.input_scale = t.input_scale.to(device);
     return requantized;
   };
   auto checked = [&](const std::string& name, bool block_linear = false) {
     ops::Weight t = source(name, block_linear);
-    ERNIE_CHECK(t.defined() && t.w.shape() == shapes.at(name), "transformer: tensor ", name, " has shape ",
-                shape_str(t.defined() ? t.w.shape() : Shape{}), ", expected ", shape_str(shapes.at(name)));
-    ERNIE_CHECK(t.quantized() || dtype_is_float(t.w.dtype()), "transformer: tensor ", name, " has non-float dtype ",
+    ERNIE_CHECK(t.defined() && t.shape() == shapes.at(name), "transformer: tensor ", name, " has shape ",
+                shape_str(t.defined() ? t.shape() : Shape{}), ", expected ", shape_str(shapes.at(name)));
+    ERNIE_CHECK(compact(t) || dtype_is_float(t.w.dtype()), "transformer: tensor ", name, " has non-float dtype ",
                 dtype_name(t.w.dtype()));
     return t;
   };
-  // A float weight (one stored quantized is expanded).
+  // A float weight (one stored quantized or as GGML blocks is expanded).
   auto float_weight = [&](const std::string& name) {
     ops::Weight t = checked(name);
-    return t.quantized() ? ops::dequantize(t) : t.w;
+    return compact(t) ? ops::dequantize(t.blocks() ? to_device(t, device) : t) : t.w;
   };
   auto w = [&](const std::string& name) { return d.place(float_weight(name)); };
   // A streamed block weight: as place() would leave it on the device, but kept on the host when no cast
@@ -105,10 +113,13 @@ ErnieDit ErnieDit::build(const DitConfig& cfg, Device device, DType act, const W
   auto streamed = [&](const Tensor& t) {
     return act == DType::BF16 && t.dtype() != DType::BF16 ? d.place(t) : t;
   };
-  // A block's linear weight: 8-bit as stored, or quantized here when asked and the policy picks it.
+  // A block's linear weight: 8-bit or GGML blocks as stored, or quantized here when asked and the policy picks
+  // it (GGML blocks are then expanded first).
   auto linear_weight = [&](const std::string& name, bool streaming) -> ops::Weight {
     ops::Weight t = checked(name, true);
-    if (t.quantized()) return streaming ? t : to_device(t, device);
+    if (t.blocks() && quantized_here(name))
+      return ops::quantize(d.place(ops::dequantize(to_device(t, device))), *quantize);
+    if (compact(t)) return streaming ? t : to_device(t, device);
     if (quantized_here(name)) return ops::quantize(d.place(t.w), *quantize);
     return streaming ? streamed(t.w) : d.place(t.w);
   };
@@ -159,11 +170,12 @@ ErnieDit ErnieDit::build(const DitConfig& cfg, Device device, DType act, const W
       const float first = static_scale(*parts[0]);
       for (const ops::Weight* p : parts)
         if (p->w.dtype() != parts[0]->w.dtype() || p->w.device() != parts[0]->w.device() ||
-            p->quantized() != parts[0]->quantized() || static_scale(*p) != first)
+            p->quantized() != parts[0]->quantized() || p->ggml != parts[0]->ggml || static_scale(*p) != first)
           return;
       std::vector<Tensor> ws, scales;
       for (const ops::Weight* p : parts) ws.push_back(p->w), scales.push_back(p->scale);
       into.w = ops::concat(ws, 0);
+      into.ggml = parts[0]->ggml, into.cols = parts[0]->cols;  // GGML blocks stack by rows as they are
       if (parts[0]->quantized()) into.scale = ops::concat(scales, 0);
       into.input_scale = parts[0]->input_scale;
       for (ops::Weight* p : parts) *p = ops::Weight();
@@ -189,11 +201,16 @@ ErnieDit ErnieDit::build(const DitConfig& cfg, Device device, DType act, const W
   } else if (cfg.num_layers > 0) {
     // Blocks may differ in which tensors they have (8-bit or float linears): per block, the positions in
     // Block::tensors() of the ones it has, which become views into its slot.
+    // The views also take back each linear's GGML geometry and adapters.
     std::vector<std::vector<size_t>> has(size_t(cfg.num_layers));
-    std::vector<Block::Sides> lora(size_t(cfg.num_layers));
+    std::vector<Block> proto(size_t(cfg.num_layers));
     d.streamer_ = std::make_shared<BlockStreamer>(cfg.num_layers, device, [&](int l) {
       Block b = block(l, true);
-      lora[size_t(l)] = b.lora;
+      proto[size_t(l)].lora = b.lora;
+      for (size_t k = 0; k < b.linears().size(); ++k) {
+        proto[size_t(l)].linears()[k]->ggml = b.linears()[k]->ggml;
+        proto[size_t(l)].linears()[k]->cols = b.linears()[k]->cols;
+      }
       std::vector<Tensor> ts;
       const std::vector<Tensor*> all = b.tensors();
       for (size_t i = 0; i < all.size(); ++i)
@@ -201,8 +218,7 @@ ErnieDit ErnieDit::build(const DitConfig& cfg, Device device, DType act, const W
       return ts;
     });
     for (int l = 0; l < cfg.num_layers; ++l) {
-      Block& b = d.streamed_.emplace_back();
-      b.lora = lora[size_t(l)];
+      Block& b = d.streamed_.emplace_back(proto[size_t(l)]);
       const std::vector<Tensor*> all = b.tensors();
       for (size_t k = 0; k < has[size_t(l)].size(); ++k) *all[has[size_t(l)][k]] = d.streamer_->views(l)[k];
     }
@@ -220,7 +236,13 @@ ErnieDit ErnieDit::load(const ModelFolder& m, Device device, DType act, bool str
                         bool lora_at_runtime, HostWeightCache* cache) {
   m.require_ok("transformer");
   const Component& comp = m.transformer_c;
+  // On CUDA a GGUF's block-quantized weights stay blocks, de-quantized as each GEMM runs; the CPU, the
+  // reference, reads them de-quantized to F32.
   WeightSource file = [&](const std::string& name) {
+    if (device.is_cuda()) {
+      auto [raw, info] = comp.stored_blocks(name);
+      if (raw.defined()) return ops::Weight::ggml_blocks(raw, info->ggml_type, info->shape[1]);
+    }
     auto [t, scale] = comp.quantized(name);
     ops::Weight w(t, scale);
     if (scale.defined()) w.input_scale = comp.input_scale(name);
@@ -243,7 +265,7 @@ size_t ErnieDit::weight_bytes() const {
 
 std::optional<DType> ErnieDit::quantized_dtype() const {
   for (Block b : streamer_ ? streamed_ : layers_)
-    for (const ops::Weight* w : {&b.to_q, &b.to_k, &b.to_v, &b.to_qkv, &b.to_out, &b.gate_proj, &b.up_proj, &b.linear_fc2})
+    for (const ops::Weight* w : b.linears())
       if (w->quantized()) return w->w.dtype();
   return std::nullopt;
 }

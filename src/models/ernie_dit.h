@@ -89,6 +89,7 @@ class ErnieDit {
       bool any() const;
     } lora;
     std::vector<Tensor*> tensors();                      // every tensor (weights and scales), in this order
+    std::vector<ops::Weight*> linears();                 // to_q, to_k, to_v, to_qkv, to_out, gate_proj, up_proj, linear_fc2
   };
 
  private:

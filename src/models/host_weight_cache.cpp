@@ -26,7 +26,7 @@ ops::Weight HostWeightCache::get(const std::string& name, const Source& stored) 
     full_ = true;
     return w;
   }
-  ops::Weight p;
+  ops::Weight p = w;  // GGML geometry kept
   try {
     p.w = pin(w.w);
     p.scale = pin(w.scale);

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "io/gguf_quants.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/shape_rules.h"
 #ifdef ERNIE_HAVE_CUDA
@@ -79,9 +80,14 @@ Weight quantize_input(const Tensor& x, const Weight& w) {
   const int64_t K = x.dim(-1);
   return quantize(x.reshape({K ? x.numel() / K : 0, K}), DType::F8_E4M3, w.input_scale);
 }
+// A GGML-block weight as the float weight a GEMM on x reads (BF16 for BF16 activations, else F32).
+Weight expanded(const Weight& w, const Tensor& x) {
+  return Weight(dequantize(w, x.defined() && x.dtype() == DType::BF16 ? DType::BF16 : DType::F32));
+}
 }  // namespace
 
 Tensor linear(const Tensor& x, const Weight& w, const Tensor& bias) {
+  if (w.blocks()) return linear(x, expanded(w, x), bias);
   if (!w.quantized()) ERNIE_OP(linear, x.device(), x, w.w, bias);
   if (w.input_scale.defined()) {
     Shape ys = x.shape();
@@ -97,6 +103,7 @@ Tensor linear(const Weight& x, const Weight& w, DType out, const Tensor& bias) {
   ERNIE_OP(linear_fp8, x.w.device(), x.w, x.scale, w.w, w.scale, bias, out);
 }
 Tensor linear_gated_residual(const Tensor& residual, const Tensor& gate, const Tensor& x, const Weight& w) {
+  if (w.blocks()) return linear_gated_residual(residual, gate, x, expanded(w, x));
   if (w.quantized() && w.input_scale.defined()) return linear_gated_residual(residual, gate, quantize_input(x, w), w);
 #ifdef ERNIE_HAVE_CUDA
   if (x.device().is_cuda())
@@ -133,6 +140,15 @@ float max_abs(const Tensor& x) {
 Tensor dequantize(const Weight& w, DType out) {
   ERNIE_CHECK(w.defined(), "dequantize: weight is undefined");
   ERNIE_CHECK(out == DType::F32 || out == DType::BF16, "dequantize: output must be F32 or BF16, not ", dtype_name(out));
+  if (w.blocks()) {
+    const GgmlType* t = ggml_type(uint32_t(w.ggml));
+    ERNIE_CHECK(t && t->decode, "dequantize: GGML type ", std::to_string(w.ggml), " is not a block type this build reads");
+    ERNIE_CHECK(w.w.dtype() == DType::U8 && w.w.ndim() == 2 && w.cols > 0 &&
+                    w.cols % t->block == 0 && w.w.dim(1) == w.cols / t->block * int64_t(t->block_bytes),
+                "dequantize: ", t->name, " blocks ", shape_str(w.w.shape()), " ", dtype_name(w.w.dtype()),
+                " do not hold rows of ", std::to_string(w.cols), " elements");
+    ERNIE_OP(dequantize_blocks, w.w.device(), w.w, w.ggml, w.cols, out);
+  }
   ERNIE_OP(dequantize, w.w.device(), w.w, w.scale, out);
 }
 Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps) { ERNIE_OP(rms_norm, x.device(), x, weight, eps); }
@@ -251,11 +267,13 @@ Qkv qkv_rope(const Tensor& qkv, int64_t heads_q, int64_t heads_kv, const Tensor&
 }
 Tensor linear_swiglu(const Tensor& x, const Weight& gate_up) {
   ERNIE_CHECK(x.defined() && gate_up.defined(), "linear_swiglu: an input is undefined");
+  if (gate_up.blocks()) return linear_swiglu(x, expanded(gate_up, x));
   ERNIE_OP(linear_swiglu, x.device(), x, gate_up);
 }
 SumOut add_rms_norm_linear(const Tensor& x, const Tensor& y, const Tensor& norm_weight, float eps, const Weight& w,
                            bool swiglu) {
   ERNIE_CHECK(x.defined() && w.defined(), "add_rms_norm_linear: an input is undefined");
+  if (w.blocks()) return add_rms_norm_linear(x, y, norm_weight, eps, expanded(w, x), swiglu);
 #ifdef ERNIE_HAVE_CUDA
   if (x.device().is_cuda() && cuda::add_rms_norm_linear_supported(x, y, norm_weight, w, swiglu))
     return on_cuda("add_rms_norm_linear", [&] { return cuda::add_rms_norm_linear(x, y, norm_weight, eps, w, swiglu); });

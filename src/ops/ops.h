@@ -27,11 +27,23 @@ struct Weight {
   // fp8 weights only: a static activation scale (F32 [1], from `convert --calibrate`). When defined, linear()
   // quantizes its input with this one scale for every row instead of a dynamic scale per row.
   Tensor input_scale;
+  // GGML blocks (a GGUF weight kept quantized): `w` holds the stored bytes as U8 [rows, row bytes], `ggml` the
+  // GGML type id (io/gguf_quants.h) and `cols` the row length in elements. linear() and dequantize() expand
+  // them to a float [rows, cols] as they run (on CUDA, right before the GEMM), so memory holds the blocks.
+  int ggml = -1;
+  int64_t cols = 0;
   Weight() = default;
   Weight(Tensor t) : w(std::move(t)) {}  // NOLINT(google-explicit-constructor): a float weight
   Weight(Tensor q, Tensor s) : w(std::move(q)), scale(std::move(s)) {}
+  static Weight ggml_blocks(Tensor raw, int type, int64_t cols) {
+    Weight b(std::move(raw));
+    b.ggml = type, b.cols = cols;
+    return b;
+  }
   bool defined() const { return w.defined(); }
-  bool quantized() const { return scale.defined(); }
+  bool quantized() const { return scale.defined(); }  // 8-bit with row scales (not GGML blocks)
+  bool blocks() const { return ggml >= 0; }
+  Shape shape() const { return blocks() ? Shape{w.dim(0), cols} : w.shape(); }  // the logical [out, in]
   size_t nbytes() const {
     size_t n = 0;
     for (const Tensor* t : {&w, &scale, &input_scale}) n += t->defined() ? t->nbytes() : 0;
@@ -72,7 +84,8 @@ Weight quantize(const Tensor& x, DType q, const Tensor& scale);
 // max |x| over every element as a float (0 for an empty tensor, NaN when x holds a NaN): calibration's
 // activation ranges.
 float max_abs(const Tensor& x);
-// q · scale as `out` (F32 or BF16) [rows, cols] on the weight's device (a float weight: converted).
+// q · scale as `out` (F32 or BF16) [rows, cols] on the weight's device (a float weight: converted; GGML
+// blocks: decoded, after their geometry is checked against the type).
 Tensor dequantize(const Weight& w, DType out = DType::F32);
 
 // ---- normalisation (over the last dim) ----------------------------------------------------------------

@@ -15,6 +15,8 @@ ops::Weight quantize_static(const Tensor& x, DType q, const Tensor& scale);  // 
 float max_abs(const Tensor& x);
 // q · scale (scale undefined: q, a float) as F32, then `out`.
 Tensor dequantize(const Tensor& q, const Tensor& scale, DType out = DType::F32);
+// GGML blocks (ops::Weight::ggml_blocks, checked by ops::dequantize) as [rows, cols] F32, then `out`.
+Tensor dequantize_blocks(const Tensor& raw, int ggml_type, int64_t cols, DType out);
 // The stored values of n 8-bit codes (I8 or F8_E4M3) as f32, unscaled.
 void convert_quantized(DType q, const void* in, float* out, size_t n);
 Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps);

@@ -22,6 +22,8 @@ ops::Weight quantize(const Tensor& x, DType q);
 ops::Weight quantize_static(const Tensor& x, DType q, const Tensor& scale);  // ops::quantize(x, q, scale)
 float max_abs(const Tensor& x);
 Tensor dequantize(const Tensor& q, const Tensor& scale, DType out = DType::F32);
+// GGML blocks (ops::Weight::ggml_blocks, checked by ops::dequantize) as [rows, cols] F32, then `out`.
+Tensor dequantize_blocks(const Tensor& raw, int ggml_type, int64_t cols, DType out);
 // Whether linear_q runs fp8 weights on the fp8 tensor cores (cuBLASLt, compute capability >= 8.9, and not
 // turned off with ERNIE_FP8_GEMM=0); otherwise a float GEMM on the same quantized values.
 bool fp8_gemm_supported(int device);
