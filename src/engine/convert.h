@@ -26,6 +26,7 @@ struct ConvertOptions {
 
 struct ConvertStats {
   size_t tensors = 0, fp8 = 0, int8 = 0, bytes = 0;  // fp8 / int8: weights quantized to each
+  size_t ggml = 0;  // GGUF output: weights block-quantized
   double seconds = 0;
 };
 
@@ -41,5 +42,12 @@ void check_convert_output(const ModelFolder& m, const std::string& out);
 // lock). The file's bytes do not depend on `opt.threads`.
 ConvertStats convert_model(const ModelFolder& m, const std::string& out, const ConvertOptions& opt,
                            const std::function<void(size_t, size_t)>& progress = {});
+
+// `convert -o x.gguf`: the DiT alone as a GGUF that llama.cpp's conventions, ComfyUI-GGUF and
+// stable-diffusion.cpp read: the diffusers tensor names bare, general.architecture "ernie_image". The block
+// linears that `policy` quantizes take `ggml_type` (io/gguf_encode.h: Q8_0, Q4_K, Q5_K, Q6_K; or BF16, F16,
+// F32 for every weight); the other 2-D weights BF16 (F32 when ggml_type is F32), 1-D and 4-D tensors F32.
+ConvertStats convert_dit_gguf(const ModelFolder& m, const std::string& out, int ggml_type, const QuantPolicy& policy,
+                              const std::function<void(size_t, size_t)>& progress = {});
 
 }  // namespace ernie

@@ -1,5 +1,6 @@
 // ernie-image convert --model DIR -o FILE [--dtype bf16|fp8|int8] [--keep PATTERN]... [--no-pe] [--threads N]
 //   [--calibrate PROMPTS.txt [--calibrate-steps N] [--calibrate-size WxH] [--device D] [--act-dtype f32|bf16]]
+// ernie-image convert --model DIR -o DIT.gguf --dtype q8_0|q4_k|q5_k|q6_k|bf16|f16|f32 [--keep PATTERN]...
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -7,6 +8,7 @@
 #include "commands.h"
 #include "core/error.h"
 #include "engine/convert.h"
+#include "io/gguf_encode.h"
 #include "generate_util.h"
 #include "engine/calibration.h"
 #include "engine/options.h"
@@ -22,15 +24,36 @@ struct Opts {
   int threads = 0;
   ComponentFiles files;
 };
+// The DiT alone as a GGUF (engine/convert.h convert_dit_gguf).
+int convert_to_gguf(const Opts& o) {
+  const int type = ggml_output_type(o.dtype);
+  ERNIE_CHECK(type >= 0, "--dtype ", o.dtype, ": a GGUF takes q8_0, q4_k, q5_k, q6_k, bf16, f16 or f32");
+  ERNIE_CHECK(o.calibrate.empty(), "--calibrate: static activation scales are for fp8 safetensors files, not GGUF");
+  ModelFolder m = ModelFolder::open(o.model, false, o.files);
+  QuantPolicy policy;
+  for (auto& k : o.keep) policy.keep.push_back(k);
+  policy.keep_first_last_dit_blocks = !o.quantize_all_blocks;
+  const ConvertStats st = convert_dit_gguf(m, o.out, type, policy, [&](size_t done, size_t total) {
+    if (!o.quiet) std::fprintf(stderr, "\rconvert: %3d%%", total ? int(100.0 * double(done) / double(total)) : 100);
+  });
+  if (!o.quiet) std::fprintf(stderr, "\n");
+  std::printf("wrote %s: the DiT, %zu tensors (%zu as %s), %.2f GiB in %.2f s\n", o.out.c_str(), st.tensors, st.ggml,
+              o.dtype.c_str(), double(st.bytes) / (1 << 30), st.seconds);
+  return 0;
+}
+
 Register reg(70, [](CLI::App& app) {
   auto o = std::make_shared<Opts>();
   auto* c = app.add_subcommand("convert", "Convert a model folder into one fast-loading file (bf16, fp8 or int8 weights)");
   c->add_option("--model,-m", o->model,
                  "model folder (or converted file); may be left out when every component is given as a file");
   add_component_flags(*c, o->files);
-  c->add_option("--output,-o", o->out, "output file (.safetensors)")->required();
-  c->add_option("--dtype", o->dtype, "weights: bf16, fp8 (e4m3, per-channel scales) or int8 (per-channel scales)")
-      ->check(CLI::IsMember({"bf16", "fp8", "int8"}));
+  c->add_option("--output,-o", o->out, "output file: .safetensors (the whole model), or .gguf (the DiT alone)")
+      ->required();
+  c->add_option("--dtype", o->dtype,
+                "weights: bf16, fp8 (e4m3, per-channel scales) or int8 (per-channel scales); for .gguf: q8_0, q4_k, "
+                "q5_k, q6_k, bf16, f16 or f32")
+      ->check(CLI::IsMember({"bf16", "fp8", "int8", "q8_0", "q4_k", "q5_k", "q6_k", "f16", "f32"}));
   c->add_option("--keep", o->keep, "also keep weights whose name contains PATTERN in bf16 (repeatable)");
   c->add_flag("--quantize-all-blocks", o->quantize_all_blocks, "quantize the first and last DiT blocks too");
   c->add_flag("--keep-text-encoder", o->keep_text_encoder, "keep the text encoder and prompt enhancer in bf16");
@@ -46,6 +69,10 @@ Register reg(70, [](CLI::App& app) {
   c->add_option("--threads", o->threads, "tensors converted and written at once (default: all cores)");
   c->add_flag("--quiet,-q", o->quiet, "no progress output");
   return std::function<int()>([o] {
+    const bool gguf = o->out.size() > 5 && o->out.compare(o->out.size() - 5, 5, ".gguf") == 0;
+    if (gguf) return convert_to_gguf(*o);
+    ERNIE_CHECK(ggml_output_type(o->dtype) < 0 || o->dtype == "bf16", "--dtype ", o->dtype,
+                " is a GGUF type: write a .gguf file (-o NAME.gguf)");
     ConvertOptions opt;
     opt.format = parse_weight_format(o->dtype);
     ERNIE_CHECK(o->calibrate.empty() || opt.format == WeightFormat::FP8,

@@ -1,0 +1,79 @@
+// convert -o x.gguf: the DiT as a GGUF (engine/convert.h).
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+
+#include "core/error.h"
+#include "engine/convert.h"
+#include "io/gguf_encode.h"
+#include "io/gguf_quants.h"
+#include "io/gguf_writer.h"
+
+namespace ernie {
+
+namespace {
+
+// llama.cpp's general.file_type for a file mostly of `type` (LLAMA_FTYPE_*: K-quants as their _M mixes).
+uint32_t file_type(int type) {
+  switch (type) {
+    case 0: return 0;     // ALL_F32
+    case 1: return 1;     // MOSTLY_F16
+    case 8: return 7;     // MOSTLY_Q8_0
+    case 12: return 15;   // MOSTLY_Q4_K_M
+    case 13: return 17;   // MOSTLY_Q5_K_M
+    case 14: return 18;   // MOSTLY_Q6_K
+    default: return 32;   // MOSTLY_BF16
+  }
+}
+
+std::vector<uint8_t> encode_tensor(const Tensor& t, int type) {
+  const Tensor f = t.to_f32();
+  std::vector<uint8_t> out(ggml_nbytes(type, t.shape(), "tensor"));
+  const GgmlType* g = ggml_type(uint32_t(type));
+  if (g->decode) {
+    ggml_encode(type, f.f32(), f.numel(), out.data());
+  } else {
+    const Tensor c = g->plain == DType::F32 ? f : f.cast(*g->plain);
+    std::memcpy(out.data(), c.raw(), out.size());
+  }
+  return out;
+}
+
+}  // namespace
+
+ConvertStats convert_dit_gguf(const ModelFolder& m, const std::string& out, int ggml_out, const QuantPolicy& policy,
+                              const std::function<void(size_t, size_t)>& progress) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const GgmlType* want = ggml_type(uint32_t(ggml_out));
+  ERNIE_CHECK(want && (want->decode || want->plain), "convert: no GGUF output type ", std::to_string(ggml_out));
+  check_convert_output(m, out);
+  for (const Problem& p : m.check())
+    ERNIE_CHECK(!p.fatal || p.component != "transformer", m.root, ": cannot convert, ", p.component, ": ", p.message);
+  const Component& c = m.transformer_c;
+  const int F32 = 0, BF16 = 30;
+  std::vector<GgufOutTensor> tensors;
+  ConvertStats st;
+  for (const TensorSpec& s : c.specs) {
+    const TensorInfo* ti = c.ckpt.find(c.stored_name(s.name));
+    if (!ti) continue;
+    int type = ti->shape.size() == 2 ? (ggml_out == F32 ? F32 : BF16) : F32;
+    if (ti->shape.size() == 2 && (!want->decode || policy.quantized("transformer", s.name, m.dit.num_layers)) &&
+        ti->shape.back() % want->block == 0)
+      type = ggml_out;
+    if (want->decode && type == ggml_out) ++st.ggml;
+    tensors.push_back({s.name, ti->shape, type, [&c, name = s.name, type] { return encode_tensor(c.tensor(name), type); }});
+    st.bytes += ggml_nbytes(type, ti->shape, s.name);
+  }
+  st.tensors = tensors.size();
+  const std::string source = std::filesystem::path(m.root.empty() ? out : m.root).filename().string();
+  write_gguf(out,
+             {{"general.architecture", std::string("ernie_image")},
+              {"general.name", source},
+              {"general.quantization_version", uint32_t(2)},
+              {"general.file_type", file_type(ggml_out)}},
+             tensors, progress);
+  st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return st;
+}
+
+}  // namespace ernie
