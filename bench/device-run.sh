@@ -6,10 +6,11 @@
 # profile (per-kernel GPU time from ncu; bench/profile-stage.sh), pe (bench-pe: prompt-enhancer speed),
 # calibrate (fp8 with static activation scales from convert --calibrate against dynamic ones;
 # bench/calibrate-stage.sh), lowvram (an fp8 file under --offload blocks and --max-vram; bench/lowvram-stage.sh),
-# policy (fp8 by the default policy against the MLP's gate/up kept bf16; bench/policy-stage.sh), lora (a
+# policy (fp8 by the default policy against the MLP's gate/up kept bf16; bench/policy-stage.sh), gguf (Q8_0 and
+# Q4_K GGUF DiTs from convert against bf16; bench/gguf-stage.sh), lora (a
 # rank-32 LoRA: step time with and without it, bf16 and fp8, and the switch time; bench/lora-stage.sh).
 # Logs go to $OUT (at most 8 files come back): build.log, tests.log, doctor.txt, perf.log, bench.log,
-# quant.log, convert.log, profile.log, pe.log, calibrate.log, lowvram.log, policy.log, lora.log, power.csv. NO_BUILD=1 skips the build (an existing build/ is used, e.g. to try a stage on the CPU).
+# quant.log, convert.log, profile.log, pe.log, calibrate.log, lowvram.log, policy.log, gguf.log, lora.log, power.csv. NO_BUILD=1 skips the build (an existing build/ is used, e.g. to try a stage on the CPU).
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/ernie-out}
@@ -71,6 +72,9 @@ for stage in "$@"; do
     calibrate)  # random folder -> fp8 files with dynamic and calibrated static scales: accuracy and speed
       bench/calibrate-stage.sh "$B" "${CONVERT_DIR:-/tmp/ernie-calibrate}" > "$OUT/calibrate.log" 2>&1
       echo "calibrate exit $?"; cat "$OUT/calibrate.log" | tail -20 ;;
+    gguf)  # random folder -> Q8_0 and Q4_K GGUF DiTs: read back by gguf-py, step time and memory against bf16
+      bench/gguf-stage.sh "$B" "${CONVERT_DIR:-/tmp/ernie-gguf}" > "$OUT/gguf.log" 2>&1
+      echo "gguf exit $?"; tail -20 "$OUT/gguf.log" ;;
     lora)  # random folder + rank-32 LoRA: bf16 and fp8 step time with and without it, merge and switch time
       bench/lora-stage.sh "$B" "${CONVERT_DIR:-/tmp/ernie-lora}" > "$OUT/lora.log" 2>&1
       echo "lora exit $?"; tail -20 "$OUT/lora.log" ;;
