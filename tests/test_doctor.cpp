@@ -108,3 +108,19 @@ TEST(Doctor, ReportsBrokenTokenizersTemplateAndGenerationConfig) {
               t.contains("generation_config"))
       << t.dump(2);
 }
+
+// A GGUF DiT: doctor names the format, counts the tensors per GGML type, and plans its block linears at their
+// stored size (less than the BF16 file's weights on the GPU).
+TEST(Doctor, CountsGgufTypesAndPlansBlocksAsStored) {
+  const std::string dir = test::data_dir() + "/gguf";
+  auto report = [&](const std::string& variant) {
+    DoctorOptions o;
+    o.files.diffusion_model = dir + "/dit-" + variant + ".gguf";
+    return run_doctor(dir + "/tiny256/model", o).json["model"]["components"]["transformer"];
+  };
+  const json q4 = report("Q4_K"), bf16 = report("BF16");
+  EXPECT_EQ(q4["format"], "gguf");
+  EXPECT_EQ(q4["types"]["Q4_K"].get<int>(), 19) << q4.dump(2);
+  EXPECT_EQ(q4["types"]["F32"].get<int>(), 14) << q4.dump(2);
+  EXPECT_LT(q4["gpu_gib"].get<double>(), bf16["gpu_gib"].get<double>() * 0.7);
+}

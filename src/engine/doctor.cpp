@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/system_info.h"
 #include "engine/memory_plan.h"
+#include "io/gguf_quants.h"
 #include "io/model_folder.h"
 #include "io/model_tokenizer.h"
 #include "io/safetensors.h"
@@ -192,6 +193,14 @@ DoctorReport run_doctor(const std::string& model_dir, const DoctorOptions& opt) 
                                    {"files", c.ckpt.files().size()},
                                    {"prefix", c.prefix},
                                    {"bf16_gib", bf16 / kGiB}};
+        json types = json::object();  // tensors per stored type: GGML names for GGUF files, else dtypes
+        for (const TensorInfo* t : c.ckpt.tensors()) {
+          const GgmlType* g = t->ggml_type >= 0 ? ggml_type(uint32_t(t->ggml_type)) : nullptr;
+          const std::string name = g ? g->name : dtype_name(t->dtype);
+          types[name] = types.value(name, 0) + 1;
+        }
+        m["components"][c.name]["types"] = types;
+        m["components"][c.name]["format"] = c.ckpt.files().empty() ? "" : c.ckpt.files()[0]->format();
         if (!c.source.empty()) m["components"][c.name]["file"] = c.source;
         if (!c.layout.empty()) m["components"][c.name]["layout"] = c.layout;
         return bf16;
@@ -222,6 +231,7 @@ DoctorReport run_doctor(const std::string& model_dir, const DoctorOptions& opt) 
       for (Offload o : {Offload::None, Offload::TextEncoder, Offload::Blocks})
         fit[std::string(offload_name(o)) + "_gib"] = double(est.peak(o)) / kGiB;
       fit["runtime_overhead_gib"] = double(kRuntimeOverheadBytes) / kGiB;
+      m["components"]["transformer"]["gpu_gib"] = double(est.dit) / kGiB;  // GGML blocks counted as stored
       // A bf16 model: what it would need as an fp8 file, for the advice to convert.
       GenerationShape fp8_shape = shape;
       fp8_shape.quantize = DType::F8_E4M3;
@@ -292,6 +302,12 @@ std::string format_doctor(const json& j) {
                       std::to_string(c["params"].get<size_t>()).c_str(), c["dtype"].get<std::string>().c_str(),
                       human_bytes(double(c["bytes_on_disk"].get<size_t>())).c_str());
         o << line;
+        if (c.contains("types")) {
+          o << "                " << c.value("format", std::string()) << ":";
+          for (auto t = c["types"].begin(); t != c["types"].end(); ++t) o << " " << t.key() << " x" << t.value().get<int>();
+          if (c.contains("gpu_gib")) o << "; " << human_bytes(c["gpu_gib"].get<double>() * kGiB) << " of weights on the GPU";
+          o << "\n";
+        }
         if (c.contains("file"))
           o << "                from " << c["file"].get<std::string>()
             << (c.contains("layout") ? " (" + c["layout"].get<std::string>() + " layout)" : std::string()) << "\n";
