@@ -13,6 +13,7 @@
 #include "io/gguf_encode.h"
 #include "io/gguf_quants.h"
 #include "io/model_folder.h"
+#include "io/safetensors.h"
 
 using namespace ernie;
 
@@ -71,6 +72,29 @@ TEST(GgufWrite, EncodersRoundTripThroughTheDecoders) {
   test::expect_error([&] { std::vector<uint8_t> b(1000); ggml_encode(12, x.data(), 100, b.data()); },
                      "100 values are not whole blocks of 256");
   EXPECT_EQ(ggml_output_type("q3_k"), -1);
+}
+
+// Any GGUF to safetensors: every tensor de-quantized to F32 under its own name and torch-order shape, the
+// values those of ComfyUI-GGUF's de-quantizer (the fixture's blocks.<TYPE>).
+TEST(GgufWrite, AnyGgufBecomesF32Safetensors) {
+  test::TempDir d;
+  const std::string in = test::data_dir() + "/gguf/blocks.gguf", out = d.str() + "/blocks.safetensors";
+  const ConvertStats st = convert_gguf_tensors(in, out, DType::F32);
+  auto src = GgufFile::open(in);
+  auto dst = SafeTensorsFile::open(out);
+  auto golden = SafeTensorsFile::open(test::data_dir() + "/gguf/golden_gguf.safetensors");
+  EXPECT_EQ(st.tensors, src->tensors().size());
+  EXPECT_GE(st.ggml, 12u);
+  for (const TensorInfo& ti : src->tensors()) {
+    SCOPED_TRACE(ti.name);
+    const TensorInfo* o = dst->find(ti.name);
+    ASSERT_TRUE(o);
+    EXPECT_EQ(o->shape, ti.shape);
+    EXPECT_EQ(o->dtype, DType::F32);
+    const std::string ref = "blocks." + ti.name.substr(2);  // t.<TYPE>
+    if (golden->find(ref)) EXPECT_TRUE(test::tensors_close(dst->tensor(ti.name), golden->tensor(ref), 1e-6));
+  }
+  test::expect_error([&] { convert_gguf_tensors(in, in, DType::F32); }, "is the input file itself");
 }
 
 TEST(GgufWrite, ConvertedDitReadsBackAndGenerates) {

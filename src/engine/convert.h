@@ -50,4 +50,9 @@ ConvertStats convert_model(const ModelFolder& m, const std::string& out, const C
 ConvertStats convert_dit_gguf(const ModelFolder& m, const std::string& out, int ggml_type, const QuantPolicy& policy,
                               const std::function<void(size_t, size_t)>& progress = {});
 
+// `convert --model x.gguf -o y.safetensors --dtype f32|bf16|f16`: every tensor of any GGUF (block types
+// de-quantized, shapes in torch order, names as stored) into a safetensors file, float tensors in `dtype`.
+ConvertStats convert_gguf_tensors(const std::string& in, const std::string& out, DType dtype,
+                                  const std::function<void(size_t, size_t)>& progress = {});
+
 }  // namespace ernie

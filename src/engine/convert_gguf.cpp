@@ -8,6 +8,7 @@
 #include "io/gguf_encode.h"
 #include "io/gguf_quants.h"
 #include "io/gguf_writer.h"
+#include "io/safetensors.h"
 
 namespace ernie {
 
@@ -72,6 +73,30 @@ ConvertStats convert_dit_gguf(const ModelFolder& m, const std::string& out, int 
               {"general.quantization_version", uint32_t(2)},
               {"general.file_type", file_type(ggml_out)}},
              tensors, progress);
+  st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return st;
+}
+
+ConvertStats convert_gguf_tensors(const std::string& in, const std::string& out, DType dtype,
+                                  const std::function<void(size_t, size_t)>& progress) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::error_code ec;
+  ERNIE_CHECK(!std::filesystem::equivalent(in, out, ec), out, ": is the input file itself; choose another output path");
+  const std::shared_ptr<TensorFile> f = open_tensor_file(in);
+  ERNIE_CHECK(std::string(f->format()) == "gguf", in, ": not a GGUF file");
+  std::vector<PendingTensor> tensors;
+  ConvertStats st;
+  for (const TensorInfo& ti : f->tensors()) {
+    const DType dt = dtype_is_float(ti.dtype) ? dtype : ti.dtype;
+    tensors.push_back({ti.name, dt, ti.shape, [f, name = ti.name, dt] {
+                         Tensor t = f->tensor(name);
+                         return t.dtype() == dt ? t : t.cast(dt);
+                       }});
+    st.bytes += size_t(shape_numel(ti.shape)) * dtype_size(dt);
+    st.ggml += ti.ggml_type >= 0 && ggml_type(uint32_t(ti.ggml_type))->decode;
+  }
+  st.tensors = tensors.size();
+  save_safetensors_streamed(out, tensors, {{"source", std::filesystem::path(in).filename().string()}}, 64, progress);
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return st;
 }

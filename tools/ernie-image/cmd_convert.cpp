@@ -4,9 +4,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 
 #include "commands.h"
 #include "core/error.h"
+#include "core/file.h"
 #include "engine/convert.h"
 #include "io/gguf_encode.h"
 #include "generate_util.h"
@@ -71,6 +73,16 @@ Register reg(70, [](CLI::App& app) {
   return std::function<int()>([o] {
     const bool gguf = o->out.size() > 5 && o->out.compare(o->out.size() - 5, 5, ".gguf") == 0;
     if (gguf) return convert_to_gguf(*o);
+    if (!o->model.empty() && std::filesystem::is_regular_file(o->model) && read_file_head(o->model, 4) == "GGUF") {
+      // Any GGUF to safetensors, de-quantized.
+      ERNIE_CHECK(o->dtype == "f32" || o->dtype == "bf16" || o->dtype == "f16", "--dtype ", o->dtype,
+                  ": a GGUF becomes a safetensors file of f32, bf16 or f16 tensors");
+      const ConvertStats st = convert_gguf_tensors(o->model, o->out, o->dtype == "f32" ? DType::F32
+                                                                    : o->dtype == "f16" ? DType::F16 : DType::BF16);
+      std::printf("wrote %s: %zu tensors (%zu de-quantized) as %s, %.2f GiB in %.2f s\n", o->out.c_str(), st.tensors,
+                  st.ggml, o->dtype.c_str(), double(st.bytes) / (1 << 30), st.seconds);
+      return 0;
+    }
     ERNIE_CHECK(ggml_output_type(o->dtype) < 0 || o->dtype == "bf16", "--dtype ", o->dtype,
                 " is a GGUF type: write a .gguf file (-o NAME.gguf)");
     ConvertOptions opt;
