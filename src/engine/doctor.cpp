@@ -304,8 +304,10 @@ std::string format_doctor(const json& j) {
         o << line;
         if (c.contains("types")) {
           o << "                " << c.value("format", std::string()) << ":";
-          for (auto t = c["types"].begin(); t != c["types"].end(); ++t) o << " " << t.key() << " x" << t.value().get<int>();
-          if (c.contains("gpu_gib")) o << "; " << human_bytes(c["gpu_gib"].get<double>() * kGiB) << " of weights on the GPU";
+          for (auto t = c["types"].begin(); t != c["types"].end(); ++t)
+            o << " " << t.key() << " x" << t.value().get<int>();
+          if (c.contains("gpu_gib"))
+            o << "; " << human_bytes(c["gpu_gib"].get<double>() * kGiB) << " of weights on the GPU";
           o << "\n";
         }
         if (c.contains("file"))

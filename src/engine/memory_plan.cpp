@@ -31,11 +31,11 @@ size_t weight_bytes(const std::vector<TensorSpec>& specs, DType act, const std::
   for (const TensorSpec& s : specs) {
     if (!s.required || s.name.rfind(prefix, 0) != 0) continue;
     const size_t numel = size_t(shape_numel(s.shape));
-    auto kept = ggml.find(s.name);
-    if (kept != ggml.end() && !(!quantized.empty() && policy.quantized(quantized, s.name, dit_layers)))
-      n += kept->second;
-    else if (!quantized.empty() && policy.quantized(quantized, s.name, dit_layers))
+    const auto kept = ggml.find(s.name);
+    if (!quantized.empty() && policy.quantized(quantized, s.name, dit_layers))
       n += numel + size_t(s.shape[0]) * 4;
+    else if (kept != ggml.end())
+      n += kept->second;
     else
       n += numel * (act == DType::BF16 ? 2 : 4);
   }

@@ -207,10 +207,8 @@ ErnieDit ErnieDit::build(const DitConfig& cfg, Device device, DType act, const W
     d.streamer_ = std::make_shared<BlockStreamer>(cfg.num_layers, device, [&](int l) {
       Block b = block(l, true);
       proto[size_t(l)].lora = b.lora;
-      for (size_t k = 0; k < b.linears().size(); ++k) {
-        proto[size_t(l)].linears()[k]->ggml = b.linears()[k]->ggml;
-        proto[size_t(l)].linears()[k]->cols = b.linears()[k]->cols;
-      }
+      const std::vector<ops::Weight*> from = b.linears(), to = proto[size_t(l)].linears();
+      for (size_t k = 0; k < from.size(); ++k) to[k]->ggml = from[k]->ggml, to[k]->cols = from[k]->cols;
       std::vector<Tensor> ts;
       const std::vector<Tensor*> all = b.tensors();
       for (size_t i = 0; i < all.size(); ++i)

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 
 #include "commands.h"
 #include "core/error.h"
@@ -26,6 +27,22 @@ struct Opts {
   int threads = 0;
   ComponentFiles files;
 };
+// "convert: NN%" on stderr as bytes are written, each percentage once (nothing with --quiet); finish() ends the line.
+struct Progress {
+  bool quiet;
+  int last = -1;
+  void operator()(size_t done, size_t total) {
+    const int pct = total ? int(100.0 * double(done) / double(total)) : 100;
+    if (quiet || pct == last) return;
+    last = pct;
+    std::fprintf(stderr, "\rconvert: %3d%%", pct);
+    std::fflush(stderr);
+  }
+  void finish() const {
+    if (!quiet) std::fprintf(stderr, "\n");
+  }
+};
+
 // The DiT alone as a GGUF (engine/convert.h convert_dit_gguf).
 int convert_to_gguf(const Opts& o) {
   const int type = ggml_output_type(o.dtype);
@@ -35,10 +52,9 @@ int convert_to_gguf(const Opts& o) {
   QuantPolicy policy;
   for (auto& k : o.keep) policy.keep.push_back(k);
   policy.keep_first_last_dit_blocks = !o.quantize_all_blocks;
-  const ConvertStats st = convert_dit_gguf(m, o.out, type, policy, [&](size_t done, size_t total) {
-    if (!o.quiet) std::fprintf(stderr, "\rconvert: %3d%%", total ? int(100.0 * double(done) / double(total)) : 100);
-  });
-  if (!o.quiet) std::fprintf(stderr, "\n");
+  Progress progress{o.quiet};
+  const ConvertStats st = convert_dit_gguf(m, o.out, type, policy, std::ref(progress));
+  progress.finish();
   std::printf("wrote %s: the DiT, %zu tensors (%zu as %s), %.2f GiB in %.2f s\n", o.out.c_str(), st.tensors, st.ggml,
               o.dtype.c_str(), double(st.bytes) / (1 << 30), st.seconds);
   return 0;
@@ -77,8 +93,11 @@ Register reg(70, [](CLI::App& app) {
       // Any GGUF to safetensors, de-quantized.
       ERNIE_CHECK(o->dtype == "f32" || o->dtype == "bf16" || o->dtype == "f16", "--dtype ", o->dtype,
                   ": a GGUF becomes a safetensors file of f32, bf16 or f16 tensors");
-      const ConvertStats st = convert_gguf_tensors(o->model, o->out, o->dtype == "f32" ? DType::F32
-                                                                    : o->dtype == "f16" ? DType::F16 : DType::BF16);
+      Progress progress{o->quiet};
+      const ConvertStats st = convert_gguf_tensors(
+          o->model, o->out, o->dtype == "f32" ? DType::F32 : o->dtype == "f16" ? DType::F16 : DType::BF16,
+          std::ref(progress));
+      progress.finish();
       std::printf("wrote %s: %zu tensors (%zu de-quantized) as %s, %.2f GiB in %.2f s\n", o->out.c_str(), st.tensors,
                   st.ggml, o->dtype.c_str(), double(st.bytes) / (1 << 30), st.seconds);
       return 0;
@@ -119,16 +138,9 @@ Register reg(70, [](CLI::App& app) {
     opt.policy.keep_first_last_dit_blocks = !o->quantize_all_blocks;
     opt.policy.quantize_text_encoder = !o->keep_text_encoder;
     opt.threads = o->threads;
-    int last = -1;
-    auto progress = [&](size_t done, size_t total) {
-      int pct = total ? int(100.0 * double(done) / double(total)) : 100;
-      if (o->quiet || pct == last) return;
-      last = pct;
-      std::fprintf(stderr, "\rconvert: %3d%%", pct);
-      std::fflush(stderr);
-    };
-    ConvertStats st = convert_model(m, o->out, opt, progress);
-    if (!o->quiet) std::fprintf(stderr, "\n");
+    Progress progress{o->quiet};
+    ConvertStats st = convert_model(m, o->out, opt, std::ref(progress));
+    progress.finish();
     std::printf("wrote %s: %zu tensors (%zu quantized to fp8, %zu to int8), %.2f GiB in %.2f s (%.2f GB/s written)\n",
                 o->out.c_str(), st.tensors, st.fp8, st.int8, double(st.bytes) / (1 << 30), st.seconds,
                 double(st.bytes) / 1e9 / std::max(st.seconds, 1e-9));
