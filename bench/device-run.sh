@@ -8,7 +8,9 @@
 # bench/calibrate-stage.sh), lowvram (an fp8 file under --offload blocks and --max-vram; bench/lowvram-stage.sh),
 # policy (fp8 by the default policy against the MLP's gate/up kept bf16; bench/policy-stage.sh), gguf (Q8_0 and
 # Q4_K GGUF DiTs from convert against bf16; bench/gguf-stage.sh), lora (a
-# rank-32 LoRA: step time with and without it, bf16 and fp8, and the switch time; bench/lora-stage.sh).
+# rank-32 LoRA: step time with and without it, bf16 and fp8, and the switch time; bench/lora-stage.sh), ptx-tests /
+# ptx-bench / all (a compute_80-only build: GPU tests, speed against the Hopper build; the release build's time,
+# size and machine code; bench/arch-stage.sh), cards (--max-vram 8/12/16/24 recipes; bench/cards-stage.sh).
 # Logs go to $OUT (at most 8 files come back): build.log, tests.log, doctor.txt, perf.log, bench.log,
 # quant.log, convert.log, profile.log, pe.log, calibrate.log, lowvram.log, policy.log, gguf.log, lora.log, power.csv. NO_BUILD=1 skips the build (an existing build/ is used, e.g. to try a stage on the CPU).
 set -u
@@ -84,6 +86,12 @@ for stage in "$@"; do
     lowvram)  # random folder -> fp8 file: doctor, bench resident / --offload blocks / --max-vram 8 and 6
       bench/lowvram-stage.sh "$B" "${CONVERT_DIR:-/tmp/ernie-lowvram}" > "$OUT/lowvram.log" 2>&1
       echo "lowvram exit $?"; cat "$OUT/lowvram.log" | tail -60 ;;
+    ptx-tests|ptx-bench|all)  # compute_80-only build: GPU tests / bench against the Hopper build; the release build
+      bench/arch-stage.sh "$stage" > "$OUT/$stage.log" 2>&1
+      echo "$stage exit $?"; tail -40 "$OUT/$stage.log" ;;
+    cards)  # --max-vram 8/12/16/24: bf16 folder and fp8 file, Turbo and cfg 4 (bench/cards-stage.sh)
+      bench/cards-stage.sh "$B" "${CONVERT_DIR:-/tmp/ernie-cards}" > "$OUT/cards.log" 2>&1
+      echo "cards exit $?"; cat "$OUT/cards.log" | tail -80 ;;
     convert)  # ~23 GB random bf16 folder -> convert fp8, bf16 (disk allowing) -> load each from the page cache
       bench/convert-stage.sh "$B" "${CONVERT_DIR:-/tmp/ernie-convert}" > "$OUT/convert.log" 2>&1
       echo "convert exit $?"; grep -E "^(##|random|wrote|convert|sync|cat|load|disk|skip|error)" "$OUT/convert.log" ;;

@@ -91,6 +91,8 @@ SystemInfo query_system_info() {
     g.cc_major = p.major;
     g.cc_minor = p.minor;
     g.total_bytes = p.totalGlobalMem;
+    char bus[32] = {};
+    if (cudaDeviceGetPCIBusId(bus, sizeof bus, i) == cudaSuccess) g.pci_bus_id = bus;
     size_t fr = 0, tot = 0;
     if (cudaSetDevice(i) == cudaSuccess && cudaMemGetInfo(&fr, &tot) == cudaSuccess) g.free_bytes = fr;
     si.gpus.push_back(g);

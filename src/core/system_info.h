@@ -8,7 +8,7 @@ namespace ernie {
 
 struct GpuInfo {
   int index = 0;
-  std::string name;
+  std::string name, pci_bus_id;  // "0000:19:00.0"
   int cc_major = 0, cc_minor = 0;
   uint64_t total_bytes = 0, free_bytes = 0;
 };

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/system_info.h"
+#include "engine/doctor_gpu.h"
 #include "engine/memory_plan.h"
 #include "io/gguf_quants.h"
 #include "io/model_folder.h"
@@ -176,6 +177,7 @@ DoctorReport run_doctor(const std::string& model_dir, const DoctorOptions& opt) 
   j["tuning_cache"] = tuning::report();
   j["problems"] = json::array();
   j["warnings"] = json::array();
+  add_gpu_checks(si, j);
 
   if (!model_dir.empty() || opt.files.any()) {
     json m;
@@ -274,7 +276,9 @@ std::string format_doctor(const json& j) {
                   g["name"].get<std::string>().c_str(), g["compute_capability"].get<std::string>().c_str(),
                   g["total_gib"].get<double>(), g["free_gib"].get<double>());
     o << line;
+    format_gpu_checks(g, o);
   }
+  format_host_checks(j, o);
   if (j["env"].empty()) o << "  device selection: no CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES set (all visible)\n";
   for (auto it = j["env"].begin(); it != j["env"].end(); ++it)
     o << "  " << it.key() << "=" << it.value().get<std::string>() << "\n";

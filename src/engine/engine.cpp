@@ -77,6 +77,8 @@ Settings parse_settings(const EngineOptions& o, MemoryFlags& mem) {
   ERNIE_CHECK(s.device.is_cpu() || ops::cuda_built(), "--device ", s.device.str(), ": this build has no CUDA backend");
   ERNIE_CHECK(s.device.is_cpu() || s.device.index < ops::cuda_device_count(), "--device ", s.device.str(), ": ",
               std::to_string(ops::cuda_device_count()), " CUDA device(s) visible");
+  if (!s.device.is_cpu())
+    if (const std::string why = ops::unusable_reason(s.device); !why.empty()) fail("--device ", s.device.str(), ": ", why);
   s.dtype = parse_dtype_option(o.dtype, s.device);
   ERNIE_CHECK(!s.device.is_cpu() || s.dtype == DType::F32, "--dtype ", dtype_name(s.dtype),
               ": the CPU backend computes in f32");

@@ -1,6 +1,7 @@
 #include "engine/options.h"
 
 #include <cctype>
+#include <cstdio>
 
 #include "core/error.h"
 #include "ops/ops.h"
@@ -23,7 +24,14 @@ Offload parse_offload(const std::string& s) {
 }
 
 Device parse_device_option(const std::string& s) {
-  if (s == "auto" || s.empty()) return ops::cuda_device_count() > 0 ? Device::parse("cuda") : kCPU;
+  if (s == "auto" || s.empty()) {  // cuda:0 where the backend can run on it, else the CPU (saying why)
+    if (ops::cuda_device_count() == 0) return kCPU;
+    const Device gpu = Device::parse("cuda");
+    const std::string why = ops::unusable_reason(gpu);
+    if (why.empty()) return gpu;
+    std::fprintf(stderr, "note: %s; --device auto runs on the CPU\n", why.c_str());
+    return kCPU;
+  }
   return Device::parse(s);
 }
 

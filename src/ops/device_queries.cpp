@@ -12,6 +12,8 @@ namespace ernie::ops {
 bool cuda_built() { return true; }
 int cuda_device_count() { return cuda::device_count(); }
 std::string device_name(Device d) { return d.is_cuda() ? cuda::device_name(d.index) : "cpu"; }
+std::string unusable_reason(Device d) { return d.is_cuda() ? cuda::unusable_reason(d.index) : ""; }
+std::vector<KernelPath> kernel_paths(Device d) { return d.is_cuda() ? cuda::kernel_paths(d.index) : std::vector<KernelPath>{}; }
 void synchronize(Device d) {
   if (d.is_cuda()) cuda::synchronize(d.index);
 }
@@ -37,6 +39,8 @@ std::string device_name(Device d) {
   ERNIE_CHECK(d.is_cpu(), "device ", d.str(), ": this build has no CUDA backend");
   return "cpu";
 }
+std::string unusable_reason(Device d) { return d.is_cuda() ? "this build has no CUDA backend" : ""; }
+std::vector<KernelPath> kernel_paths(Device) { return {}; }
 void synchronize(Device) {}
 MemoryStats memory_stats(Device) { return {}; }
 void reset_peak_memory(Device) {}

@@ -263,6 +263,15 @@ Tensor cast(const Tensor& x, DType dtype);
 bool cuda_built();                    // this build has the CUDA backend
 int cuda_device_count();              // visible CUDA devices (0 without the backend, a driver or a device)
 std::string device_name(Device d);    // "NVIDIA H200", "cpu"
+// Why the CUDA backend cannot run on `d` (compute capability below 8.0, or no code in this binary for it);
+// "" when it can, and for the CPU.
+std::string unusable_reason(Device d);
+// The kernel each op takes on `d` (doctor's "kernels" list): attention, the GEMMs per weight format, the
+// decode GEMV, launch overlap, convolutions. Empty for the CPU.
+struct KernelPath {
+  std::string op, path;
+};
+std::vector<KernelPath> kernel_paths(Device d);
 void set_threads(int n);              // CPU threads for OpenMP and OpenBLAS; 0 = all cores
 void synchronize(Device d);           // the host waits for the device's work (CPU: no-op)
 struct MemoryStats {

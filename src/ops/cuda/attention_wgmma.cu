@@ -305,7 +305,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 bool wgmma_supported(int D, bool causal, float scale, int device) {
   if (D != kD || causal || !(scale > 0.f)) return false;
-  return compute_capability(device) == 90;  // sm_90a machine code runs on compute capability 9.0 only
+  return hopper_code(device);  // sm_90a code, and only where the runtime loaded it (not a compute_80 JIT)
 }
 
 namespace {

@@ -32,6 +32,19 @@ int compute_capability(int device);
 // Its streaming multiprocessors (read once).
 int sm_count(int device);
 
+// The code of this binary that runs on a device (ops/cuda/arch.cu): `code` is the __CUDA_ARCH__ / 10 the
+// runtime loaded (machine code for the device, or PTX compiled just in time), `sm90a` whether it is sm_90a
+// code (wgmma, TMA). `error` is set when the binary holds nothing the device can run.
+struct CodeArch {
+  int cc = 0, code = 0;
+  bool sm90a = false;
+  std::string error;
+};
+extern const char* const kBuiltArchs;  // the build's CUDA architectures, "90a-real 80-virtual"
+const CodeArch& code_arch(int device);  // probed once per device
+bool hopper_code(int device);  // sm_90a code on a compute-capability 9.0 device: the wgmma/TMA kernels run
+bool sm90_code(int device);    // sm_90+ code: bulk copies and programmatic dependent launch run
+
 // Makes `device` current and returns its one stream (all work of the backend runs on it, in order).
 cudaStream_t stream(int device);
 

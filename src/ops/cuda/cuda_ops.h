@@ -2,6 +2,7 @@
 // Same signatures as ernie::ops; inputs already on the GPU. Only compiled with ERNIE_HAVE_CUDA.
 #pragma once
 #include <string>
+#include <vector>
 
 #include "ops/ops.h"
 
@@ -106,6 +107,15 @@ void synchronize(int device);  // waits for the device's stream
 void set_poison_allocations(bool on);  // tests: new device memory is filled with NaN bytes
 int device_count();            // 0 when no driver or no device
 std::string device_name(int device);
+// Why the backend cannot run on `device` (compute capability below 8.0, or no code in this binary for it);
+// "" when it can. Using such a device throws this message.
+constexpr int kMinComputeCapability = 80;
+std::string unusable_reason(int device);
+// The kernel each op takes on `device`, as doctor shows it (ops/cuda/kernel_paths.cpp).
+std::vector<ops::KernelPath> kernel_paths(int device);
+// Whether cuBLASLt has the fp8 GEMM with per-row and per-column scales (outer-vector scale mode) on
+// `device`; without it linear_fp8 runs a tensor-wise fp8 GEMM and scales the product after.
+bool fp8_row_scales_supported(int device);
 
 // ---- weight streaming (streaming.cpp): a copy stream per device next to the compute stream ------------
 void* pinned_alloc(size_t bytes, int device);  // page-locked host memory; throws OutOfMemory

@@ -73,6 +73,7 @@ void ensure_init(int device, DeviceState& s) {
   ERNIE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
   s.cc = major * 10 + minor;
   ERNIE_CUDA_CHECK(cudaDeviceGetAttribute(&s.sms, cudaDevAttrMultiProcessorCount, device));
+  if (const std::string why = unusable_reason(device); !why.empty()) throw Error(why);
   s.init = true;
 }
 
@@ -172,6 +173,18 @@ const bool g_installed = [] {
 }();
 
 }  // namespace
+
+std::string unusable_reason(int device) {
+  int major = 0, minor = 0;
+  ERNIE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  ERNIE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  const std::string at = "cuda:" + std::to_string(device) + " (" + device_name(device) + ")";
+  if (major * 10 + minor < kMinComputeCapability)
+    return at + " has compute capability " + std::to_string(major) + "." + std::to_string(minor) +
+           "; the CUDA backend needs compute capability 8.0 (Ampere) or newer for bf16 tensor cores: use --device cpu";
+  if (const CodeArch& a = code_arch(device); !a.error.empty()) return at + ": " + a.error;
+  return "";
+}
 
 int compute_capability(int device) {
   DeviceState& s = state(device);

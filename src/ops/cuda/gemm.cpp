@@ -326,6 +326,42 @@ bool fp8_gemm_supported(int device) {
   return compute_capability(device) >= 89 && !(env && std::string(env) == "0");
 }
 
+bool fp8_row_scales_supported(int device) {
+  static std::mutex mu;
+  static std::map<int, bool> known;
+  std::lock_guard<std::mutex> lk(mu);
+  if (auto it = known.find(device); it != known.end()) return it->second;
+  bool ok = false;
+  if (fp8_gemm_supported(device)) {  // ask cuBLASLt's heuristic for a 256³ e4m3 GEMM with outer-vector scales
+    cublasLtHandle_t lt = handle(device).lt;
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulPreference_t pref = nullptr;
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    const uint64_t ws = kWorkspace;
+    cublasLtMatmulHeuristicResult_t res{};
+    int found = 0;
+    ok = cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
+         cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) == CUBLAS_STATUS_SUCCESS &&
+         cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) == CUBLAS_STATUS_SUCCESS &&
+         cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode) == CUBLAS_STATUS_SUCCESS &&
+         cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode) == CUBLAS_STATUS_SUCCESS &&
+         cublasLtMatrixLayoutCreate(&a, CUDA_R_8F_E4M3, 256, 256, 256) == CUBLAS_STATUS_SUCCESS &&
+         cublasLtMatrixLayoutCreate(&b, CUDA_R_8F_E4M3, 256, 256, 256) == CUBLAS_STATUS_SUCCESS &&
+         cublasLtMatrixLayoutCreate(&c, CUDA_R_16BF, 256, 256, 256) == CUBLAS_STATUS_SUCCESS &&
+         cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS &&
+         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws) ==
+             CUBLAS_STATUS_SUCCESS &&
+         cublasLtMatmulAlgoGetHeuristic(lt, op, a, b, c, c, pref, 1, &res, &found) == CUBLAS_STATUS_SUCCESS && found > 0;
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    for (cublasLtMatrixLayout_t l : {a, b, c})
+      if (l) cublasLtMatrixLayoutDestroy(l);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+  return known[device] = ok;
+}
+
 Tensor linear_q(const Tensor& x, const Tensor& q, const Tensor& scale, const Tensor& bias) {
   detail::check_act(x, "linear", "x");
   ops::rules::quantized_weight(q, scale, "linear");

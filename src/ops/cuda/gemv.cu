@@ -244,7 +244,7 @@ __global__ void __launch_bounds__(32 * kBulkWarps) gemv_bulk_kernel(const Pack<T
     ++n;
   }
 #else
-  __trap();  // the dispatcher takes this kernel on compute capability 9.0 and newer only
+  __trap();  // the dispatcher takes this kernel only where sm_90+ code runs (bulk_ok: sm90_code)
 #endif
 }
 
@@ -295,7 +295,7 @@ int resident_blocks(const void* kernel, int device, int threads, size_t smem) {
 // the largest matrices, which the register kernel streams faster once its pipe is full (the 805 MB LM head:
 // 186 against 191-200 us; the per-layer matrices of up to 113 MB are faster in bulk, CudaPerf.DISABLED_Decode).
 bool bulk_ok(int device, int64_t N, int64_t K, size_t elem) {
-  return compute_capability(device) >= 90 && K * int64_t(elem) % kChunk == 0 && N * K * int64_t(elem) <= (256 << 20);
+  return sm90_code(device) && K * int64_t(elem) % kChunk == 0 && N * K * int64_t(elem) <= (256 << 20);
 }
 
 // N output columns (kPair: of w's 2N rows) for M rows of x; with `norm` (M = 1, bulk_ok) x is first

@@ -14,13 +14,14 @@
 
 namespace ernie::cuda {
 
-// On by default on Hopper and newer; ERNIE_PDL=0 turns it off (for measuring).
+// On by default where sm_90+ code runs (a compute_80 build JIT-compiled on a Hopper GPU has no griddepcontrol
+// in its kernels, so it must not launch them this way); ERNIE_PDL=0 turns it off (for measuring).
 inline bool pdl_enabled(int device) {
   static const bool off = [] {
     const char* e = std::getenv("ERNIE_PDL");
     return e && std::strcmp(e, "0") == 0;
   }();
-  return !off && compute_capability(device) >= 90;
+  return !off && sm90_code(device);
 }
 
 template <class... Params, class... Args>
@@ -40,9 +41,17 @@ void launch_kernel(bool pdl, void (*kernel)(Params...), dim3 grid, dim3 block, s
 }
 
 #ifdef __CUDACC__
-__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+// griddepcontrol is an sm_90 instruction: older code (compute_80 PTX) gets no-ops, and pdl_enabled is false
+// wherever that code runs.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
 __device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
 }
 #endif
 
