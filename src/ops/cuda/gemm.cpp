@@ -334,6 +334,8 @@ bool fp8_row_scales_supported(int device) {
   bool ok = false;
   if (fp8_gemm_supported(device)) {  // ask cuBLASLt's heuristic for a 256³ e4m3 GEMM with outer-vector scales
     cublasLtHandle_t lt = handle(device).lt;
+    const Tensor scales = Tensor::empty({256}, DType::F32, Device{DeviceKind::CUDA, device});
+    const void* sp = scales.raw();
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulPreference_t pref = nullptr;
@@ -347,6 +349,8 @@ bool fp8_row_scales_supported(int device) {
          cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) == CUBLAS_STATUS_SUCCESS &&
          cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode) == CUBLAS_STATUS_SUCCESS &&
          cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode) == CUBLAS_STATUS_SUCCESS &&
+         cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sp, sizeof sp) == CUBLAS_STATUS_SUCCESS &&
+         cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sp, sizeof sp) == CUBLAS_STATUS_SUCCESS &&
          cublasLtMatrixLayoutCreate(&a, CUDA_R_8F_E4M3, 256, 256, 256) == CUBLAS_STATUS_SUCCESS &&
          cublasLtMatrixLayoutCreate(&b, CUDA_R_8F_E4M3, 256, 256, 256) == CUBLAS_STATUS_SUCCESS &&
          cublasLtMatrixLayoutCreate(&c, CUDA_R_16BF, 256, 256, 256) == CUBLAS_STATUS_SUCCESS &&
