@@ -181,3 +181,27 @@ TEST(GpuHealth, DeviceNodesAndDriverVersion) {
 
 }  // namespace
 }  // namespace ernie
+
+#include "engine/card_recipes.h"
+
+namespace ernie {
+namespace {
+
+TEST(CardRecipes, BySizeAndCapability) {
+  EXPECT_EQ(card_recipe(139.8, 90).card_gib, 24);
+  EXPECT_NE(card_recipe(23.6, 89).recipe.find("fp8"), std::string::npos);        // RTX 4090
+  EXPECT_EQ(card_recipe(23.6, 86).recipe.find("fp8"), std::string::npos);        // RTX 3090: no fp8 tensor cores
+  EXPECT_EQ(card_recipe(15.7, 89).card_gib, 16);
+  EXPECT_NE(card_recipe(15.7, 86).recipe.find("Q4_K"), std::string::npos);
+  EXPECT_EQ(card_recipe(11.7, 86).card_gib, 12);
+  EXPECT_EQ(card_recipe(7.8, 89).card_gib, 8);
+  EXPECT_NE(card_recipe(7.8, 89).recipe.find("--max-vram 8"), std::string::npos);
+  EXPECT_EQ(card_recipe(5.8, 89).card_gib, 0);
+  EXPECT_NE(describe(card_recipe(5.8, 89)).find("may not fit"), std::string::npos);
+  for (double gib : {6.0, 8.0, 12.0, 16.0, 24.0, 80.0})
+    for (int cc : {80, 89})  // every recipe fits the card it is for
+      if (const CardRecipe r = card_recipe(gib, cc); r.card_gib) EXPECT_LE(r.peak_gib, r.card_gib) << gib << " " << cc;
+}
+
+}  // namespace
+}  // namespace ernie

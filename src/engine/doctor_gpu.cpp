@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "core/gpu_health.h"
+#include "engine/card_recipes.h"
 #include "ops/ops.h"
 
 using json = nlohmann::json;
@@ -53,6 +54,10 @@ void add_gpu_checks(const SystemInfo& si, json& j) {
     const Device d{DeviceKind::CUDA, si.gpus[i].index};
     const std::string why = ops::unusable_reason(d);
     if (!why.empty()) j["problems"].push_back(why);
+    if (why.empty()) {
+      const GpuInfo& gi = si.gpus[i];
+      g["recipe"] = describe(card_recipe(double(gi.total_bytes) / double(1ull << 30), gi.cc_major * 10 + gi.cc_minor));
+    }
     g["kernels"] = json::object();
     for (const ops::KernelPath& p : ops::kernel_paths(d)) g["kernels"][p.op] = p.path;
     if (!nvml_error.empty()) continue;
@@ -73,6 +78,7 @@ void add_gpu_checks(const SystemInfo& si, json& j) {
 
 void format_gpu_checks(const json& g, std::ostream& o) {
   {
+    if (g.contains("recipe")) o << "  " << g["recipe"].get<std::string>() << "\n";
     if (g.contains("kernels"))
       for (auto it = g["kernels"].begin(); it != g["kernels"].end(); ++it)
         o << "  " << it.key() << ": " << it.value().get<std::string>() << "\n";
