@@ -24,11 +24,6 @@ void send_json(httplib::Response& res, int status, const json& j) {
 }
 void send_error(httplib::Response& res, const ApiError& e) { send_json(res, e.status, e.to_json()); }
 
-uint64_t random_seed() {
-  thread_local std::mt19937_64 rng{(uint64_t(std::random_device{}()) << 32) ^ std::random_device{}()};
-  return rng() & 0xffffffffull;  // 32 bits: exact in JavaScript and in every UI
-}
-
 // Which request field a Engine::resolve message is about, for the error's `param`.
 std::string param_of(const std::string& msg) {
   static const std::pair<const char*, const char*> prefixes[] = {

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <random>
 
 #include "commands.h"
 #include "core/error.h"
@@ -85,7 +84,7 @@ int run(Opts& o, const CLI::App& c) {
     seed = il.seed;
     req.init_latents = il.latents;
   } else if (!seed) {
-    seed = std::random_device{}();  // 32 random bits
+    seed = random_seed();  // 32 random bits
   }
   req.seed = seed.value_or(0);
 
