@@ -16,6 +16,7 @@
 #include "golden.h"
 #include "io/png.h"
 #include "io/safetensors.h"
+#include "ops/ops.h"
 
 using namespace ernie;
 using test::run_cli;
@@ -500,11 +501,16 @@ TEST(CliMessages, BenchOnTheCpuNeedsNoDtype) {
   EXPECT_NE(r.out.find("\"dtype\": \"f32\""), std::string::npos) << r.out;
 }
 
-// `ernie-image --version` prints the CMake project version; -v/--verbose prints the resolved settings.
+// `ernie-image --version` prints the CMake project version, the commit (in a git checkout) and whether CUDA is
+// built in; -v/--verbose prints the resolved settings.
 TEST(CliMessages, VersionAndVerbose) {
   auto v = run_cli("--version");
   EXPECT_EQ(v.status, 0);
-  EXPECT_EQ(v.out, std::string(ERNIE_VERSION) + "\n");
+  EXPECT_EQ(v.out.rfind(std::string("ernie-image ") + ERNIE_VERSION + " (", 0), 0u) << v.out;
+  EXPECT_NE(v.out.find(ernie::ops::cuda_built() ? "CUDA built in)\n" : "CPU only: built without CUDA)\n"),
+            std::string::npos) << v.out;
+  if (std::system("git -C '" ERNIE_TEST_DATA "' rev-parse HEAD >/dev/null 2>&1") == 0)
+    EXPECT_NE(v.out.find("(commit "), std::string::npos) << v.out;
   TempDir d;
   auto r = run_cli(tiny_gen("-v --seed 7 -o '" + d.str() + "/a.png'"));
   ASSERT_EQ(r.status, 0) << r.out;

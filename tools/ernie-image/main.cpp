@@ -10,6 +10,7 @@
 
 #include "commands.h"
 #include "core/error.h"
+#include "ops/ops.h"
 
 namespace ernie::cli {
 std::vector<Command>& registry() {
@@ -79,6 +80,17 @@ bool suggest(const CLI::App& app, int argc, char** argv) {
   return printed;
 }
 
+#ifndef ERNIE_GIT_COMMIT
+#define ERNIE_GIT_COMMIT ""
+#endif
+
+// `ernie-image --version`: "ernie-image 0.1.0 (commit 0123456789ab, CUDA built in)".
+std::string version_line() {
+  const std::string commit = ERNIE_GIT_COMMIT;
+  return std::string("ernie-image ") + ERNIE_VERSION + " (" + (commit.empty() ? "" : "commit " + commit + ", ") +
+         (ernie::ops::cuda_built() ? "CUDA built in" : "CPU only: built without CUDA") + ")";
+}
+
 // A command's error, as text on stderr or (json_errors) a JSON line on stdout; returns the exit status.
 int report(const std::string& message) {
   if (json_errors) {
@@ -97,7 +109,7 @@ int report(const std::string& message) {
 int main(int argc, char** argv) {
   using namespace ernie::cli;
   CLI::App app{"ernie-image: native engine for ERNIE-Image and ERNIE-Image-Turbo", "ernie-image"};
-  app.set_version_flag("--version", std::string(ERNIE_VERSION));
+  app.set_version_flag("--version", version_line());
   app.require_subcommand(1);
   std::vector<Command> cmds = registry();
   std::sort(cmds.begin(), cmds.end(), [](auto& a, auto& b) { return a.order < b.order; });
