@@ -486,7 +486,8 @@ TEST(CliMessages, DecodeOutOfVocabulary) {
 // stable-diffusion.cpp's spellings work as aliases.
 TEST(CliMessages, StableDiffusionCppAliases) {
   TempDir d;
-  auto a = run_cli(tiny_gen("--cfg-scale 2 -b 2 --negative-prompt blurry -s 3 --quiet -o '" + d.str() + "/a_%d.png'"));
+  auto a = run_cli("generate --model '" + test::tiny_model() + "' -p 'a cat' -W 16 -H 16 --steps 2 -t 1 --cfg-scale 2 "
+                   "-b 2 --negative-prompt blurry -s 3 --sampling-method euler --quiet -o '" + d.str() + "/a_%d.png'");
   ASSERT_EQ(a.status, 0) << a.out;
   auto b = run_cli(tiny_gen("--cfg 2 --batch 2 -n blurry --seed 3 --quiet -o '" + d.str() + "/b_%d.png'"));
   ASSERT_EQ(b.status, 0) << b.out;
