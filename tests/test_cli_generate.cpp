@@ -263,6 +263,25 @@ TEST(CliGenerate, ProgressJsonError) {
   EXPECT_NE(j["message"].get<std::string>().find("model folder not found"), std::string::npos) << j;
 }
 
+// A malformed command line fails as JSON too when it asks for JSON lines: the parser's error (with its "did you
+// mean") is one error record on stdout, nothing on stderr, and the parser's non-zero status.
+TEST(CliGenerate, ProgressJsonParseErrors) {
+  TempDir d;
+  for (const auto& [args, want] : std::vector<std::pair<std::string, std::string>>{
+           {"--progress json --stpes 3", "generate has no flag --stpes; did you mean --steps?"},
+           {"--progress=json --batch many", "Could not convert: --batch = many"}}) {
+    auto r = run_split(tiny_gen(args + " -o '" + d.str() + "/x.png'"), d);
+    EXPECT_NE(r.status, 0) << args;
+    EXPECT_EQ(r.err, "") << args;
+    std::vector<std::string> l = lines_of(r.out);
+    ASSERT_EQ(l.size(), 1u) << args << ": " << r.out;
+    ASSERT_TRUE(nlohmann::json::accept(l[0])) << l[0];
+    nlohmann::json j = nlohmann::json::parse(l[0]);
+    EXPECT_EQ(j["event"], "error") << j;
+    EXPECT_NE(j["message"].get<std::string>().find(want), std::string::npos) << j;
+  }
+}
+
 struct BadCase {
   std::string name, args, message;
 };

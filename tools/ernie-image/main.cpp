@@ -44,10 +44,10 @@ std::string closest(const std::string& word, const std::vector<std::string>& nam
   return best;
 }
 
-// "did you mean" for a mistyped command or flag (CLI11 only says what it did not expect). Returns whether it
-// printed the error itself.
-bool suggest(const CLI::App& app, int argc, char** argv) {
-  if (argc < 2 || argv[1][0] == '-') return false;
+// "did you mean" for a mistyped command or flag (CLI11 only says what it did not expect): the message (mistyped
+// flags one after the other), or "" when there is nothing to suggest.
+std::string suggest(const CLI::App& app, int argc, char** argv) {
+  if (argc < 2 || argv[1][0] == '-') return "";
   const std::string cmd = argv[1];
   const CLI::App* sub = nullptr;
   std::vector<std::string> commands;  // the listed ones (random-model is hidden)
@@ -59,25 +59,31 @@ bool suggest(const CLI::App& app, int argc, char** argv) {
     const std::string c = closest(cmd, commands);
     std::string all;
     for (const std::string& n : commands) all += (all.empty() ? "" : ", ") + n;
-    std::fprintf(stderr, "error: unknown subcommand '%s'%s\nsubcommands: %s (ernie-image --help)\n", cmd.c_str(),
-                 c.empty() ? "" : ("; did you mean '" + c + "'?").c_str(), all.c_str());
-    return true;
+    return "unknown subcommand '" + cmd + "'" + (c.empty() ? "" : "; did you mean '" + c + "'?") +
+           "\nsubcommands: " + all + " (ernie-image --help)";
   }
   std::vector<std::string> flags;
   for (const CLI::Option* o : sub->get_options())
     for (const std::string& n : o->get_lnames()) flags.push_back("--" + n);
-  bool printed = false;
+  std::string msg;
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
     if (a.rfind("--", 0) != 0 || a == "--") continue;
     a = a.substr(0, a.find('='));
     if (std::find(flags.begin(), flags.end(), a) != flags.end()) continue;
     const std::string c = closest(a, flags);
-    std::fprintf(stderr, "error: %s has no flag %s%s\n", cmd.c_str(), a.c_str(),
-                 c.empty() ? "" : ("; did you mean " + c + "?").c_str());
-    printed = true;
+    msg += (msg.empty() ? "" : "; ") + cmd + " has no flag " + a + (c.empty() ? "" : "; did you mean " + c + "?");
   }
-  return printed;
+  return msg;
+}
+
+// Whether the command line asks for JSON lines (`--progress json`), so that even a malformed one fails as JSON.
+bool wants_json(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--progress=json" || (a == "--progress" && i + 1 < argc && std::string(argv[i + 1]) == "json")) return true;
+  }
+  return false;
 }
 
 #ifndef ERNIE_GIT_COMMIT
@@ -122,7 +128,13 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() != 0 && suggest(app, argc, argv)) return e.get_exit_code();
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    const std::string hint = suggest(app, argc, argv);
+    json_errors = wants_json(argc, argv);
+    if (!hint.empty() || json_errors) {
+      report(hint.empty() ? e.what() : hint);
+      return e.get_exit_code();
+    }
     return app.exit(e);
   }
   for (auto& [sub, run] : runs) {
