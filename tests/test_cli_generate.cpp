@@ -468,10 +468,15 @@ TEST(CliMessages, NotAModel) {
 TEST(CliMessages, DidYouMean) {
   auto r = run_cli("genrate --model x -p y");
   EXPECT_NE(r.status, 0);
-  EXPECT_NE(r.out.find("unknown subcommand 'genrate'; did you mean 'generate'?"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("subcommands: generate, encode, enhance, serve"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("error: unknown command 'genrate'; did you mean 'generate'?"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\ncommands: generate, encode, enhance, serve"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("random-model"), std::string::npos) << r.out;  // hidden
   EXPECT_EQ(r.out.find("A subcommand is required"), std::string::npos) << r.out;
+  for (const char* none : {"", "--model x"}) {  // no command at all: the list, not CLI11's bare line
+    r = run_cli(none);
+    EXPECT_NE(r.status, 0) << none;
+    EXPECT_NE(r.out.find("error: a command is required\ncommands: generate, encode"), std::string::npos) << r.out;
+  }
   r = run_cli(tiny_gen("--stpes 3 -o /tmp/never.png"));
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.out.find("did you mean --steps"), std::string::npos) << r.out;

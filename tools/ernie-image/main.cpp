@@ -47,20 +47,20 @@ std::string closest(const std::string& word, const std::vector<std::string>& nam
 // "did you mean" for a mistyped command or flag (CLI11 only says what it did not expect): the message (mistyped
 // flags one after the other), or "" when there is nothing to suggest.
 std::string suggest(const CLI::App& app, int argc, char** argv) {
-  if (argc < 2 || argv[1][0] == '-') return "";
-  const std::string cmd = argv[1];
   const CLI::App* sub = nullptr;
   std::vector<std::string> commands;  // the listed ones (random-model is hidden)
   for (const CLI::App* s : app.get_subcommands({})) {
-    if (s->get_name() == cmd) sub = s;
+    if (argc >= 2 && s->get_name() == argv[1]) sub = s;
     if (!s->get_group().empty()) commands.push_back(s->get_name());
   }
+  std::string all;
+  for (const std::string& n : commands) all += (all.empty() ? "" : ", ") + n;
+  const std::string list = "\ncommands: " + all + " (ernie-image --help)";
+  if (argc < 2 || argv[1][0] == '-') return "a command is required" + list;
+  const std::string cmd = argv[1];
   if (!sub) {
     const std::string c = closest(cmd, commands);
-    std::string all;
-    for (const std::string& n : commands) all += (all.empty() ? "" : ", ") + n;
-    return "unknown subcommand '" + cmd + "'" + (c.empty() ? "" : "; did you mean '" + c + "'?") +
-           "\nsubcommands: " + all + " (ernie-image --help)";
+    return "unknown command '" + cmd + "'" + (c.empty() ? "" : "; did you mean '" + c + "'?") + list;
   }
   std::vector<std::string> flags;
   for (const CLI::Option* o : sub->get_options())
