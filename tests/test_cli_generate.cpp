@@ -161,6 +161,20 @@ TEST(CliGenerate, InitLatentsRecordTheirOwnSeed) {
   auto other = run_cli(tiny_gen("--seed 6 --quiet --init-latents '" + lat + "' -o '" + d.str() + "/c.png'"));
   EXPECT_NE(other.status, 0);
   EXPECT_NE(other.out.find("was drawn from seed 5"), std::string::npos) << other.out;
+  // Noise from a file that records no seed: no seed anywhere (PNG chunks, stderr, the JSON done record), not the
+  // random seed -1 would otherwise draw.
+  const std::string bare = d.str() + "/bare.safetensors";
+  save_safetensors(bare, {{"latents", SafeTensorsFile::open(lat)->tensor("latents").to_f32().clone()}});
+  auto n = run_cli(tiny_gen("--seed -1 --init-latents '" + bare + "' -o '" + d.str() + "/n.png'"));
+  ASSERT_EQ(n.status, 0) << n.out;
+  EXPECT_EQ(n.out.find("seed"), std::string::npos) << n.out;
+  PngImage png = read_png(d.str() + "/n.png");
+  EXPECT_EQ(png.text["parameters"].find("Seed"), std::string::npos) << png.text["parameters"];
+  EXPECT_TRUE(nlohmann::json::parse(png.text["ernie-image"])["seed"].is_null()) << png.text["ernie-image"];
+  auto js = run_cli(tiny_gen("--progress json --init-latents '" + bare + "' -o '" + d.str() + "/m.png'"));
+  ASSERT_EQ(js.status, 0) << js.out;
+  const size_t last = js.out.rfind('\n', js.out.size() - 2);  // the done record, the last line
+  EXPECT_TRUE(nlohmann::json::parse(js.out.substr(last + 1))["images"][0]["seed"].is_null()) << js.out;
 }
 
 namespace {
