@@ -56,7 +56,11 @@ std::string suggest(const CLI::App& app, int argc, char** argv) {
   std::string all;
   for (const std::string& n : commands) all += (all.empty() ? "" : ", ") + n;
   const std::string list = "\ncommands: " + all + " (ernie-image --help)";
-  if (argc < 2 || argv[1][0] == '-') return "a command is required" + list;
+  if (argc < 2 || argv[1][0] == '-') {  // no command first: a command further on is CLI11's to explain
+    for (int i = 1; i < argc; ++i)
+      if (std::find(commands.begin(), commands.end(), argv[i]) != commands.end()) return "";
+    return "a command is required" + list;
+  }
   const std::string cmd = argv[1];
   if (!sub) {
     const std::string c = closest(cmd, commands);
