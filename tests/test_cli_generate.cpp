@@ -513,6 +513,14 @@ TEST(CliMessages, LongPromptIsCutWithAWarning) {
   ASSERT_EQ(r.status, 0) << r.out.substr(0, 400);
   EXPECT_NE(r.out.find("warning: the prompt was cut to the tokenizer's limit"), std::string::npos)
       << r.out.substr(r.out.size() > 400 ? r.out.size() - 400 : 0);
+  // --progress json: a warning record, and truncated: true in the done record (as the HTTP API's response)
+  auto j = run_cli("generate --model '" + test::tiny_model() + "' -p '" + prompt + "' -W 16 -H 16 --steps 1 "
+                   "--threads 1 --progress json -o '" + d.str() + "/b.png'");
+  ASSERT_EQ(j.status, 0) << j.out.substr(0, 400);
+  const size_t last = j.out.rfind('\n', j.out.size() - 2);
+  const nlohmann::json done = nlohmann::json::parse(j.out.substr(last + 1));
+  EXPECT_EQ(done["truncated"], true) << done;
+  EXPECT_NE(j.out.find("{\"event\":\"warning\",\"message\":\"the prompt was cut"), std::string::npos);
 }
 
 TEST(CliMessages, DecodeOutOfVocabulary) {
