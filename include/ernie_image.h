@@ -121,6 +121,11 @@ typedef struct ernie_lora {
   float scale;       /* delta W = scale * (alpha / rank) * B.A; -16..16 */
 } ernie_lora;
 
+/* ernie_request.seed meaning "random", as -1 on the command line and in the HTTP API (and in stable-diffusion.cpp
+ * and A1111): `req.seed = -1;` or `req.seed = ERNIE_SEED_RANDOM;`. The seed drawn (32 bits) is each result's
+ * ernie_image.seed. The one seed the C API cannot ask for is therefore 2^64 - 1. */
+#define ERNIE_SEED_RANDOM UINT64_MAX
+
 typedef struct ernie_request {
   size_t struct_size;          /* sizeof(ernie_request), set by ernie_request_init (always start from it); later
                                   versions only append fields, and requests of an earlier size stay accepted */
@@ -130,7 +135,8 @@ typedef struct ernie_request {
   int width, height;           /* 0: 1024 */
   int steps;                   /* 0: the model's default (50, Turbo 8) */
   float cfg;                   /* -1: the model's default (4, Turbo 1); 1 or less turns guidance off */
-  uint64_t seed;               /* rng "ernie": image i uses seed + i; torch's: one draw for the batch */
+  uint64_t seed;               /* rng "ernie": image i uses seed + i; torch's: one draw for the batch;
+                                  ERNIE_SEED_RANDOM (a C -1): a random seed, reported in the results */
   int num_images;              /* 0 or 1: one image */
   int use_pe;                  /* 1: rewrite the prompt with the prompt enhancer */
   const float* init_latents;   /* NULL, or [num_images, channels, height/s, width/s] row-major float32 */

@@ -5,6 +5,7 @@
 
 #include <fstream>
 #include <iterator>
+#include <tuple>
 
 #include "golden.h"
 #include "io/png.h"
@@ -73,6 +74,32 @@ TEST(EditRequest, FormFieldsAreTypedLikeTheJsonBody) {
   ASSERT_TRUE(q.req.mask.has_value());
   EXPECT_EQ(q.req.mask->width, 32);
   EXPECT_TRUE(q.req.mask->alpha.empty());
+}
+
+// seed, in a JSON body and in a form: -1 (or none) is random, left to the server to draw; 0 to 2^64 - 1 is that
+// seed; anything else is a 400 naming `seed` (issue 26: the CLI and the server agree).
+TEST(EditRequest, SeedsAreTheCommandLinesSeeds) {
+  for (const auto& [v, given, seed] : std::vector<std::tuple<std::string, bool, uint64_t>>{
+           {"-1", false, 0}, {"0", true, 0}, {"42", true, 42}, {"18446744073709551615", true, UINT64_MAX}}) {
+    const ParsedRequest j = parse_generation_request("{\"prompt\": \"x\", \"seed\": " + v + "}");
+    EXPECT_EQ(j.seed_given, given) << v;
+    if (given) EXPECT_EQ(j.req.seed, seed) << v;
+    const ParsedRequest f = parse_edit_form(part("image", input_png(), "in.png") + part("prompt", "x") + part("seed", v));
+    EXPECT_EQ(f.seed_given, given) << v;
+    if (given) EXPECT_EQ(f.req.seed, seed) << v;
+  }
+  EXPECT_FALSE(parse_generation_request("{\"prompt\": \"x\"}").seed_given);
+  for (const std::string bad : {"-2", "18446744073709551616", "1.5", "\"abc\"", "\"7\"", "true"}) {
+    const ApiError e = api_error_of([&] { parse_generation_request("{\"prompt\": \"x\", \"seed\": " + bad + "}"); });
+    EXPECT_EQ(e.status, 400) << bad;
+    EXPECT_EQ(e.param, "seed") << bad;
+  }
+  for (const std::string bad : {"-2", "18446744073709551616", "1.5", "abc", " 7x"}) {
+    const ApiError e = api_error_of(
+        [&] { parse_edit_form(part("image", input_png(), "in.png") + part("prompt", "x") + part("seed", bad)); });
+    EXPECT_EQ(e.status, 400) << bad;
+    EXPECT_EQ(e.param, "seed") << bad;
+  }
 }
 
 TEST(EditRequest, BadImagesAndFormsAre400sNamingTheField) {

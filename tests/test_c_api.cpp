@@ -366,6 +366,34 @@ TEST(CApi, SamplerShiftAndRng) {
   ernie_free_images(imgs, n);
 }
 
+// seed -1 (ERNIE_SEED_RANDOM) is random, as on the command line and in the HTTP API: each result carries the
+// seed drawn (32 bits, never -1 itself), and asking for that seed gives the same pixels.
+TEST(CApi, SeedMinusOneIsRandom) {
+  ernie_request r;
+  ernie_request_init(&r);
+  r.prompt = "a cat";
+  r.width = r.height = 16;
+  r.steps = 1;
+  r.seed = static_cast<uint64_t>(-1);
+  EXPECT_EQ(r.seed, ERNIE_SEED_RANDOM);
+  ernie_image* a = nullptr;
+  ernie_image* b = nullptr;
+  ernie_image* c = nullptr;
+  int n = 0;
+  ASSERT_EQ(ernie_generate(load_tiny(), &r, nullptr, nullptr, &a, &n, nullptr), ERNIE_OK) << ernie_last_error();
+  ASSERT_EQ(ernie_generate(load_tiny(), &r, nullptr, nullptr, &b, &n, nullptr), ERNIE_OK) << ernie_last_error();
+  EXPECT_LE(a[0].seed, 0xffffffffull);
+  EXPECT_NE(a[0].seed, b[0].seed);  // two draws of 32 bits
+  r.seed = a[0].seed;
+  ASSERT_EQ(ernie_generate(load_tiny(), &r, nullptr, nullptr, &c, &n, nullptr), ERNIE_OK) << ernie_last_error();
+  EXPECT_EQ(c[0].seed, a[0].seed);
+  const size_t bytes = size_t(a[0].width) * size_t(a[0].height) * 3;
+  EXPECT_EQ(std::memcmp(a[0].data, c[0].data, bytes), 0) << "the reported seed does not reproduce the image";
+  ernie_free_images(a, 1);
+  ernie_free_images(b, 1);
+  ernie_free_images(c, 1);
+}
+
 // LoRAs in the request: by path, by name in ernie_component_files.lora_dir, and as prompt tags, all the same
 // adapter (its numbers against diffusers: test_lora); a struct_size, lora list or name the library does not
 // take is ERNIE_ERR_INVALID naming it.

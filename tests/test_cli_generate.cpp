@@ -16,6 +16,7 @@
 #include "golden.h"
 #include "io/png.h"
 #include "io/safetensors.h"
+#include "ops/ops.h"
 
 using namespace ernie;
 using test::run_cli;
@@ -160,6 +161,20 @@ TEST(CliGenerate, InitLatentsRecordTheirOwnSeed) {
   auto other = run_cli(tiny_gen("--seed 6 --quiet --init-latents '" + lat + "' -o '" + d.str() + "/c.png'"));
   EXPECT_NE(other.status, 0);
   EXPECT_NE(other.out.find("was drawn from seed 5"), std::string::npos) << other.out;
+  // Noise from a file that records no seed: no seed anywhere (PNG chunks, stderr, the JSON done record), not the
+  // random seed -1 would otherwise draw.
+  const std::string bare = d.str() + "/bare.safetensors";
+  save_safetensors(bare, {{"latents", SafeTensorsFile::open(lat)->tensor("latents").to_f32().clone()}});
+  auto n = run_cli(tiny_gen("--seed -1 --init-latents '" + bare + "' -o '" + d.str() + "/n.png'"));
+  ASSERT_EQ(n.status, 0) << n.out;
+  EXPECT_EQ(n.out.find("seed"), std::string::npos) << n.out;
+  PngImage png = read_png(d.str() + "/n.png");
+  EXPECT_EQ(png.text["parameters"].find("Seed"), std::string::npos) << png.text["parameters"];
+  EXPECT_TRUE(nlohmann::json::parse(png.text["ernie-image"])["seed"].is_null()) << png.text["ernie-image"];
+  auto js = run_cli(tiny_gen("--progress json --init-latents '" + bare + "' -o '" + d.str() + "/m.png'"));
+  ASSERT_EQ(js.status, 0) << js.out;
+  const size_t last = js.out.rfind('\n', js.out.size() - 2);  // the done record, the last line
+  EXPECT_TRUE(nlohmann::json::parse(js.out.substr(last + 1))["images"][0]["seed"].is_null()) << js.out;
 }
 
 namespace {
@@ -260,6 +275,25 @@ TEST(CliGenerate, ProgressJsonError) {
   nlohmann::json j = nlohmann::json::parse(l[0]);
   EXPECT_EQ(j["event"], "error");
   EXPECT_NE(j["message"].get<std::string>().find("model folder not found"), std::string::npos) << j;
+}
+
+// A malformed command line fails as JSON too when it asks for JSON lines: the parser's error (with its "did you
+// mean") is one error record on stdout, nothing on stderr, and the parser's non-zero status.
+TEST(CliGenerate, ProgressJsonParseErrors) {
+  TempDir d;
+  for (const auto& [args, want] : std::vector<std::pair<std::string, std::string>>{
+           {"--progress json --stpes 3", "generate has no flag --stpes; did you mean --steps?"},
+           {"--progress=json --batch many", "Could not convert: --batch = many"}}) {
+    auto r = run_split(tiny_gen(args + " -o '" + d.str() + "/x.png'"), d);
+    EXPECT_NE(r.status, 0) << args;
+    EXPECT_EQ(r.err, "") << args;
+    std::vector<std::string> l = lines_of(r.out);
+    ASSERT_EQ(l.size(), 1u) << args << ": " << r.out;
+    ASSERT_TRUE(nlohmann::json::accept(l[0])) << l[0];
+    nlohmann::json j = nlohmann::json::parse(l[0]);
+    EXPECT_EQ(j["event"], "error") << j;
+    EXPECT_NE(j["message"].get<std::string>().find(want), std::string::npos) << j;
+  }
 }
 
 struct BadCase {
@@ -448,10 +482,15 @@ TEST(CliMessages, NotAModel) {
 TEST(CliMessages, DidYouMean) {
   auto r = run_cli("genrate --model x -p y");
   EXPECT_NE(r.status, 0);
-  EXPECT_NE(r.out.find("unknown subcommand 'genrate'; did you mean 'generate'?"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("subcommands: generate, encode, enhance, serve"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("error: unknown command 'genrate'; did you mean 'generate'?"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\ncommands: generate, encode, enhance, serve"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("random-model"), std::string::npos) << r.out;  // hidden
   EXPECT_EQ(r.out.find("A subcommand is required"), std::string::npos) << r.out;
+  for (const char* none : {"", "--model x"}) {  // no command at all: the list, not CLI11's bare line
+    r = run_cli(none);
+    EXPECT_NE(r.status, 0) << none;
+    EXPECT_NE(r.out.find("error: a command is required\ncommands: generate, encode"), std::string::npos) << r.out;
+  }
   r = run_cli(tiny_gen("--stpes 3 -o /tmp/never.png"));
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.out.find("did you mean --steps"), std::string::npos) << r.out;
@@ -474,6 +513,14 @@ TEST(CliMessages, LongPromptIsCutWithAWarning) {
   ASSERT_EQ(r.status, 0) << r.out.substr(0, 400);
   EXPECT_NE(r.out.find("warning: the prompt was cut to the tokenizer's limit"), std::string::npos)
       << r.out.substr(r.out.size() > 400 ? r.out.size() - 400 : 0);
+  // --progress json: a warning record, and truncated: true in the done record (as the HTTP API's response)
+  auto j = run_cli("generate --model '" + test::tiny_model() + "' -p '" + prompt + "' -W 16 -H 16 --steps 1 "
+                   "--threads 1 --progress json -o '" + d.str() + "/b.png'");
+  ASSERT_EQ(j.status, 0) << j.out.substr(0, 400);
+  const size_t last = j.out.rfind('\n', j.out.size() - 2);
+  const nlohmann::json done = nlohmann::json::parse(j.out.substr(last + 1));
+  EXPECT_EQ(done["truncated"], true) << done;
+  EXPECT_NE(j.out.find("{\"event\":\"warning\",\"message\":\"the prompt was cut"), std::string::npos);
 }
 
 TEST(CliMessages, DecodeOutOfVocabulary) {
@@ -485,7 +532,8 @@ TEST(CliMessages, DecodeOutOfVocabulary) {
 // stable-diffusion.cpp's spellings work as aliases.
 TEST(CliMessages, StableDiffusionCppAliases) {
   TempDir d;
-  auto a = run_cli(tiny_gen("--cfg-scale 2 -b 2 --negative-prompt blurry -s 3 --quiet -o '" + d.str() + "/a_%d.png'"));
+  auto a = run_cli("generate --model '" + test::tiny_model() + "' -p 'a cat' -W 16 -H 16 --steps 2 -t 1 --cfg-scale 2 "
+                   "-b 2 --negative-prompt blurry -s 3 --sampling-method euler --quiet -o '" + d.str() + "/a_%d.png'");
   ASSERT_EQ(a.status, 0) << a.out;
   auto b = run_cli(tiny_gen("--cfg 2 --batch 2 -n blurry --seed 3 --quiet -o '" + d.str() + "/b_%d.png'"));
   ASSERT_EQ(b.status, 0) << b.out;
@@ -500,11 +548,16 @@ TEST(CliMessages, BenchOnTheCpuNeedsNoDtype) {
   EXPECT_NE(r.out.find("\"dtype\": \"f32\""), std::string::npos) << r.out;
 }
 
-// `ernie-image --version` prints the CMake project version; -v/--verbose prints the resolved settings.
+// `ernie-image --version` prints the CMake project version, the commit (in a git checkout) and whether CUDA is
+// built in; -v/--verbose prints the resolved settings.
 TEST(CliMessages, VersionAndVerbose) {
   auto v = run_cli("--version");
   EXPECT_EQ(v.status, 0);
-  EXPECT_EQ(v.out, std::string(ERNIE_VERSION) + "\n");
+  EXPECT_EQ(v.out.rfind(std::string("ernie-image ") + ERNIE_VERSION + " (", 0), 0u) << v.out;
+  EXPECT_NE(v.out.find(ernie::ops::cuda_built() ? "CUDA built in)\n" : "CPU only: built without CUDA)\n"),
+            std::string::npos) << v.out;
+  if (std::system("git -C '" ERNIE_TEST_DATA "' rev-parse HEAD >/dev/null 2>&1") == 0)
+    EXPECT_NE(v.out.find("(commit "), std::string::npos) << v.out;
   TempDir d;
   auto r = run_cli(tiny_gen("-v --seed 7 -o '" + d.str() + "/a.png'"));
   ASSERT_EQ(r.status, 0) << r.out;

@@ -46,6 +46,32 @@ void cli_fails_with(const std::string& model, const std::string& needle) {
   EXPECT_NE(r.out.find(needle), std::string::npos) << r.out;
 }
 
+// Files given as --model that are something else are named by their magic, never read as a safetensors header
+// ("header length 8.1e17"): issue 26.
+TEST(HostileFiles, OtherFilesAsAModelAreNamed) {
+  TempDir d;
+  const struct {
+    const char* name;
+    std::string head, want;
+  } cases[] = {
+      {"x.png", std::string("\x89PNG\r\n\x1a\n", 8), "x.png: a PNG image, not a model"},
+      {"x.jpg", "\xff\xd8\xff\xe0", "x.jpg: a JPEG image, not a model"},
+      {"x.gif", "GIF89a", "x.gif: a GIF image, not a model"},
+      {"x.webp", std::string("RIFF\x10\0\0\0WEBPVP8 ", 16), "x.webp: a WebP image, not a model"},
+      {"x.gguf", std::string("GGUF\3\0\0\0", 8), "x.gguf: a GGUF file"},
+      {"x.ckpt", "PK\x03\x04", "x.ckpt: a zip archive"},
+      {"x.pt", std::string("\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20", 10), "x.pt: a Python pickle"},
+      {"x.txt", "hello, this is not a model at all", "x.txt: not a safetensors file"},
+  };
+  for (const auto& c : cases) {
+    const std::string path = d.str() + "/" + c.name;
+    std::ofstream(path, std::ios::binary) << c.head << std::string(64, 'z');
+    const std::string e = error_of([&] { ModelFolder::open(path); });
+    EXPECT_NE(e.find(c.want), std::string::npos) << c.name << ": " << e;
+    EXPECT_EQ(e.find("header length"), std::string::npos) << c.name << ": " << e;
+  }
+}
+
 TEST(HostileFiles, FolderWhereAConfigShouldBe) {
   TempDir d;
   const std::string m = copy_fixture(d);

@@ -260,6 +260,23 @@ TEST(EnhanceCli, BadOptionsAreClearErrors) {
   EXPECT_NE(r.out.find("/no/such/model"), std::string::npos) << r.out;
 }
 
+// enhance's --seed follows generate's: -1 is random (the seed drawn is reported), out of range is an error.
+TEST(EnhanceCli, SeedMinusOneIsRandom) {
+  const std::string m = "enhance -m '" + test::tiny_model() + "' -p 'a cat' --max-new-tokens 4 ";
+  CliRun r = run_cli(m + "--seed -1 --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const uint64_t seed = ojson::parse(r.out)["seed"].get<uint64_t>();
+  EXPECT_LE(seed, 0xffffffffull);
+  CliRun again = run_cli(m + "--seed " + std::to_string(seed) + " --json");
+  ASSERT_EQ(again.status, 0) << again.out;
+  EXPECT_EQ(ojson::parse(again.out)["revised_prompt"], ojson::parse(r.out)["revised_prompt"]);
+  for (const char* bad : {"-2", "18446744073709551616", "x"}) {
+    CliRun b = run_cli(m + "--seed " + bad + " 2>&1");
+    EXPECT_EQ(b.status, 1) << bad;
+    EXPECT_NE(b.out.find("error: --seed"), std::string::npos) << bad << ": " << b.out;
+  }
+}
+
 TEST(BenchPeCli, TinyRandomRunReportsJson) {
   CliRun r = run_cli("bench-pe --random --size tiny --prompt-tokens 8 --new-tokens 4 --repeats 1 --json");
   ASSERT_EQ(r.status, 0) << r.out;

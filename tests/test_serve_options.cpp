@@ -3,6 +3,13 @@
 // The modes at work over a socket: tests/server/offload_test.py.
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <string>
 
 #include "cli.h"
@@ -55,6 +62,32 @@ TEST(ServeOptions, BlocksOnTheCpuIsGeneratesError) {
   EXPECT_NE(error_line(s.out).find("--offload blocks: streaming DiT blocks needs a CUDA device"), std::string::npos)
       << s.out;
   EXPECT_EQ(error_line(s.out), error_line(g.out)) << s.out << "\n" << g.out;
+}
+
+// A busy port is an error with a non-zero exit, never a second "listening" server. The port is held with
+// SO_REUSEPORT, as cpp-httplib's own default options set it: a server that sets it too would bind beside it (and
+// the kernel would split the connections), which is what this test catches.
+TEST(ServeOptions, BusyPortIsAnError) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  const int yes = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &yes, sizeof yes);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0) << std::strerror(errno);
+  ASSERT_EQ(::listen(fd, 4), 0);
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  const std::string port = std::to_string(ntohs(a.sin_port));
+  auto r = run_cli("serve --model '" + ernie::test::tiny_model() + "' --host 127.0.0.1 --port " + port +
+                   " --threads 1 --quiet", 30);
+  ::close(fd);
+  EXPECT_EQ(r.status, 1) << (r.status == 124 ? "still serving after 30 s: " : "") << r.out;
+  EXPECT_NE(r.out.find("error: serve: cannot listen on 127.0.0.1:" + port + ": port " + port + " is in use"),
+            std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("listening on"), std::string::npos) << r.out;
 }
 
 TEST(ServeOptions, HelpDocumentsTheModes) {

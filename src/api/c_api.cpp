@@ -235,7 +235,7 @@ ernie_status ernie_generate(ernie_model* model, const ernie_request* req, ernie_
     r.height = req->height;
     r.steps = req->steps;
     r.cfg = req->cfg;
-    r.seed = req->seed;
+    r.seed = req->seed == ERNIE_SEED_RANDOM ? ernie::random_seed() : req->seed;  // C's -1: random
     r.num_images = req->num_images == 0 ? 1 : req->num_images;
     r.use_pe = req->use_pe != 0;
     if (req->sampler && *req->sampler) r.sampler = ernie::parse_sampler(req->sampler, "sampler");

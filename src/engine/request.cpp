@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <random>
 #include <string>
 
 #include "core/error.h"
@@ -83,6 +84,11 @@ std::optional<uint64_t> parse_seed(const std::string& s, const char* flag) {
     v = v * 10 + d;
   }
   return v;
+}
+
+uint64_t random_seed() {
+  thread_local std::mt19937_64 rng{(uint64_t(std::random_device{}()) << 32) ^ std::random_device{}()};
+  return rng() & 0xffffffffull;
 }
 
 GenerateRequest resolve_request(const GenerateRequest& req, const ModelLimits& l) {

@@ -78,6 +78,10 @@ GenerateRequest resolve_request(const GenerateRequest& req, const ModelLimits& l
 // from 0 to 2^64 - 1; anything else, or out of range, throws Error naming `flag`.
 std::optional<uint64_t> parse_seed(const std::string& s, const char* flag = "--seed");
 
+// The seed a "-1" (random) request runs with: 32 random bits, so it stays exact in JavaScript and every UI.
+// Every front end draws it here and records it (PNG, JSON, the C API's results) as the seed used.
+uint64_t random_seed();
+
 // [num_images, latent_channels, height/s, width/s] of a resolved request.
 Shape latent_shape(const GenerateRequest& resolved, const ModelLimits& lim);
 

@@ -211,13 +211,21 @@ void check_layers(const Component& dit, const Component& te, const Component& va
 
 // Files people pass as --model that are not models: named, instead of a safetensors header error.
 void sniff_not_a_model(const std::string& path) {
-  const std::string head = read_file_head(path, 8);
+  const std::string head = read_file_head(path, 12);
   ERNIE_CHECK(head.rfind("\x89PNG", 0) != 0, path, ": a PNG image, not a model (give a model folder or a file "
               "written by `ernie-image convert`)");
   ERNIE_CHECK(head.rfind("\xff\xd8\xff", 0) != 0, path, ": a JPEG image, not a model");
+  ERNIE_CHECK(head.rfind("GIF8", 0) != 0, path, ": a GIF image, not a model");
+  ERNIE_CHECK(!(head.size() == 12 && head.rfind("RIFF", 0) == 0 && head.compare(8, 4, "WEBP") == 0), path,
+              ": a WebP image, not a model");
+  // A bare pickle (protocol 2 to 5): a legacy PyTorch .pt/.bin; only safetensors and GGUF are read. A safetensors
+  // header length can start with the same two bytes, but its JSON header then opens at byte 8.
+  const bool json_at_8 = head.size() > 8 && head[8] == '{';
+  ERNIE_CHECK(!(head.size() >= 2 && head[0] == '\x80' && head[1] >= 2 && head[1] <= 5 && !json_at_8), path,
+              ": a Python pickle (a PyTorch .pt/.bin?), not a model; use the safetensors files");
   ERNIE_CHECK(head.rfind("GGUF", 0) != 0, path, ": a GGUF file; a GGUF DiT is given with --diffusion-model, and --model "
               "is still a model folder or a file written by `ernie-image convert`");
-  ERNIE_CHECK(head.rfind("PK\x03\x04", 0) != 0, path, ": a zip archive (a PyTorch .pt/.ckpt?), not a model");
+  ERNIE_CHECK(head.rfind("PK\x03\x04", 0) != 0, path, ": a zip archive (a PyTorch .pt/.ckpt?), not a model; use the safetensors files");
 }
 
 // Each model_index.json entry names a component as [library, class] (or null); anything else is not a

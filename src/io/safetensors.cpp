@@ -161,6 +161,10 @@ std::vector<TensorInfo> parse_safetensors_header(const void* data, size_t file_s
   ERNIE_CHECK(file_size >= 8, what, ": file is ", std::to_string(file_size),
               " bytes, too short for a safetensors header (truncated?)");
   uint64_t n = read_u64le(p);
+  // A safetensors file is its header's length, then the JSON header: anything else is another kind of file,
+  // named so instead of reporting an absurd header length.
+  ERNIE_CHECK(n <= kMaxHeader || (file_size > 8 && p[8] == '{'), what,
+              ": not a safetensors file (one opens with the size of its JSON header, then that JSON)");
   ERNIE_CHECK(n <= kMaxHeader, what, ": header length ", std::to_string(n), " exceeds the 100 MB limit (corrupt file?)");
   ERNIE_CHECK(n <= file_size - 8, what, ": header length ", std::to_string(n), " runs past the end of the ",
               std::to_string(file_size), "-byte file (truncated?)");

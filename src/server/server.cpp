@@ -4,9 +4,14 @@
 
 #include <httplib.h>
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
-#include <random>
 #include <thread>
 
 #include "core/error.h"
@@ -23,11 +28,6 @@ void send_json(httplib::Response& res, int status, const json& j) {
   res.set_content(j.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
 }
 void send_error(httplib::Response& res, const ApiError& e) { send_json(res, e.status, e.to_json()); }
-
-uint64_t random_seed() {
-  thread_local std::mt19937_64 rng{(uint64_t(std::random_device{}()) << 32) ^ std::random_device{}()};
-  return rng() & 0xffffffffull;  // 32 bits: exact in JavaScript and in every UI
-}
 
 // Which request field a Engine::resolve message is about, for the error's `param`.
 std::string param_of(const std::string& msg) {
@@ -145,13 +145,41 @@ Server::~Server() {
   }
 }
 
+namespace {
+// Why `host:port` cannot be bound: cpp-httplib only says that it failed, so a plain socket tries the same bind
+// (SO_REUSEADDR, as the server's) and its errno names the reason.
+std::string bind_failure(const std::string& host, int port) {
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || !res)
+    return host + " is not an address of this machine";
+  int err = 0;
+  const int fd = ::socket(res->ai_family, res->ai_socktype, res->ai_protocol);
+  if (fd < 0) {
+    err = errno;
+  } else {
+    const int yes = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    if (::bind(fd, res->ai_addr, res->ai_addrlen) != 0) err = errno;
+    ::close(fd);
+  }
+  ::freeaddrinfo(res);
+  if (err == EADDRINUSE) return "port " + std::to_string(port) + " is in use (another server is listening there)";
+  if (err == EADDRNOTAVAIL) return host + " is not an address of this machine";
+  if (err == EACCES) return "port " + std::to_string(port) + " needs privileges (use a port above 1023)";
+  return err ? std::string(std::strerror(err)) : "in use, or not an address of this machine?";
+}
+}  // namespace
+
 int Server::bind() {
   if (opt_.port == 0) {
     port_ = http_->bind_to_any_port(opt_.host);
     ERNIE_CHECK(port_ > 0, "serve: cannot listen on ", opt_.host, " (any port)");
   } else {
+    // A busy port is an error, never a second listener sharing it (GuardedHttp sets no SO_REUSEPORT).
     ERNIE_CHECK(http_->bind_to_port(opt_.host, opt_.port), "serve: cannot listen on ", opt_.host, ":",
-                std::to_string(opt_.port), " (in use, or not an address of this machine?)");
+                std::to_string(opt_.port), ": ", bind_failure(opt_.host, opt_.port));
     port_ = opt_.port;
   }
   return port_;

@@ -5,12 +5,13 @@
 #include <charconv>
 #include <chrono>
 #include <cstdio>
-#include <random>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
 #include "core/error.h"
+#include "engine/request.h"
 #include "io/model_folder.h"
 #include "models/prompt_enhancer.h"
 #include "ops/ops.h"
@@ -22,7 +23,7 @@ struct Opts {
   std::string model, prompt, system, device = "cpu";
   int width = 1024, height = 1024, top_k = -1, max_new_tokens = 0, threads = 0;
   float temperature = 0.6f, top_p = 0.95f;
-  uint64_t seed = 0;
+  std::string seed = "-1";
   bool json = false, quiet = false;
 };
 
@@ -43,7 +44,7 @@ int run(const Opts& o, const CLI::App& c) {
   const Device device = Device::parse(o.device);
   const DType act = device.is_cpu() ? DType::F32 : DType::BF16;
   if (device.is_cpu()) ops::set_threads(o.threads);
-  const bool seed_given = c.count("--seed") > 0;
+  const std::optional<uint64_t> seed = parse_seed(o.seed);  // nullopt: random (-1, the default)
 
   ModelFolder m = ModelFolder::open(o.model, /*with_pe=*/true);
   ERNIE_CHECK(m.pe_c.has_value(), o.model, ": no prompt enhancer (pe/ folder) in this model");
@@ -56,7 +57,7 @@ int run(const Opts& o, const CLI::App& c) {
   sp.temperature = o.temperature;
   sp.top_p = o.top_p;
   if (o.top_k >= 0) sp.top_k = o.top_k;
-  sp.seed = seed_given ? o.seed : std::random_device{}();
+  sp.seed = seed ? *seed : random_seed();
   Sampler check(sp);  // validates before generating
   EnhanceOptions opt;
   opt.sampling = sp;
@@ -88,7 +89,7 @@ int run(const Opts& o, const CLI::App& c) {
   std::fwrite(r.text.data(), 1, r.text.size(), stdout);
   std::fputc('\n', stdout);
   if (!o.quiet) {
-    if (!seed_given && sp.do_sample()) std::fprintf(stderr, "seed: %llu\n", (unsigned long long)sp.seed);
+    if (!seed && sp.do_sample()) std::fprintf(stderr, "seed: %llu\n", (unsigned long long)sp.seed);
     std::fprintf(stderr, "%zu prompt tokens, %zu new tokens%s; load %.2fs, prefill %.3fs, decode %.2fs (%.1f tok/s)\n",
                  r.prompt_ids.size(), g.ids.size(), g.stopped_on_eos ? " (eos)" : " (max_new_tokens)", load_s,
                  g.prefill_s, g.decode_s, tok_s);
@@ -107,7 +108,8 @@ Register reg(25, [](CLI::App& app) {
   c->add_option("--temperature", o->temperature, "sampling temperature (default 0.6; 0 = greedy)");
   c->add_option("--top-p", o->top_p, "nucleus sampling threshold (default 0.95)");
   c->add_option("--top-k", o->top_k, "keep the k most likely tokens (default: pe/generation_config.json or 50; 0 = off)");
-  c->add_option("--seed", o->seed, "sampling seed (default random)");
+  c->add_option("--seed", o->seed, "sampling seed: -1 (default) is random, else 0 to "
+                                  "18446744073709551615");
   c->add_option("--max-new-tokens", o->max_new_tokens, "stop after N tokens (default: pe_tokenizer model_max_length)");
   c->add_option("--device", o->device, "cpu or cuda[:i] (default cpu)");
   c->add_option("--threads", o->threads, "CPU threads (default all)");

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <random>
 
 #include "commands.h"
 #include "core/error.h"
@@ -85,7 +84,7 @@ int run(Opts& o, const CLI::App& c) {
     seed = il.seed;
     req.init_latents = il.latents;
   } else if (!seed) {
-    seed = std::random_device{}();  // 32 random bits
+    seed = random_seed();  // 32 random bits
   }
   req.seed = seed.value_or(0);
 
@@ -169,6 +168,7 @@ int run(Opts& o, const CLI::App& c) {
                             {"decode_s", ms(res.decode_s)}, {"vae_encode_s", ms(res.vae_encode_s)},
                             {"s_per_step", ms(res.denoise_s / run_steps)}}}};
     if (r.use_pe) done["revised_prompt"] = res.revised_prompt;
+    done["truncated"] = res.prompt_truncated;  // as the HTTP API's: the prompt was cut to the tokenizer's limit
     printer.event(done);
   } else if (!o.quiet) {
     if (r.use_pe) std::fprintf(stderr, "revised prompt: %s\n", res.revised_prompt.c_str());

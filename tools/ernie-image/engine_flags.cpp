@@ -41,7 +41,7 @@ void add_engine_flags(CLI::App& cmd, EngineOptions& o, const std::string& defaul
   cmd.add_option("--lora-apply-mode", o.lora_apply,
                  "how LoRAs apply to 8-bit DiT weights: auto (default: immediately), immediately (merged, then "
                  "quantized) or at_runtime (the exact 8-bit base plus a low-rank side GEMM)");
-  cmd.add_option("--threads", o.threads, "CPU threads (default 0: all cores)");
+  cmd.add_option("--threads,-t", o.threads, "CPU threads (default 0: all cores)");
   const std::string def = offload_name(o.default_offload);
   cmd.add_option_function<std::string>(
       "--offload", [&o](const std::string& v) { o.offload = v; },

@@ -10,6 +10,7 @@
 
 #include "commands.h"
 #include "core/error.h"
+#include "ops/ops.h"
 
 namespace ernie::cli {
 std::vector<Command>& registry() {
@@ -43,40 +44,61 @@ std::string closest(const std::string& word, const std::vector<std::string>& nam
   return best;
 }
 
-// "did you mean" for a mistyped command or flag (CLI11 only says what it did not expect). Returns whether it
-// printed the error itself.
-bool suggest(const CLI::App& app, int argc, char** argv) {
-  if (argc < 2 || argv[1][0] == '-') return false;
-  const std::string cmd = argv[1];
+// "did you mean" for a mistyped command or flag (CLI11 only says what it did not expect): the message (mistyped
+// flags one after the other), or "" when there is nothing to suggest.
+std::string suggest(const CLI::App& app, int argc, char** argv) {
   const CLI::App* sub = nullptr;
   std::vector<std::string> commands;  // the listed ones (random-model is hidden)
   for (const CLI::App* s : app.get_subcommands({})) {
-    if (s->get_name() == cmd) sub = s;
+    if (argc >= 2 && s->get_name() == argv[1]) sub = s;
     if (!s->get_group().empty()) commands.push_back(s->get_name());
   }
+  std::string all;
+  for (const std::string& n : commands) all += (all.empty() ? "" : ", ") + n;
+  const std::string list = "\ncommands: " + all + " (ernie-image --help)";
+  if (argc < 2 || argv[1][0] == '-') {  // no command first: a command further on is CLI11's to explain
+    for (int i = 1; i < argc; ++i)
+      if (std::find(commands.begin(), commands.end(), argv[i]) != commands.end()) return "";
+    return "a command is required" + list;
+  }
+  const std::string cmd = argv[1];
   if (!sub) {
     const std::string c = closest(cmd, commands);
-    std::string all;
-    for (const std::string& n : commands) all += (all.empty() ? "" : ", ") + n;
-    std::fprintf(stderr, "error: unknown subcommand '%s'%s\nsubcommands: %s (ernie-image --help)\n", cmd.c_str(),
-                 c.empty() ? "" : ("; did you mean '" + c + "'?").c_str(), all.c_str());
-    return true;
+    return "unknown command '" + cmd + "'" + (c.empty() ? "" : "; did you mean '" + c + "'?") + list;
   }
   std::vector<std::string> flags;
   for (const CLI::Option* o : sub->get_options())
     for (const std::string& n : o->get_lnames()) flags.push_back("--" + n);
-  bool printed = false;
+  std::string msg;
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
     if (a.rfind("--", 0) != 0 || a == "--") continue;
     a = a.substr(0, a.find('='));
     if (std::find(flags.begin(), flags.end(), a) != flags.end()) continue;
     const std::string c = closest(a, flags);
-    std::fprintf(stderr, "error: %s has no flag %s%s\n", cmd.c_str(), a.c_str(),
-                 c.empty() ? "" : ("; did you mean " + c + "?").c_str());
-    printed = true;
+    msg += (msg.empty() ? "" : "; ") + cmd + " has no flag " + a + (c.empty() ? "" : "; did you mean " + c + "?");
   }
-  return printed;
+  return msg;
+}
+
+// Whether the command line asks for JSON lines (`--progress json`), so that even a malformed one fails as JSON.
+bool wants_json(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--progress=json" || (a == "--progress" && i + 1 < argc && std::string(argv[i + 1]) == "json")) return true;
+  }
+  return false;
+}
+
+#ifndef ERNIE_GIT_COMMIT
+#define ERNIE_GIT_COMMIT ""
+#endif
+
+// `ernie-image --version`: "ernie-image 0.1.0 (commit 0123456789ab, CUDA built in)".
+std::string version_line() {
+  const std::string commit = ERNIE_GIT_COMMIT;
+  return std::string("ernie-image ") + ERNIE_VERSION + " (" + (commit.empty() ? "" : "commit " + commit + ", ") +
+         (ernie::ops::cuda_built() ? "CUDA built in" : "CPU only: built without CUDA") + ")";
 }
 
 // A command's error, as text on stderr or (json_errors) a JSON line on stdout; returns the exit status.
@@ -97,7 +119,7 @@ int report(const std::string& message) {
 int main(int argc, char** argv) {
   using namespace ernie::cli;
   CLI::App app{"ernie-image: native engine for ERNIE-Image and ERNIE-Image-Turbo", "ernie-image"};
-  app.set_version_flag("--version", std::string(ERNIE_VERSION));
+  app.set_version_flag("--version", version_line());
   app.require_subcommand(1);
   std::vector<Command> cmds = registry();
   std::sort(cmds.begin(), cmds.end(), [](auto& a, auto& b) { return a.order < b.order; });
@@ -110,7 +132,13 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() != 0 && suggest(app, argc, argv)) return e.get_exit_code();
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    const std::string hint = suggest(app, argc, argv);
+    json_errors = wants_json(argc, argv);
+    if (!hint.empty() || json_errors) {
+      report(hint.empty() ? e.what() : hint);
+      return e.get_exit_code();
+    }
     return app.exit(e);
   }
   for (auto& [sub, run] : runs) {
