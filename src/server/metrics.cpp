@@ -105,7 +105,7 @@ std::string Metrics::render(const QueueGauges& g) const {
   line(out, "ernie_jobs_running", g.running);
   head(out, "ernie_results_stored", "gauge", "Finished jobs in the history (their images can be fetched).");
   line(out, "ernie_results_stored", g.stored_results);
-  head(out, "ernie_results_stored_bytes", "gauge", "Bytes of PNG held for unfetched results.");
+  head(out, "ernie_results_stored_bytes", "gauge", "Bytes of PNG held in the history.");
   line(out, "ernie_results_stored_bytes", double(g.stored_result_bytes));
   head(out, "ernie_job_records", "gauge", "Job records kept for status queries.");
   line(out, "ernie_job_records", g.records);

@@ -6,6 +6,7 @@ response_format "url" served from /v1/files/, the page's capabilities in /v1/inf
 usage: history_test.py ERNIE_IMAGE_BINARY TESTS_DATA_DIR"""
 import base64
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -174,7 +175,6 @@ def main():
     test_bytes_and_no_preview(binary, model, size)
     # Bad flags are errors at start.
     for flags in (["--history", "0"], ["--history-mib", "0"], ["--preview", "slow"]):
-        import subprocess
         r = subprocess.run([binary, "serve", "--model", model, "--port", "0", *flags], capture_output=True, text=True,
                            timeout=120)
         check(r.returncode != 0 and ("history" in r.stderr or "preview" in r.stderr), f"serve {flags}: {r.returncode} {r.stderr[-200:]}")
