@@ -200,7 +200,7 @@ void JobQueue::finish_job(Job& j, JobState s, std::optional<ApiError> err) {
   j.finished = Clock::now();
   j.error = std::move(err);
   if (s != JobState::Succeeded) j.released = true;
-  // Keep the replayable history short: no previews once the images exist.
+  // Previews are of no use once the job has ended: a stream that connects later gets none.
   j.events.erase(std::remove_if(j.events.begin(), j.events.end(), [](const JobEvent& e) { return e.type == "preview"; }),
                  j.events.end());
   metrics_.count_job(state_name(s));
