@@ -30,8 +30,12 @@ try {
   if (info.supported_sizes.includes(size)) fail(`${size} is a preset; the test wants a custom size`);
   const peShown = await page.$eval("#pe-row", (e) => !e.classList.contains("hidden"));
   if (peShown !== info.prompt_enhancer) fail(`prompt enhancer toggle shown=${peShown}, server has it=${info.prompt_enhancer}`);
+  // The server runs with --lora-dir: the LoRA control lists its files.
+  await page.waitForFunction(() => document.querySelectorAll("#lora option").length > 1, null, { timeout: 10000 })
+    .catch(() => fail("the LoRA control lists no LoRA"));
   const loraShown = await page.$eval("#lora-row", (e) => !e.classList.contains("hidden"));
-  if (loraShown) fail("LoRA controls shown on a server without LoRAs");
+  const loraNames = await page.$$eval("#lora option", (os) => os.map((o) => o.value));
+  if (!info.loras || !loraShown || !loraNames.includes("tiny_lora")) fail(`LoRA controls: shown=${loraShown} ${JSON.stringify(loraNames)}`);
 
   await page.fill("#width", String(w));
   await page.fill("#height", String(h));
@@ -93,19 +97,22 @@ try {
   const img2 = await page.$eval(".card.done .frame img", (i) => [i.naturalWidth, i.naturalHeight]);
   if (img2[0] !== w || img2[1] !== h) fail(`img2img image is ${img2}, want ${size} (the init image resized)`);
 
-  // A batch of two with a random seed (the button sets -1): two thumbnails, a real seed shown.
+  // A batch of two with a random seed (the button sets -1) and a LoRA: two thumbnails, a real seed shown.
   await page.setInputFiles("#image", []);
   await page.selectOption("#sampler", "euler");
   await page.fill("#prompt", "two lighthouses");
   await page.fill("#n", "2");
   await page.click("#random-seed");
+  await page.selectOption("#lora", "tiny_lora");
+  await page.fill("#lora-scale", "0.8");
   if ((await page.inputValue("#seed")) !== "-1") fail("the random seed button did not set -1");
   await page.click("#generate");
   await page.waitForFunction(() => document.querySelectorAll(".card.done").length >= 3, null, { timeout: 120000 })
     .catch((e) => fail(`batch: no result (${e.message})`));
   const batch = await page.$eval(".card.done", (c) => ({ thumbs: c.querySelectorAll(".thumbs img").length,
                                                           params: c.querySelector(".params").textContent }));
-  if (batch.thumbs !== 2 || !batch.params.includes("2 images") || /seed -1\b/.test(batch.params) || !/seed \d+/.test(batch.params))
+  if (batch.thumbs !== 2 || !batch.params.includes("2 images") || /seed -1\b/.test(batch.params) || !/seed \d+/.test(batch.params) ||
+      !batch.params.includes("LoRA tiny_lora:0.8"))
     fail(`batch card: ${JSON.stringify(batch)}`);
 
   // Reload: the gallery rebuilds itself from GET /v1/jobs, newest first, images and all.
@@ -119,7 +126,12 @@ try {
   const reimg = await page.$eval(".card.done:last-child .frame img", (i) => [i.naturalWidth, i.naturalHeight]);
   if (reimg[0] !== w || reimg[1] !== h) fail(`rebuilt image is ${reimg}, want ${size}`);
 
-  // "Reuse parameters" on the first job's card fills the form.
+  // "Reuse parameters" on the batch's card brings its LoRA back; on the first job's card, its parameters.
+  await page.selectOption("#lora", "");
+  await page.click(".card.done:first-child .reuse");
+  const reusedLora = await page.evaluate(() => [document.getElementById("lora").value, document.getElementById("lora-scale").value,
+                                                document.getElementById("n").value]);
+  if (JSON.stringify(reusedLora) !== JSON.stringify(["tiny_lora", "0.8", "2"])) fail(`reuse LoRA and batch: ${reusedLora}`);
   await page.fill("#prompt", "");
   await page.click(".card.done:last-child .reuse");
   const reused = await page.evaluate(() => ({ prompt: document.getElementById("prompt").value, seed: document.getElementById("seed").value,

@@ -9,6 +9,6 @@ here="$(cd "$(dirname "$0")/.." && pwd)"
 [ -x /usr/bin/chromium ] || { echo "FAIL: /usr/bin/chromium is missing; run scripts/setup.sh --tests"; exit 1; }
 . "$here/scripts/serve_tiny.sh"
 npm_ready playwright-core
-start_tiny_server "$bin" "$data"
+start_tiny_server "$bin" "$data" --lora-dir "$data/samplers-lora/lora"
 node "$here/browser/ui_test.mjs" "$url" "$(dirname "$bin")/server-ui.png" "$data"
 stop_tiny_server

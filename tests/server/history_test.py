@@ -47,7 +47,8 @@ def test_url_and_history(binary, model):
         w, h = 8 * sf, 6 * sf
         size = f"{w}x{h}"
         check(s == 200 and info.get("preview") == "fast" and info.get("history", {}).get("max_jobs") == 3 and
-              info.get("samplers") == ["euler", "dpmpp_2m", "unipc"] and isinstance(info.get("prompt_enhancer"), bool),
+              info.get("samplers") == ["euler", "dpmpp_2m", "unipc"] and info.get("prompt_enhancer") is True and
+              info.get("loras") is False,
               f"/v1/info capabilities: {info}")
         body = {"prompt": "a lighthouse", "size": size, "steps": 2}
 
@@ -132,11 +133,12 @@ def test_bytes_and_no_preview(binary, model, size):
     finally:
         srv.close()
     mib = f"{2.5 * one / (1 << 20):.9f}"
-    srv = Server(binary, model, "--history-mib", mib, "--preview", "none")
+    srv = Server(binary, model, "--history-mib", mib, "--preview", "none", "--no-pe")
     try:
         bound = int(float(mib) * (1 << 20))
         s, info = srv.json("GET", "/v1/info")
-        check(info.get("preview") == "none" and info["history"]["max_bytes"] == bound, f"/v1/info: {info.get('history')}")
+        check(info.get("preview") == "none" and info["history"]["max_bytes"] == bound and info["prompt_enhancer"] is False,
+              f"/v1/info with --preview none --no-pe: {info}")
         jobs = [gen(srv, {**body, "seed": 30 + i}) for i in range(5)]
         sizes = [len(base64.b64decode(x["data"][0]["b64_json"])) for x in jobs]
         # Kept: the newest jobs while their bytes fit (the newest always).

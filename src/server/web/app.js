@@ -152,13 +152,16 @@ function makeCard(job, atEnd = false) {
   return card;
 }
 
+// A float the server read as float32 (0.800000011920929), as it was typed (0.8).
+const short = (v) => Number(Number(v).toPrecision(6));
+
 function describe(p) {
-  let s = `${p.size} · ${p.steps} steps · guidance ${p.guidance_scale} · seed ${p.seed}`;
+  let s = `${p.size} · ${p.steps} steps · guidance ${short(p.guidance_scale)} · seed ${p.seed}`;
   if (p.n > 1) s += ` · ${p.n} images`;
   if (p.sampler && p.sampler !== "euler") s += ` · ${p.sampler}`;
   if (p.use_pe) s += " · prompt enhancer";
-  if (p.loras && p.loras.length) s += " · " + p.loras.map((l) => `LoRA ${l.name}:${l.scale}`).join(", ");
-  if (p.img2img) s += ` · ${p.img2img.mask ? "inpaint" : "img2img"} strength ${p.img2img.strength}`;
+  if (p.loras && p.loras.length) s += " · " + p.loras.map((l) => `LoRA ${l.name}:${short(l.scale)}`).join(", ");
+  if (p.img2img) s += ` · ${p.img2img.mask ? "inpaint" : "img2img"} strength ${short(p.img2img.strength)}`;
   if (p.negative_prompt) s += ` · negative: ${p.negative_prompt}`;
   return s;
 }
@@ -174,10 +177,10 @@ function fillForm(p) {
   set("height", h);
   syncPreset();
   set("steps", p.steps);
-  set("guidance", p.guidance_scale !== undefined ? p.guidance_scale : p.cfg);
+  set("guidance", short(p.guidance_scale !== undefined ? p.guidance_scale : p.cfg));
   set("seed", p.seed);
   if (p.sampler) $("sampler").value = p.sampler;
-  $("shift").value = p.shift ? String(p.shift) : "";
+  $("shift").value = p.shift ? String(short(p.shift)) : "";
   set("n", p.n !== undefined ? p.n : 1);
   const pe = p.use_pe !== undefined ? p.use_pe : p.prompt_enhancer;
   $("use-pe").checked = !!pe;
@@ -190,12 +193,12 @@ function fillForm(p) {
       sel.appendChild(o);
     }
     sel.value = lora.name;
-    $("lora-scale").value = String(lora.scale);
+    $("lora-scale").value = String(short(lora.scale));
     $("lora-row").classList.remove("hidden");
   } else {
     $("lora").value = "";
   }
-  if (p.img2img && p.img2img.strength) $("strength").value = String(p.img2img.strength);
+  if (p.img2img && p.img2img.strength) $("strength").value = String(short(p.img2img.strength));
 }
 
 // The text chunks of a PNG (tEXt, and iTXt uncompressed or deflated) as {keyword: text}.
