@@ -33,6 +33,13 @@ TEST(ServerParse, FullRequest) {
   EXPECT_EQ(p.req.seed, 99u);
   EXPECT_TRUE(p.seed_given);
   EXPECT_TRUE(p.req.use_pe);
+  EXPECT_FALSE(p.url);
+}
+
+TEST(ServerParse, ResponseFormatUrl) {
+  EXPECT_TRUE(parse_generation_request(R"({"prompt":"a cat","response_format":"url"})").url);
+  EXPECT_FALSE(parse_generation_request(R"({"prompt":"a cat"})").url);  // b64_json stays the default
+  EXPECT_FALSE(parse_generation_request(R"({"prompt":"a cat","response_format":null})").url);
 }
 
 TEST(ServerParse, DefaultsLeftToThePipeline) {
@@ -58,7 +65,7 @@ TEST(ServerParse, ErrorsNameTheField) {
       {R"({"prompt":"x","steps":"2"})", "steps"},       {R"({"prompt":"x","n":0})", "n"},
       {R"({"prompt":"x","n":9})", "n"},                  {R"({"prompt":"x","seed":-2})", "seed"},
       {R"({"prompt":"x","seed":1e300})", "seed"},       {R"({"prompt":"x","guidance_scale":-0.5})", "guidance_scale"},
-      {R"({"prompt":"x","use_pe":1})", "use_pe"},       {R"({"prompt":"x","response_format":"url"})", "response_format"},
+      {R"({"prompt":"x","use_pe":1})", "use_pe"},       {R"({"prompt":"x","response_format":"jpeg"})", "response_format"},
       {R"({"prompt":"x","stepz":3})", "stepz"},         {R"({"negative_prompt":"x"})", "prompt"},
       {R"({"prompt":" "})", "prompt"},                   {R"({"prompt":["x"]})", "prompt"},
   };

@@ -253,8 +253,11 @@ class ErnieEngine final : public Engine {
     const int run_steps = r0.steps - in.first_step;
     t0 = Clock::now();
     if (progress) progress({"denoise", 0, run_steps, 0});
-    Tensor latents = sample_cfg(*dit_, *solver, opt_.device, opt_.dtype, in, [&](int step) {
-      if (progress) progress({"denoise", step, run_steps, seconds_since(t0)});
+    Tensor latents = sample_cfg(*dit_, *solver, opt_.device, opt_.dtype, in, [&](int step, const Tensor& x) {
+      if (!progress) return;
+      Progress p{"denoise", step, run_steps, seconds_since(t0)};
+      p.latents = &x;  // for live previews (the server's `preview` events)
+      progress(p);
     }, cancel);
     const double denoise_s = seconds_since(t0);
 

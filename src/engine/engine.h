@@ -24,6 +24,10 @@ struct Progress {
   std::string phase;  // "load", "encode", "enhance", "encode_image" (img2img), "denoise", "decode"
   int step = 0, total = 0;
   double elapsed_s = 0;
+  // "denoise" steps after the first: the current latents [B, 4L, H/s, W/s] (patchified, normalized, as the DiT
+  // sees them), F32 on the run's device; valid only during the call. For live previews (engine/latent_preview.h):
+  // copying them to the host costs a device-to-host transfer, so a callback should do it only when it is needed.
+  const Tensor* latents = nullptr;
 };
 using ProgressFn = std::function<void(const Progress&)>;
 

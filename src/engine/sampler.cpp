@@ -31,7 +31,7 @@ TextBatch pad_text(const std::vector<Tensor>& hiddens, Device device, DType act)
 }
 
 Tensor sample_cfg(const ErnieDit& dit, FlowSolver& solver, Device device, DType act, const SamplerInput& in,
-                  const std::function<void(int)>& on_step, const std::atomic<bool>* cancel) {
+                  const std::function<void(int, const Tensor&)>& on_step, const std::atomic<bool>* cancel) {
   const int N = solver.num_steps();
   ERNIE_CHECK(N >= 1, "sampler: the solver has no timesteps");
   const int64_t B = in.latents.dim(0);
@@ -88,7 +88,7 @@ Tensor sample_cfg(const ErnieDit& dit, FlowSolver& solver, Device device, DType 
     latents = solver.step(latents, pred, i);  // Euler: sample + (sigma[i+1] - sigma[i]) * pred
     if (mask.defined())  // (1 - m) * init_latents_proper + m * latents
       latents = ops::add(ops::mul(keep, i + 1 < N ? noised_x0(i + 1) : x0), ops::mul(mask, latents));
-    if (on_step) on_step(i + 1 - in.first_step);
+    if (on_step) on_step(i + 1 - in.first_step, latents);
   }
   return latents;
 }

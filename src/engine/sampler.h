@@ -39,9 +39,10 @@ struct SamplerInput {
 };
 
 // Runs the solver's steps (from in.first_step) and returns the final latents [B, C, h, w] F32 on the DiT's device. The latents
-// stay F32 between steps (the reference keeps them in the model dtype). `on_step(k)` is called after the k-th step
-// run (1-based); `cancel` is polled before every step (throws Cancelled).
+// stay F32 between steps (the reference keeps them in the model dtype). `on_step(k, latents)` is called after the k-th
+// step run (1-based) with the latents after it (on the device, valid during the call); `cancel` is polled before
+// every step (throws Cancelled).
 Tensor sample_cfg(const ErnieDit& dit, FlowSolver& solver, Device device, DType act, const SamplerInput& in,
-                  const std::function<void(int)>& on_step = {}, const std::atomic<bool>* cancel = nullptr);
+                  const std::function<void(int, const Tensor&)>& on_step = {}, const std::atomic<bool>* cancel = nullptr);
 
 }  // namespace ernie

@@ -11,7 +11,10 @@
 
 #include "core/error.h"
 #include "io/png.h"
+#include "engine/latent_preview.h"
 #include "engine/metadata.h"
+#include "engine/noise.h"
+#include "server/form_data.h"
 
 namespace ernie::server {
 namespace {
@@ -36,6 +39,8 @@ void return_free_memory() {
 #endif
 }
 }  // namespace
+
+std::string file_name(const std::string& job_id, int index) { return job_id + "-" + std::to_string(index) + ".png"; }
 
 const char* state_name(JobState s) {
   switch (s) {
@@ -101,7 +106,11 @@ JobPtr JobQueue::find(const std::string& id) const {
 }
 
 void JobQueue::push_event(Job& j, const std::string& type, json data) {
-  int64_t id = j.events.empty() ? 1 : j.events.back().id + 1;
+  const int64_t id = ++j.last_event_id;
+  // Only the newest preview is kept for streams that connect later (ids stay increasing).
+  if (type == "preview")
+    j.events.erase(std::remove_if(j.events.begin(), j.events.end(), [](const JobEvent& e) { return e.type == "preview"; }),
+                   j.events.end());
   j.events.push_back({id, type, data.dump(-1, ' ', false, json::error_handler_t::replace)});
   change_cv_.notify_all();
 }
@@ -119,6 +128,12 @@ json JobQueue::params_json(const Job& j) const {
           {"sampler", sampler_id(r.sampler)},
           {"shift", r.shift},
           {"rng", rng_name(r.rng)},
+          {"loras", [&] {
+             json l = json::array();
+             for (const LoraRef& x : r.loras)
+               if (!x.from_tag) l.push_back({{"name", x.name}, {"scale", x.scale}});  // tags stay in the prompt
+             return l;
+           }()},
           {"img2img", r.init_image ? json{{"strength", r.strength}, {"mask", r.mask.has_value()}} : json()}};
 }
 
@@ -140,10 +155,17 @@ json JobQueue::describe(const Job& j) const {
             {"params", params_json(j)}};
   if (j.state == JobState::Queued) o["queue_position"] = position(j);
   if (j.state == JobState::Succeeded) {
-    int left = 0;
-    for (size_t i = 0; i < j.png.size(); ++i) left += !j.fetched[i] && !j.released;
-    o["images"] = int(j.png.size());
-    o["images_available"] = left;
+    const int n = j.req.num_images;
+    o["images"] = n;
+    o["images_available"] = j.released ? 0 : int(j.png.size());
+    // The images while the history keeps them: each one's file URL (GET, repeatable) and seed.
+    json data = json::array();
+    if (!j.released)
+      for (int i = 0; i < int(j.png.size()); ++i)
+        data.push_back({{"index", i}, {"url", "/v1/files/" + file_name(j.id, i)}, {"seed", image_seed(j.req.seed, i, j.req.rng)},
+                        {"bytes", j.png[size_t(i)].size()}});
+    o["data"] = std::move(data);
+    if (j.released && !j.gone_why.empty()) o["images_gone"] = j.gone_why;
     o["revised_prompt"] = j.revised_prompt;
     o["truncated"] = j.truncated;
   }
@@ -178,6 +200,9 @@ void JobQueue::finish_job(Job& j, JobState s, std::optional<ApiError> err) {
   j.finished = Clock::now();
   j.error = std::move(err);
   if (s != JobState::Succeeded) j.released = true;
+  // Previews are of no use once the job has ended: a stream that connects later gets none.
+  j.events.erase(std::remove_if(j.events.begin(), j.events.end(), [](const JobEvent& e) { return e.type == "preview"; }),
+                 j.events.end());
   metrics_.count_job(state_name(s));
   // Keep the replayable history short: the first event, the last progress event, and the end.
   if (j.events.size() > 2) {
@@ -222,7 +247,9 @@ void JobQueue::remove(const JobPtr& j) {
   std::lock_guard<std::mutex> l(mu_);
   j->png.clear();
   j->png.shrink_to_fit();
+  j->png_bytes = 0;
   j->released = true;
+  j->gone_why = "deleted";
   if (is_terminal(j->state)) jobs_.erase(j->id);
 }
 
@@ -248,7 +275,7 @@ std::vector<JobEvent> JobQueue::events_after(const JobPtr& j, int64_t after, std
   return out;
 }
 
-std::vector<std::pair<int, std::string>> JobQueue::take_images(const JobPtr& j, int index) {
+std::vector<std::pair<int, std::string>> JobQueue::images(const JobPtr& j, int index) {
   std::lock_guard<std::mutex> l(mu_);
   auto conflict = [&](const std::string& msg, const std::string& code) {
     throw ApiException{ApiError{409, msg, "invalid_request_error", "", code}};
@@ -257,57 +284,68 @@ std::vector<std::pair<int, std::string>> JobQueue::take_images(const JobPtr& j, 
   if (j->state == JobState::Failed)
     conflict("job " + j->id + " failed: " + (j->error ? j->error->message : std::string("unknown error")), "job_failed");
   if (j->state == JobState::Cancelled) conflict("job " + j->id + " was cancelled", "job_cancelled");
-  auto gone = [&](const std::string& what) {
-    throw ApiException{ApiError{410, what + " of job " + j->id +
-                                         " was already fetched, deleted or expired (images are kept until fetched once)",
+  if (index >= j->req.num_images || (!j->released && index >= int(j->png.size())))
+    throw ApiException{not_found("job " + j->id + " has " + std::to_string(j->req.num_images) +
+                                 " image(s); there is no image " + std::to_string(index))};
+  if (j->released)
+    throw ApiException{ApiError{410, "the images of job " + j->id + " are gone: " +
+                                         (j->gone_why.empty() ? std::string("released") : j->gone_why),
                                 "invalid_request_error", "", "gone"}};
-  };
   std::vector<std::pair<int, std::string>> out;
-  if (index >= 0) {
-    if (index >= int(j->png.size()))
-      throw ApiException{not_found("job " + j->id + " has " + std::to_string(j->png.size()) + " image(s); there is no image " +
-                                   std::to_string(index))};
-    if (j->released || j->fetched[index]) gone("image " + std::to_string(index));
-    out.emplace_back(index, std::move(j->png[index]));
-    j->png[index] = std::string();
-    j->fetched[index] = true;
-  } else {
-    if (j->released) gone("the images");
-    for (size_t i = 0; i < j->png.size(); ++i) {
-      if (j->fetched[i]) continue;
-      out.emplace_back(int(i), std::move(j->png[i]));
-      j->png[i] = std::string();
-      j->fetched[i] = true;
-    }
-    if (out.empty()) gone("the images");
-  }
-  if (std::all_of(j->fetched.begin(), j->fetched.end(), [](bool b) { return b; })) j->released = true;
-  change_cv_.notify_all();
+  for (int i = 0; i < int(j->png.size()); ++i)
+    if (index < 0 || i == index) out.emplace_back(i, j->png[size_t(i)]);
   return out;
+}
+
+std::vector<JobPtr> JobQueue::list(size_t limit) const {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<JobPtr> all;
+  for (auto& [id, j] : jobs_) all.push_back(j);
+  std::sort(all.begin(), all.end(), [](const JobPtr& a, const JobPtr& b) {
+    return a->created != b->created ? a->created > b->created : a->id > b->id;
+  });
+  if (all.size() > limit) all.resize(limit);
+  return all;
+}
+
+void JobQueue::watch(const JobPtr& j, int delta) {
+  std::lock_guard<std::mutex> l(mu_);
+  j->listeners = std::max(0, j->listeners + delta);
+}
+
+std::pair<int, size_t> JobQueue::history_size() const {
+  std::lock_guard<std::mutex> l(mu_);
+  int n = 0;
+  size_t bytes = 0;
+  for (auto& [id, j] : jobs_)
+    if (j->state == JobState::Succeeded && !j->released) ++n, bytes += j->png_bytes;
+  return {n, bytes};
 }
 
 void JobQueue::prune() {
   const Clock::time_point now = Clock::now();
+  // The history: finished jobs with images, newest first; keep the first `history` of them within
+  // `history_bytes` (the newest always), evict the rest.
   std::vector<JobPtr> stored;
-  for (auto& [id, j] : jobs_) {
-    if (j->state != JobState::Succeeded || j->released) continue;
-    if (seconds(now - j->finished) > opt_.result_ttl_s) {
-      j->png.clear();
-      j->png.shrink_to_fit();
-      j->released = true;
-      ++metrics_.results_expired;
-    } else {
-      stored.push_back(j);
-    }
-  }
-  if (int(stored.size()) > opt_.max_results) {
-    std::sort(stored.begin(), stored.end(), [](const JobPtr& a, const JobPtr& b) { return a->finished < b->finished; });
-    for (size_t i = 0; i + opt_.max_results < stored.size(); ++i) {
-      stored[i]->png.clear();
-      stored[i]->png.shrink_to_fit();
-      stored[i]->released = true;
-      ++metrics_.results_expired;
-    }
+  for (auto& [id, j] : jobs_)
+    if (j->state == JobState::Succeeded && !j->released) stored.push_back(j);
+  std::sort(stored.begin(), stored.end(), [](const JobPtr& a, const JobPtr& b) { return a->finished > b->finished; });
+  size_t bytes = 0;
+  for (size_t i = 0; i < stored.size(); ++i) {
+    Job& j = *stored[i];
+    bytes += j.png_bytes;
+    const bool too_many = int(i) >= std::max(1, opt_.history);
+    const bool too_big = i > 0 && bytes > opt_.history_bytes;
+    if (!too_many && !too_big) continue;
+    char why[160];
+    std::snprintf(why, sizeof why, "evicted from the history (the server keeps the images of the last %d jobs, "
+                  "at most %.1f MiB: serve --history, --history-mib)", opt_.history, double(opt_.history_bytes) / (1 << 20));
+    j.png.clear();
+    j.png.shrink_to_fit();
+    j.png_bytes = 0;
+    j.released = true;
+    j.gone_why = why;
+    ++metrics_.results_expired;
   }
   std::vector<JobPtr> done;
   for (auto it = jobs_.begin(); it != jobs_.end();) {
@@ -370,6 +408,33 @@ void JobQueue::worker() {
 }
 
 void JobQueue::on_progress(const std::shared_ptr<Batch>& b, const Progress& p) {
+  // Live previews (serve --preview fast): for each job someone is watching, the first image's latents
+  // projected to RGB (engine/latent_preview.h) as a small PNG. Made outside the lock; never fails a job.
+  std::vector<std::pair<JobPtr, json>> previews;
+  if (opt_.preview && p.latents && p.phase == "denoise" && p.step > 0) {
+    std::vector<std::pair<JobPtr, int64_t>> want;  // job, its first row in the batch
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      int64_t row = 0;
+      for (const JobPtr& j : b->jobs) {
+        if (!is_terminal(j->state) && j->listeners > 0) want.emplace_back(j, row);
+        row += j->req.num_images;
+      }
+    }
+    for (auto& [j, row] : want) {
+      try {
+        const Tensor& x = *p.latents;
+        if (x.shape().size() != 4 || row >= x.dim(0)) continue;
+        Tensor host = x.narrow(row, 1).to(kCPU).to_f32();
+        PreviewRgb im = latent_preview_rgb(host.f32(), x.dim(1), x.dim(2), x.dim(3));
+        std::vector<uint8_t> bytes = encode_png(im.width, im.height, im.rgb, {});
+        previews.emplace_back(j, json{{"step", p.step}, {"total", p.total}, {"width", im.width}, {"height", im.height},
+                                      {"image", "data:image/png;base64," + base64_encode(std::string(bytes.begin(), bytes.end()))}});
+      } catch (const std::exception&) {
+        // no preview for this step
+      }
+    }
+  }
   std::lock_guard<std::mutex> l(mu_);
   const Clock::time_point now = Clock::now();
   if (p.phase == "denoise") {
@@ -386,6 +451,8 @@ void JobQueue::on_progress(const std::shared_ptr<Batch>& b, const Progress& p) {
     j->phase = p.phase;
     push_event(*j, "progress", {{"phase", p.phase}, {"step", p.step}, {"total", p.total}});
   }
+  for (auto& [j, d] : previews)
+    if (!is_terminal(j->state)) push_event(*j, "preview", std::move(d));
 }
 
 void JobQueue::run_batch(const std::shared_ptr<Batch>& b) {
@@ -429,7 +496,8 @@ void JobQueue::run_batch(const std::shared_ptr<Batch>& b) {
       Job& j = *b->jobs[i];
       if (is_terminal(j.state)) continue;
       j.png = std::move(pngs[i]);
-      j.fetched.assign(j.png.size(), false);
+      j.png_bytes = 0;
+      for (const std::string& p : j.png) j.png_bytes += p.size();
       j.revised_prompt = results[i].revised_prompt;
       j.truncated = results[i].prompt_truncated;
       j.encode_s = results[i].encode_s;
@@ -439,6 +507,7 @@ void JobQueue::run_batch(const std::shared_ptr<Batch>& b) {
       metrics_.images_generated += j.png.size();
       finish_job(j, JobState::Succeeded, std::nullopt);
     }
+    prune();  // the new images may push old ones out of the history
     return;
   } catch (const Cancelled&) {
     failure = stopping_ ? shutting_down() : ApiError{409, "cancelled", "invalid_request_error", "", "cancelled"};
@@ -484,12 +553,16 @@ QueueGauges JobQueue::gauges() const {
   std::lock_guard<std::mutex> l(mu_);
   QueueGauges g;
   g.queued = int(waiting_.size());
-  g.running = running_ ? int(running_->jobs.size()) : 0;
+  // Jobs still running: a finished (or cancelled) job of the running batch no longer counts, though the
+  // worker clears the batch only after it encodes and stores every image.
+  g.running = 0;
+  if (running_)
+    for (const JobPtr& j : running_->jobs) g.running += j->state == JobState::Running;
   g.records = int(jobs_.size());
   for (auto& [id, j] : jobs_) {
     if (j->state != JobState::Succeeded || j->released) continue;
     ++g.stored_results;
-    for (auto& p : j->png) g.stored_result_bytes += p.size();
+    g.stored_result_bytes += j->png_bytes;
   }
   g.shutting_down = stopping_;
   return g;

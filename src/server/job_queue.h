@@ -1,8 +1,9 @@
 // The server's jobs: a FIFO of waiting requests, one worker thread that runs them on the Engine (in
-// batches when that is faster, see batching.h), live progress events, cancellation between steps, and
-// finished images held until fetched once. Memory is bounded: at most `max_queue` waiting jobs, at most
-// `max_results` unfetched results (older ones are released, as are those older than `result_ttl_s`),
-// at most `max_records` job records.
+// batches when that is faster, see batching.h), live progress events (and latent previews, see
+// engine/latent_preview.h), cancellation between steps, and a history of finished jobs whose images may be
+// fetched any number of times until evicted. Memory is bounded: at most `max_queue` waiting jobs, the images
+// of at most `history` finished jobs and `history_bytes` bytes of PNGs (the oldest are evicted first; the
+// newest job is always kept), at most `max_records` job records (status only) after their images are gone.
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -29,11 +30,13 @@ using Clock = std::chrono::steady_clock;
 
 enum class JobState { Queued, Running, Succeeded, Failed, Cancelled };
 const char* state_name(JobState s);
+// The name of image `index` of a job under /v1/files/: "job_…-INDEX.png".
+std::string file_name(const std::string& job_id, int index);
 inline bool is_terminal(JobState s) { return s != JobState::Queued && s != JobState::Running; }
 
 struct JobEvent {
   int64_t id = 0;     // 1, 2, ... per job (SSE `id:`)
-  std::string type;   // "queued", "progress", "done", "error", "cancelled"
+  std::string type;   // "queued", "progress", "preview", "done", "error", "cancelled"
   std::string data;   // JSON text
 };
 
@@ -47,10 +50,13 @@ struct Job {
   std::string phase;              // "start", then the pipeline's: "encode", "denoise", "decode", ...
   int step = 0, total = 0;        // denoising steps done / to do
   std::vector<JobEvent> events;
+  int64_t last_event_id = 0;      // ids keep increasing though old previews and progress events are dropped
   std::optional<ApiError> error;  // failed or cancelled: why
-  std::vector<std::string> png;   // encoded images, each released when fetched
-  std::vector<bool> fetched;
-  bool released = false;          // results gone (fetched, deleted or expired)
+  std::vector<std::string> png;   // encoded images, kept while the job is in the history
+  size_t png_bytes = 0;
+  bool released = false;          // images gone (evicted from the history, deleted, or never made)
+  std::string gone_why;           // released: why, for the 410
+  int listeners = 0;              // open event streams (previews are made only while someone listens)
   std::string revised_prompt;
   bool truncated = false;  // the prompt was cut at the tokenizer's limit
   double encode_s = 0, denoise_s = 0, decode_s = 0, lora_switch_s = 0;
@@ -60,9 +66,10 @@ using JobPtr = std::shared_ptr<Job>;
 
 struct QueueOptions {
   int max_queue = 16;          // waiting jobs; more -> 429
-  int max_results = 64;        // finished, unfetched results kept; the oldest beyond are released
-  double result_ttl_s = 900;   // unfetched results older than this are released
-  size_t max_records = 512;    // job records (status only) kept after their results are gone
+  int history = 50;            // finished jobs whose images are kept (serve --history); the oldest are evicted
+  size_t history_bytes = size_t(512) << 20;  // and at most this many bytes of PNGs (serve --history-mib)
+  bool preview = true;         // `preview` events with a latent-to-RGB image per step (serve --preview fast)
+  size_t max_records = 512;    // job records (status only) kept after their images are gone
   double record_ttl_s = 3600;
   BatchPolicy batch;           // max_images is taken from the pipeline unless set lower
   bool batching = true;        // false: every request runs alone (serve --max-vram plans for one request)
@@ -99,9 +106,16 @@ class JobQueue {
   std::vector<JobEvent> events_after(const JobPtr& j, int64_t after, std::chrono::milliseconds timeout,
                                      bool* finished);
 
-  // Fetch-once: index < 0 takes every image not fetched yet. Throws ApiException: 404 no such image,
-  // 409 not finished / failed / cancelled, 410 already fetched or released.
-  std::vector<std::pair<int, std::string>> take_images(const JobPtr& j, int index);
+  // A finished job's images (copies; index < 0: all), as often as asked until the history evicts them.
+  // Throws ApiException: 404 no such image, 409 not finished / failed / cancelled, 410 evicted or deleted.
+  std::vector<std::pair<int, std::string>> images(const JobPtr& j, int index);
+  // Every job record, newest first, at most `limit` (GET /v1/jobs).
+  std::vector<JobPtr> list(size_t limit) const;
+  // An event stream opens (+1) or closes (-1) on the job: previews are made only while one is open.
+  void watch(const JobPtr& j, int delta);
+  // The history's size: finished jobs with images, and their PNG bytes.
+  std::pair<int, size_t> history_size() const;
+  const QueueOptions& options() const { return opt_; }
 
   // Shutdown, in two steps: stop taking work (submit -> 503) and cancel waiting jobs; then let the
   // running batch finish for up to `grace_s` seconds, cancel it if it has not, and join the worker.

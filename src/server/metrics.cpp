@@ -103,9 +103,9 @@ std::string Metrics::render(const QueueGauges& g) const {
   line(out, "ernie_queue_length", g.queued);
   head(out, "ernie_jobs_running", "gauge", "Jobs being generated now.");
   line(out, "ernie_jobs_running", g.running);
-  head(out, "ernie_results_stored", "gauge", "Finished jobs whose images have not been fetched yet.");
+  head(out, "ernie_results_stored", "gauge", "Finished jobs in the history (their images can be fetched).");
   line(out, "ernie_results_stored", g.stored_results);
-  head(out, "ernie_results_stored_bytes", "gauge", "Bytes of PNG held for unfetched results.");
+  head(out, "ernie_results_stored_bytes", "gauge", "Bytes of PNG held in the history.");
   line(out, "ernie_results_stored_bytes", double(g.stored_result_bytes));
   head(out, "ernie_job_records", "gauge", "Job records kept for status queries.");
   line(out, "ernie_job_records", g.records);
@@ -117,7 +117,7 @@ std::string Metrics::render(const QueueGauges& g) const {
   line(out, "ernie_batches_total", double(batches_run.load()));
   head(out, "ernie_batched_jobs_total", "counter", "Jobs that ran inside such a batch.");
   line(out, "ernie_batched_jobs_total", double(batched_jobs.load()));
-  head(out, "ernie_results_expired_total", "counter", "Results released unfetched (too old or too many).");
+  head(out, "ernie_results_expired_total", "counter", "Finished jobs whose images were evicted from the history (--history, --history-mib).");
   line(out, "ernie_results_expired_total", double(results_expired.load()));
   {
     std::lock_guard<std::mutex> l(mu_);

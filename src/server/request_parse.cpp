@@ -183,12 +183,9 @@ ParsedRequest parse_object(const json& j, const ParseLimits& lim, bool require_i
     } else if (k == "response_format") {
       if (v.is_null()) continue;
       std::string f = get_string(v, "response_format", 64);
-      if (f == "url")
-        bad_request("response_format 'url' is not supported by this server: use 'b64_json', or the jobs API "
-                    "(POST /v1/jobs, then GET /v1/jobs/{id}/images/0 for the PNG)",
-                    "response_format", "unsupported_response_format");
-      if (f != "b64_json")
-        bad_request("response_format '" + f.substr(0, 40) + "' is unknown; use 'b64_json'", "response_format");
+      if (f != "b64_json" && f != "url")
+        bad_request("response_format '" + f.substr(0, 40) + "' is unknown; use 'b64_json' or 'url'", "response_format");
+      out.url = f == "url";
     } else if (k == "steps") {
       if (!v.is_null()) r.steps = int(get_int(v, "steps", 1, lim.max_steps));
     } else if (k == "guidance_scale") {

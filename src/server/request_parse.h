@@ -1,5 +1,5 @@
 // The JSON body of POST /v1/images/generations, /v1/images/edits and /v1/jobs -> a GenerateRequest. OpenAI
-// Images fields (prompt, n, size "WxH", response_format b64_json, model/user/quality/style accepted and
+// Images fields (prompt, n, size "WxH", response_format b64_json or url, model/user/quality/style accepted and
 // ignored) plus ours (negative_prompt, steps, guidance_scale, seed, use_pe, sampler, shift, rng, loras, and
 // img2img's image, mask as base64 PNGs, strength, mask_blur, composite, resize). The multipart body of
 // /v1/images/edits (OpenAI's) maps onto the same fields. Type and range errors throw
@@ -26,6 +26,7 @@ struct ParseLimits {
 struct ParsedRequest {
   GenerateRequest req;
   bool seed_given = false;  // false: the server picks one
+  bool url = false;         // response_format "url": data[].url under /v1/files/ (default b64_json)
 };
 
 // `require_image`: the edits route, where `image` is required.

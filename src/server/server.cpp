@@ -242,14 +242,31 @@ json Server::model_info() const {
             {"max_body_bytes", opt_.max_body_bytes}}},
           {"max_batch_images", queue_->max_batch_images()},
           {"memory", memory_json(info_)},
+          // What the page may offer: the prompt enhancer (the model's pe/, loaded), the samplers, LoRAs
+          // (GET /v1/loras lists them), live previews, and the history's bounds.
+          {"prompt_enhancer", info_.pe_loaded},
+          {"samplers", {"euler", "dpmpp_2m", "unipc"}},
+          {"loras", !p.available_loras().empty()},
+          {"preview", opt_.queue.preview ? "fast" : "none"},
+          {"history", {{"max_jobs", opt_.queue.history}, {"max_bytes", opt_.queue.history_bytes}}},
           {"api_key_required", !opt_.api_key.empty()}};
+}
+
+// The absolute URL of a file under /v1/files/, from the request's Host (what the client reached us by).
+std::string Server::file_url(const httplib::Request& req, const std::string& job_id, int index) const {
+  std::string host = req.get_header_value("Host");
+  if (host.empty() || host.find_first_of(" /\\\"<>") != std::string::npos)
+    host = (opt_.host.find(':') != std::string::npos ? "[" + opt_.host + "]" : opt_.host) + ":" + std::to_string(port_);
+  return "http://" + host + "/v1/files/" + file_name(job_id, index);
 }
 
 void Server::handle_generations(const httplib::Request& req, httplib::Response& res,
                                 const std::function<ParsedRequest()>& parse) {
   if (!authorized(req)) return send_error(res, unauthorized());
   if (queue_->stopping()) return send_error(res, shutting_down());
-  JobPtr job = queue_->submit(resolve_parsed(parse()));
+  ParsedRequest parsed = parse();
+  const bool url = parsed.url;
+  JobPtr job = queue_->submit(resolve_parsed(std::move(parsed)));
   res.set_header("X-Job-Id", job->id);
   // The client waits on this connection: when it goes away, nobody is left to take the images.
   while (!queue_->wait_finished(job, std::chrono::milliseconds(200)))
@@ -265,14 +282,17 @@ void Server::handle_generations(const httplib::Request& req, httplib::Response& 
     queue_->remove(job);
     return send_error(res, e);
   }
+  // The job stays in the history: its images can be fetched again (and listed by GET /v1/jobs).
   json data = json::array();
-  for (auto& [i, png] : queue_->take_images(job, -1))
-    data.push_back({{"b64_json", base64_encode(png)}, {"revised_prompt", job->revised_prompt},
-                    {"seed", image_seed(job->req.seed, i, job->req.rng)}});
+  for (auto& [i, png] : queue_->images(job, -1)) {
+    json d = {{"revised_prompt", job->revised_prompt}, {"seed", image_seed(job->req.seed, i, job->req.rng)}};
+    if (url) d["url"] = file_url(req, job->id, i);
+    else d["b64_json"] = base64_encode(png);
+    data.push_back(std::move(d));
+  }
   json out = {{"created", job->created_unix}, {"data", std::move(data)}, {"id", job->id}, {"seed", job->req.seed},
               {"size", size_str(job->req.width, job->req.height)}, {"steps", job->req.steps},
               {"guidance_scale", job->req.cfg}, {"truncated", job->truncated}};
-  queue_->remove(job);
   send_json(res, 200, out);
 }
 
@@ -292,6 +312,7 @@ void Server::handle_events(const httplib::Request& req, httplib::Response& res, 
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   ++streams_open_;
+  queue_->watch(job, +1);  // previews are made while a stream is open
   auto state = std::make_shared<std::pair<int64_t, int>>(after, 0);  // last sent id, idle polls
   res.set_chunked_content_provider(
       "text/event-stream",
@@ -313,7 +334,10 @@ void Server::handle_events(const httplib::Request& req, httplib::Response& res, 
         }
         return true;
       },
-      [this](bool) { --streams_open_; });
+      [this, job](bool) {
+        queue_->watch(job, -1);
+        --streams_open_;
+      });
 }
 
 void Server::routes() {
@@ -363,6 +387,40 @@ void Server::routes() {
     })(req, res);
   });
   s.Post("/v1/jobs", with_body([this](auto& req, auto& res, const std::string& body) { handle_submit(req, res, body); }));
+  // The job records, newest first: waiting, running, and the history (finished jobs whose images are kept,
+  // each with data[].url), then older records whose images are gone. ?limit=N (default 100, at most 1000).
+  s.Get("/v1/jobs", guard([this](auto& req, auto& res) {
+    if (!authorized(req)) return send_error(res, unauthorized());
+    size_t limit = 100;
+    if (req.has_param("limit")) {
+      const std::string v = req.get_param_value("limit");
+      if (v.empty() || v.size() > 4 || v.find_first_not_of("0123456789") != std::string::npos || std::stoi(v) < 1 ||
+          std::stoi(v) > 1000)
+        throw ApiException{ApiError{400, "limit must be an integer from 1 to 1000", "invalid_request_error", "limit",
+                                    "invalid_value"}};
+      limit = size_t(std::stoi(v));
+    }
+    json data = json::array();
+    for (const JobPtr& j : queue_->list(limit)) data.push_back(queue_->describe(*j));
+    auto [jobs, bytes] = queue_->history_size();
+    send_json(res, 200, {{"object", "list"}, {"data", std::move(data)},
+                         {"history", {{"jobs", jobs}, {"bytes", bytes}, {"max_jobs", opt_.queue.history},
+                                      {"max_bytes", opt_.queue.history_bytes}}}});
+  }));
+  // An image of the history by its file name (response_format "url", the jobs' data[].url): repeatable until
+  // the history evicts it (410), or the record is gone too (404).
+  s.Get(R"(/v1/files/(job_[A-Za-z0-9]{1,60})-([0-9]{1,4})\.png)", guard([this](auto& req, auto& res) {
+    if (!authorized(req)) return send_error(res, unauthorized());
+    JobPtr job = queue_->find(req.matches[1]);
+    if (!job)
+      return send_error(res, not_found("no file '" + std::string(req.matches[1]) + "-" + std::string(req.matches[2]) +
+                                       ".png' (unknown, or its job record is gone)"));
+    auto imgs = queue_->images(job, std::stoi(req.matches[2]));
+    res.set_header("Cache-Control", "private, max-age=86400, immutable");
+    res.set_header("Content-Disposition", "inline; filename=\"" + file_name(job->id, imgs[0].first) + "\"");
+    res.status = 200;
+    res.set_content(std::move(imgs[0].second), "image/png");
+  }));
 
   const std::string id = R"(/v1/jobs/([A-Za-z0-9_]{1,64}))";
   s.Get(id, job_route([this](auto&, auto& res, const JobPtr& job) { send_json(res, 200, queue_->describe(*job)); }));
@@ -376,14 +434,14 @@ void Server::routes() {
   }));
   s.Get(id + "/images", job_route([this](auto&, auto& res, const JobPtr& job) {
     json data = json::array();
-    for (auto& [i, png] : queue_->take_images(job, -1))
+    for (auto& [i, png] : queue_->images(job, -1))
       data.push_back({{"index", i}, {"b64_json", base64_encode(png)}, {"revised_prompt", job->revised_prompt},
                       {"seed", image_seed(job->req.seed, i, job->req.rng)}});
     send_json(res, 200, {{"created", job->created_unix}, {"id", job->id}, {"data", std::move(data)}});
   }));
   s.Get(id + R"(/images/([0-9]{1,4}))", job_route([this](auto& req, auto& res, const JobPtr& job) {
-    auto imgs = queue_->take_images(job, std::stoi(req.matches[2]));
-    res.set_header("Cache-Control", "no-store");
+    auto imgs = queue_->images(job, std::stoi(req.matches[2]));
+    res.set_header("Cache-Control", "private, max-age=86400, immutable");
     res.set_header("Content-Disposition", "inline; filename=\"" + job->id + "-" + std::to_string(imgs[0].first) + ".png\"");
     res.status = 200;
     res.set_content(std::move(imgs[0].second), "image/png");

@@ -1,11 +1,13 @@
 // `ernie-image serve`: the HTTP API and web page over one loaded Engine.
-//   POST   /v1/images/generations   OpenAI Images compatible; waits and returns b64_json PNGs
+//   POST   /v1/images/generations   OpenAI Images compatible; waits and returns b64_json PNGs (or URLs)
 //   POST   /v1/jobs                 queues the same body, returns {id} at once (202)
+//   GET    /v1/jobs                 the job records, newest first (the history, for the page's gallery)
 //   GET    /v1/jobs/{id}            status, phase, step/total
-//   GET    /v1/jobs/{id}/events     server-sent events: queued, progress..., done | error | cancelled
+//   GET    /v1/jobs/{id}/events     server-sent events: queued, progress (and preview)..., done | error | cancelled
 //   DELETE /v1/jobs/{id}            cancels a waiting or running job; frees a finished one
-//   GET    /v1/jobs/{id}/images     every image not fetched yet (JSON, b64), then released
-//   GET    /v1/jobs/{id}/images/{i} one image as image/png, then released
+//   GET    /v1/jobs/{id}/images     every image (JSON, b64), until the history evicts them
+//   GET    /v1/jobs/{id}/images/{i} one image as image/png, likewise
+//   GET    /v1/files/{job}-{i}.png  the same PNG by the URL of response_format "url"
 //   GET    /v1/models, /v1/info     the model, its supported sizes and defaults
 //   GET    /health, /metrics        liveness; Prometheus text
 //   GET    /                        the web page
@@ -68,6 +70,7 @@ class Server {
                           const std::function<ParsedRequest()>& parse);
   void handle_submit(const httplib::Request& req, httplib::Response& res, const std::string& body);
   void handle_events(const httplib::Request& req, httplib::Response& res, const JobPtr& job);
+  std::string file_url(const httplib::Request& req, const std::string& job_id, int index) const;
   // A parsed request with its seed drawn (when not given) and resolved by the engine; errors are 400s.
   GenerateRequest resolve_parsed(ParsedRequest p) const;
   nlohmann::json model_info() const;

@@ -1,7 +1,7 @@
 // The official OpenAI SDK (npm `openai`) against `ernie-image serve`: images.edit with an image, with an
 // image and a mask, and images.generate, as a client would call them; the edit's PNG equals the server's
-// answer to the same request in JSON (image in base64), and a bad image is the SDK's BadRequestError (400)
-// naming `image`.
+// answer to the same request in JSON (image in base64), response_format "url" gives a /v1/files/ URL that
+// serves the PNG more than once, and a bad image is the SDK's BadRequestError (400) naming `image`.
 // usage: node openai_sdk_test.mjs URL API_KEY TESTS_DATA_DIR
 import fs from "node:fs";
 import path from "node:path";
@@ -44,6 +44,15 @@ check(JSON.stringify(pngSize(inpaint.data[0].b64_json)) === "[32,32]", "images.e
 
 const gen = await client.images.generate({ prompt: "a cat", size: "16x16", response_format: "b64_json", ...ours });
 check(JSON.stringify(pngSize(gen.data[0].b64_json)) === "[16,16]", "images.generate: a 16x16 PNG");
+
+// response_format "url": the SDK's data[0].url is served (with the key) until the history evicts it, twice alike.
+const byUrl = await client.images.generate({ prompt: "a cat", size: "16x16", response_format: "url", ...ours });
+const u = byUrl.data[0].url || "";
+const get = () => fetch(u, { headers: { Authorization: `Bearer ${key}` } }).then(async (r) => [r.status, Buffer.from(await r.arrayBuffer())]);
+const [s1, b1] = await get(), [s2, b2] = await get();
+check(u.startsWith(url + "/v1/files/") && s1 === 200 && s2 === 200 && b1.equals(b2) &&
+      JSON.stringify(pngSize(b1.toString("base64"))) === "[16,16]" && byUrl.data[0].seed === ours.seed,
+      `images.generate with response_format url: ${u} -> ${s1}, ${s2}`);
 
 try {
   await client.images.edit({ image: await toFile(Buffer.from("GIF89a, not a PNG"), "x.gif", { type: "image/gif" }),

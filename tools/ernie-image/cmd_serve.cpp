@@ -1,5 +1,5 @@
 // ernie-image serve --model DIR [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--max-queue N] [--no-pe]
-//   [--max-body-bytes N] [--shutdown-grace S] [engine flags]
+//   [--max-body-bytes N] [--shutdown-grace S] [--history N] [--history-mib M] [--preview fast|none] [engine flags]
 // Loads the model once (Engine::open) and serves the HTTP API and web page (src/server/server.h). SIGTERM or
 // SIGINT: new work gets 503, waiting jobs are cancelled, the running one may finish within the grace period,
 // then the process exits 0. A second signal exits at once. Memory is planned for one default-size image
@@ -28,6 +28,9 @@ struct Opts {
   int port = 8080, max_queue = 16;
   size_t max_body = size_t(16) << 20;
   double grace = 30;
+  int history = 50;
+  double history_mib = 512;
+  std::string preview = "fast";
   bool no_pe = false, quiet = false;
 };
 
@@ -36,6 +39,8 @@ int run(Opts& o) {
   ERNIE_CHECK(o.max_queue >= 1, "--max-queue ", std::to_string(o.max_queue), " must be at least 1");
   ERNIE_CHECK(o.max_body >= 1024, "--max-body-bytes must be at least 1024");
   ERNIE_CHECK(o.grace >= 0, "--shutdown-grace must not be negative");
+  ERNIE_CHECK(o.history >= 1, "--history ", std::to_string(o.history), " must be at least 1");
+  ERNIE_CHECK(o.history_mib > 0 && o.history_mib <= 1 << 20, "--history-mib must be a positive number of MiB");
   o.engine.pe = o.no_pe ? PeLoad::Off : PeLoad::IfPresent;
 
   // Signals are taken by one thread with sigwait: block them before any other thread exists.
@@ -62,6 +67,9 @@ int run(Opts& o) {
   so.api_key = o.api_key;
   so.max_body_bytes = o.max_body;
   so.queue.max_queue = o.max_queue;
+  so.queue.history = o.history;
+  so.queue.history_bytes = size_t(o.history_mib * double(1 << 20));
+  so.queue.preview = o.preview == "fast";
   so.queue.log_jobs = !o.quiet;
   so.http_threads = std::max(32, o.max_queue + 16);
   so.log_requests = !o.quiet;
@@ -106,6 +114,13 @@ Register reg(30, [](CLI::App& app) {
                 "folder of LoRA .safetensors files requests may name (\"loras\": [{\"name\", \"scale\"}] or prompt "
                 "tags <lora:NAME:SCALE>); GET /v1/loras lists them");
   c->add_option("--shutdown-grace", o->grace, "seconds a running job may take to finish on SIGTERM (default 30)");
+  c->add_option("--history", o->history, "finished jobs whose images the server keeps for the page's gallery and for "
+                "repeated fetches (default 50; the oldest are evicted)");
+  c->add_option("--history-mib", o->history_mib, "at most this many MiB of PNGs in the history (default 512; the newest "
+                "job is always kept)");
+  c->add_option("--preview", o->preview, "live previews in the job events while someone watches: fast (a latent-to-RGB "
+                "projection per step, the default) or none")
+      ->check(CLI::IsMember({"fast", "none"}));
   o->engine.default_offload = Offload::None;
   add_engine_flags(*c, o->engine, "a server keeps every component resident, so no request waits for the text encoder "
                    "to load; --max-vram plans for one default-size image and then runs requests one at a time (no batching)");
