@@ -13,7 +13,8 @@ for tool in cpack dpkg-deb dpkg-shlibdeps; do
   command -v $tool >/dev/null || fail "$tool is missing (scripts/setup.sh --tests installs dpkg-dev)"
 done
 t0=$(date +%s)
-cpack -G DEB --config "$build/CPackConfig.cmake" -B "$tmp/out" >"$tmp/cpack.log" 2>&1 || { cat "$tmp/cpack.log"; fail "cpack -G DEB"; }
+cpack -G DEB --config "$build/CPackConfig.cmake" -B "$tmp/out" >"$tmp/cpack.log" 2>&1 ||
+  { cat "$tmp/cpack.log"; fail "cpack -G DEB"; }
 deb=$(ls "$tmp"/out/ernie-image_"$version"_*.deb 2>/dev/null | head -n 1)
 [ -n "$deb" ] || { cat "$tmp/cpack.log"; fail "no ernie-image_${version}_*.deb"; }
 echo "built $(basename "$deb") ($(($(stat -c %s "$deb") / 1024 / 1024)) MiB) in $(($(date +%s) - t0)) s"
@@ -41,7 +42,8 @@ done
 mkdir "$tmp/control" "$tmp/root"
 dpkg-deb -e "$deb" "$tmp/control"
 grep -qxF /etc/ernie-image/serve.env "$tmp/control/conffiles" || fail "serve.env is not a conffile"
-grep -q "libernie-image ${version%%.*} ernie-image" "$tmp/control/shlibs" || fail "no shlibs entry for libernie-image.so.${version%%.*}"
+grep -q "libernie-image ${version%%.*} ernie-image" "$tmp/control/shlibs" ||
+  fail "no shlibs entry for libernie-image.so.${version%%.*}"
 for s in postinst prerm postrm; do
   [ -x "$tmp/control/$s" ] || fail "no executable $s"
   sh -n "$tmp/control/$s" || fail "$s: syntax"
@@ -49,20 +51,22 @@ for s in postinst prerm postrm; do
 done
 
 dpkg-deb -x "$deb" "$tmp/root"
-grep -q '^prefix=/usr$' "$tmp/root/usr/lib/pkgconfig/ernie-image.pc" || fail "ernie-image.pc: $(head -n 1 "$tmp/root/usr/lib/pkgconfig/ernie-image.pc")"
+pc=$tmp/root/usr/lib/pkgconfig/ernie-image.pc
+grep -q '^prefix=/usr$' "$pc" || fail "ernie-image.pc: $(head -n 1 "$pc")"
 unit=$tmp/root/lib/systemd/system/ernie-image.service
 grep -qx 'ExecStart=/usr/bin/ernie-image serve .*' "$unit" || fail "the unit does not run /usr/bin/ernie-image serve"
 grep -qx 'EnvironmentFile=/etc/ernie-image/serve.env' "$unit" || fail "the unit does not read /etc/ernie-image/serve.env"
 grep -qx 'DynamicUser=yes' "$unit" || fail "the unit runs as root"
 # The packaged (stripped) CLI runs; the env file's defaults are the server's.
-"$tmp/root/usr/bin/ernie-image" doctor --model "$model" >"$tmp/doctor.log" 2>&1 || { cat "$tmp/doctor.log"; fail "ernie-image doctor"; }
+"$tmp/root/usr/bin/ernie-image" doctor --model "$model" >"$tmp/doctor.log" 2>&1 ||
+  { cat "$tmp/doctor.log"; fail "ernie-image doctor"; }
 grep -qx 'ERNIE_PORT=8080' "$tmp/root/etc/ernie-image/serve.env" || fail "serve.env: no ERNIE_PORT=8080"
 
 if command -v systemd-analyze >/dev/null; then
   # The unit as installed, with its two absolute paths pointed into the unpacked package.
   mkdir "$tmp/units"
-  sed -e "s|^ExecStart=/usr/bin/|ExecStart=$tmp/root/usr/bin/|" -e "s|^EnvironmentFile=/etc/|EnvironmentFile=$tmp/root/etc/|" \
-    "$unit" >"$tmp/units/ernie-image.service"
+  sed -e "s|^ExecStart=/usr/bin/|ExecStart=$tmp/root/usr/bin/|" \
+    -e "s|^EnvironmentFile=/etc/|EnvironmentFile=$tmp/root/etc/|" "$unit" >"$tmp/units/ernie-image.service"
   if ! SYSTEMD_LOG_LEVEL=notice systemd-analyze verify --man=no "$tmp/units/ernie-image.service" >"$tmp/verify.log" 2>&1 \
      || grep -q "ernie-image.service" "$tmp/verify.log"; then
     cat "$tmp/verify.log"
