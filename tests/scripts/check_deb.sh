@@ -61,6 +61,15 @@ grep -qx 'DynamicUser=yes' "$unit" || fail "the unit runs as root"
 "$tmp/root/usr/bin/ernie-image" doctor --model "$model" >"$tmp/doctor.log" 2>&1 ||
   { cat "$tmp/doctor.log"; fail "ernie-image doctor"; }
 grep -qx 'ERNIE_PORT=8080' "$tmp/root/etc/ernie-image/serve.env" || fail "serve.env: no ERNIE_PORT=8080"
+# Every flag of the unit's command line is one `serve` has, and every variable it uses is set in serve.env.
+"$tmp/root/usr/bin/ernie-image" serve --help >"$tmp/serve-help.txt" 2>&1 || fail "ernie-image serve --help"
+exec_start=$(sed -n 's/^ExecStart=//p' "$unit")
+for flag in $(grep -oE -- '--[a-z-]+' <<<"$exec_start"); do
+  grep -qE -- "(^|[ ,])$flag([ ,=]|$)" "$tmp/serve-help.txt" || fail "the unit passes $flag, which serve does not take"
+done
+for var in $(grep -oE '\$\{?ERNIE_[A-Z_]+' <<<"$exec_start" | tr -d '${'); do
+  grep -q "^$var=" "$tmp/root/etc/ernie-image/serve.env" || fail "the unit uses \$$var, which serve.env does not set"
+done
 
 if command -v systemd-analyze >/dev/null; then
   # The unit as installed, with its two absolute paths pointed into the unpacked package.
