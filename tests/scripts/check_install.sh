@@ -25,7 +25,7 @@ done
 [ "$(readlink "$libdir/libernie-image.so")" = "libernie-image.so.$major" ] ||
   fail "libernie-image.so is not a link to .so.$major"
 [ "$(readlink "$libdir/libernie-image.so.$major")" = "libernie-image.so.$version" ] || fail "bad .so.$major link"
-! find "$prefix" -name '*.service' -o -name 'serve.env' | grep -q . || fail "a plain install wrote the service files"
+[ -z "$(find "$prefix" -name '*.service' -o -name 'serve.env')" ] || fail "a plain install wrote the service files"
 soname=$(readelf -d "$so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
 [ "$soname" = "libernie-image.so.$major" ] || fail "SONAME '$soname', expected libernie-image.so.$major"
 grep -q "^prefix=$prefix\$" "$libdir/pkgconfig/ernie-image.pc" ||
@@ -37,8 +37,9 @@ grep -oE '\bernie_[a-z0-9_]+\(' "$prefix/include/ernie_image.h" | tr -d '(' | so
 diff "$tmp/declared" "$tmp/exported" >"$tmp/symdiff" ||
   { cat "$tmp/symdiff"; fail "exported symbols differ from the header's functions (< header, > library)"; }
 echo "exports the $(wc -l <"$tmp/declared") C API functions and nothing else"
-if [ "$cuda" != ON ] && readelf -d "$so" | grep NEEDED | grep -qiE 'cuda|cublas|cudnn'; then
-  fail "the CPU-only library needs CUDA: $(readelf -d "$so" | grep NEEDED | tr '\n' ' ')"
+needed=$(readelf -d "$so" | grep NEEDED)
+if [ "$cuda" != ON ] && grep -qiE 'cuda|cublas|cudnn' <<<"$needed"; then
+  fail "the CPU-only library needs CUDA: $(tr '\n' ' ' <<<"$needed")"
 fi
 
 cc=${CC:-cc}
@@ -50,8 +51,8 @@ export PKG_CONFIG_PATH=$libdir/pkgconfig
 "$cc" -std=c99 -Wall -Wextra -Werror "$src/tests/install/consumer.c" -o "$tmp/consumer_pc" \
   $(pkg-config --cflags --libs ernie-image)
 LD_LIBRARY_PATH=$libdir "$tmp/consumer_pc" "$model" "$tmp/pc.ppm" "$version"
-LD_LIBRARY_PATH=$libdir ldd "$tmp/consumer_pc" | grep -q "libernie-image.so.$major => $libdir/" ||
-  fail "consumer_pc does not load the installed library"
+LD_LIBRARY_PATH=$libdir ldd "$tmp/consumer_pc" >"$tmp/ldd.txt"  # to a file: grep -q would cut the pipe (pipefail)
+grep -q "libernie-image.so.$major => $libdir/" "$tmp/ldd.txt" || fail "consumer_pc does not load the installed library"
 
 cmake -S "$src/tests/install" -B "$tmp/cmake-build" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release \
   >"$tmp/cmake.log" 2>&1 || { cat "$tmp/cmake.log"; fail "find_package(ernie-image)"; }
