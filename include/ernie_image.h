@@ -14,6 +14,23 @@
  *
  * Low-VRAM modes and VAE tiling: ernie_memory_options mem; ernie_memory_options_init(&mem);
  *   mem.offload = ERNIE_OFFLOAD_TEXT_ENCODER; (or mem.max_vram_gib = 12;) ernie_load_ex(&opt, &mem, &m, &err);
+ *
+ * Versions (the ABI of libernie-image.so.0; docs/library.md): every option struct begins with struct_size, which
+ * its ernie_*_init function sets (always start from it). Later versions only append fields; the library takes
+ * the sizes of its own and earlier versions and refuses any other with ERNIE_ERR_INVALID naming the struct.
+ * ernie_image has no size and never changes within this SONAME.
+ *
+ * Threads. Any function may be called from any thread; no global set-up is needed.
+ *  - One model handle: ernie_generate and ernie_encode_prompt may be called from several threads at once; a lock
+ *    inside the model runs them one after another (each gives what it would give alone). ernie_scale_factor and
+ *    ernie_model_offload may be called at any time. ernie_free must not overlap any other call on that handle.
+ *  - Different handles are independent and may run at the same time. They share process-wide state: on the CPU,
+ *    ernie_options.threads sets OpenBLAS's thread count for the process (and OpenMP's for the loading thread:
+ *    set OMP_NUM_THREADS to fix it for every thread); on CUDA, all work on one GPU goes through one stream, so
+ *    handles on the same GPU take turns, and share its memory and the max_vram_gib cap.
+ *  - The progress callback runs on the thread that called ernie_generate, before the call returns, while the
+ *    handle's lock is held: it must not call ernie_generate, ernie_encode_prompt or ernie_free on that handle.
+ *  - ernie_last_error is per thread. Request strings and buffers are read during the call only.
  */
 #ifndef ERNIE_IMAGE_H
 #define ERNIE_IMAGE_H
@@ -36,6 +53,8 @@ typedef enum ernie_status {
 typedef struct ernie_model ernie_model;
 
 typedef struct ernie_options {
+  size_t struct_size;    /* sizeof(ernie_options), set by ernie_options_init (always start from it); later versions
+                            only append fields, and options of an earlier size stay accepted */
   const char* model_dir; /* diffusers-layout folder (required) */
   const char* device;    /* "cpu" (default), "cuda", "cuda:N" */
   const char* dtype;     /* NULL: f32 on the CPU, bf16 on CUDA; or "f32", "bf16" */
@@ -45,8 +64,7 @@ typedef struct ernie_options {
 } ernie_options;
 
 /* Low-VRAM modes and VAE tiling, the choices of `ernie-image generate/serve --offload --max-vram --vae-tiling
- * --vae-tile`. ernie_options has no size field, so they come in a struct of their own that can grow:
- * set it up with ernie_memory_options_init and pass it to ernie_load_ex. */
+ * --vae-tile`, in a struct of their own: set it up with ernie_memory_options_init and pass it to ernie_load_ex. */
 typedef enum ernie_offload {
   ERNIE_OFFLOAD_DEFAULT = 0,      /* ernie_options.keep_text_encoder decides: 1 = NONE, 0 = TEXT_ENCODER */
   ERNIE_OFFLOAD_NONE = 1,         /* every component loaded by ernie_load and resident */
@@ -116,9 +134,11 @@ typedef struct ernie_component_files {
 /* A LoRA adapter for the DiT (diffusers/PEFT, ai-toolkit, kohya, OneTrainer or DiffSynth key names, told apart
  * by content): a file, or a name in ernie_component_files.lora_dir. Stacked adapters add up. */
 typedef struct ernie_lora {
+  size_t struct_size; /* sizeof(ernie_lora), set by ernie_lora_init; every element of ernie_request.loras has the
+                         same struct_size, which is also the array's stride */
   const char* path;  /* a LoRA file; or NULL and a name: */
   const char* name;  /* the file's name in lora_dir without ".safetensors" */
-  float scale;       /* delta W = scale * (alpha / rank) * B.A; -16..16 */
+  float scale;       /* delta W = scale * (alpha / rank) * B.A; -16..16 (ernie_lora_init: 1) */
 } ernie_lora;
 
 /* ernie_request.seed meaning "random", as -1 on the command line and in the HTTP API (and in stable-diffusion.cpp
@@ -156,6 +176,8 @@ typedef struct ernie_request {
   int resize;                  /* 1: resize init_image (and mask) to width x height instead of refusing another size */
 } ernie_request;
 
+/* An image: the results of ernie_generate (an array the library allocates), and a request's init_image and mask.
+ * Its layout is fixed for this SONAME (libernie-image.so.0): it has no struct_size, and never grows. */
 typedef struct ernie_image {
   int width, height, channels; /* results: channels is 3 (RGB) */
   uint8_t* data;               /* height * width * channels bytes, row-major */
@@ -170,6 +192,7 @@ void ernie_options_init(ernie_options* opt);
 void ernie_request_init(ernie_request* req);
 void ernie_memory_options_init(ernie_memory_options* mem);
 void ernie_component_files_init(ernie_component_files* files);
+void ernie_lora_init(ernie_lora* lora);
 
 ernie_status ernie_load(const ernie_options* opt, ernie_model** out, char** err);
 /* ernie_load with low-VRAM and VAE tiling options; mem NULL is ernie_load. Bad values (an unknown mode, a

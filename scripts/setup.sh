@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages ernie-image needs: to build and run it (no arguments), and with --tests also
 # what the test suite needs (GoogleTest, clang for the fuzzers, Chromium and playwright-core for the web
-# page's browser test). Idempotent; quiet when done.
+# page's browser test, dpkg-dev and file for the Debian package's test). Idempotent; quiet when done.
 set -euo pipefail
 PKGS=(
   build-essential cmake ninja-build pkg-config git python3
@@ -12,6 +12,7 @@ TEST_PKGS=(
   libgtest-dev libgmock-dev libbenchmark-dev
   clang lld libclang-rt-dev
   chromium
+  dpkg-dev file
 )
 tests=0
 case "${1:-}" in

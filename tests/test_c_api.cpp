@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include "ernie_image.h"
 #include "golden.h"
@@ -116,6 +117,95 @@ TEST(CApi, ErrorsAreValues) {
   r.prompt = nullptr;
   EXPECT_EQ(ernie_generate(load_tiny(), &r, nullptr, nullptr, &imgs, &n, nullptr), ERNIE_ERR_INVALID);
   EXPECT_NE(std::string(ernie_last_error()).find("prompt"), std::string::npos);
+}
+
+// ernie_options carries its size: ernie_options_init sets it, and a size this library does not know (0: the
+// caller skipped the init; larger: a newer header) is ERNIE_ERR_INVALID naming the field, before any file is read.
+TEST(CApi, OptionsStructSize) {
+  ernie_options o;
+  std::memset(&o, 0x5a, sizeof o);
+  ernie_options_init(&o);
+  EXPECT_EQ(o.struct_size, sizeof(ernie_options));
+  EXPECT_EQ(o.model_dir, nullptr);
+  EXPECT_EQ(o.keep_text_encoder, 1);
+  std::string dir = ernie::test::tiny_model();
+  o.model_dir = dir.c_str();
+  o.threads = 1;
+  for (size_t size : {size_t(0), sizeof(ernie_options) - 1, sizeof(ernie_options) + 8}) {
+    ernie_options bad = o;
+    bad.struct_size = size;
+    ernie_model* m = reinterpret_cast<ernie_model*>(0x1);
+    char* err = nullptr;
+    EXPECT_EQ(ernie_load(&bad, &m, &err), ERNIE_ERR_INVALID) << size;
+    EXPECT_EQ(m, nullptr);
+    const std::string want = "ernie_options.struct_size " + std::to_string(size) + ": this library takes " +
+                             std::to_string(sizeof(ernie_options)) + " (set it up with ernie_options_init)";
+    EXPECT_EQ(std::string(err ? err : ""), want);
+    ernie_free_string(err);
+  }
+}
+
+// The header's thread-safety promises: two threads generating on one handle are serialised and each gets the
+// image it would get alone; two handles (CPU) generate side by side with the same results; the progress
+// callback runs on the thread that called ernie_generate; ernie_last_error is per thread.
+TEST(CApi, ThreadSafety) {
+  ernie_options o;
+  ernie_options_init(&o);
+  std::string dir = ernie::test::tiny_model();
+  o.model_dir = dir.c_str();
+  o.threads = 1;
+  ernie_model* other = nullptr;
+  ASSERT_EQ(ernie_load(&o, &other, nullptr), ERNIE_OK) << ernie_last_error();
+  ernie_model* shared = load_tiny();
+  auto request = [](uint64_t seed) {
+    ernie_request r;
+    ernie_request_init(&r);
+    r.prompt = "a cat";
+    r.width = r.height = 16;
+    r.steps = 2;
+    r.seed = seed;
+    return r;
+  };
+  const std::vector<uint8_t> alone[2] = {generated_pixels(shared, request(1)), generated_pixels(shared, request(2))};
+  ASSERT_FALSE(alone[0].empty());
+  ASSERT_NE(alone[0], alone[1]);
+  for (ernie_model* second : {shared, other}) {
+    std::vector<uint8_t> got[2];
+    bool callback_thread_ok[2] = {true, true};
+    std::string last_error[2];
+    std::vector<std::thread> ts;
+    for (int i = 0; i < 2; ++i)
+      ts.emplace_back([&, i] {
+        ernie_model* m = i == 0 ? shared : second;
+        struct Ctx {
+          std::thread::id caller;
+          bool* ok;
+        } ctx{std::this_thread::get_id(), &callback_thread_ok[i]};
+        auto cb = [](const char*, int, int, double, void* user) -> int {
+          auto* c = static_cast<Ctx*>(user);
+          if (std::this_thread::get_id() != c->caller) *c->ok = false;
+          return 0;
+        };
+        ernie_request r = request(uint64_t(i + 1));
+        ernie_image* imgs = nullptr;
+        int n = 0;
+        if (ernie_generate(m, &r, cb, &ctx, &imgs, &n, nullptr) == ERNIE_OK && n == 1)
+          got[i].assign(imgs[0].data, imgs[0].data + size_t(imgs[0].width) * imgs[0].height * 3);
+        ernie_free_images(imgs, n);
+        ernie_request bad = r;
+        bad.width = 18 + 4 * i;  // each thread its own message
+        ernie_generate(m, &bad, nullptr, nullptr, &imgs, &n, nullptr);
+        last_error[i] = ernie_last_error();
+      });
+    for (auto& t : ts) t.join();
+    for (int i = 0; i < 2; ++i) {
+      EXPECT_EQ(got[i], alone[i]) << "thread " << i << (second == shared ? " (one handle)" : " (two handles)");
+      EXPECT_TRUE(callback_thread_ok[i]);
+      const std::string want = "width " + std::to_string(18 + 4 * i) + " is not a multiple";
+      EXPECT_NE(last_error[i].find(want), std::string::npos) << last_error[i];
+    }
+  }
+  ernie_free(other);
 }
 
 TEST(CApi, ProgressCallbackCancels) {
@@ -424,7 +514,8 @@ TEST(CApi, Loras) {
   r.seed = 3;
   auto pixels = [&](const ernie_request& q) { return generated_pixels(m, q); };
   const std::vector<uint8_t> base = pixels(r);
-  ernie_lora by_path = {file.c_str(), nullptr, 0.6f}, by_name = {nullptr, "tiny_lora", 0.6f};
+  const size_t ls = sizeof(ernie_lora);
+  ernie_lora by_path = {ls, file.c_str(), nullptr, 0.6f}, by_name = {ls, nullptr, "tiny_lora", 0.6f};
   r.loras = &by_path;
   r.lora_count = 1;
   const std::vector<uint8_t> with = pixels(r);
@@ -451,8 +542,8 @@ TEST(CApi, Loras) {
   invalid(bad, "lora_count -1");
   bad.lora_count = 1;  // loras NULL
   invalid(bad, "lora_count 1");
-  ernie_lora both = {file.c_str(), "tiny_lora", 1}, neither = {nullptr, "", 1}, nosuch = {nullptr, "nosuch", 1},
-             nan = {file.c_str(), nullptr, NAN};
+  ernie_lora both = {ls, file.c_str(), "tiny_lora", 1}, neither = {ls, nullptr, "", 1},
+             nosuch = {ls, nullptr, "nosuch", 1}, nan = {ls, file.c_str(), nullptr, NAN};
   bad.loras = &both;
   invalid(bad, "set either path or name");
   bad.loras = &neither;
@@ -461,6 +552,25 @@ TEST(CApi, Loras) {
   invalid(bad, "tiny_lora");  // the error lists what the folder has
   bad.loras = &nan;
   invalid(bad, "scale");
+  // ernie_lora_init, and a struct_size this library does not know (0: the caller skipped the init).
+  ernie_lora init;
+  ernie_lora_init(&init);
+  EXPECT_EQ(init.struct_size, sizeof(ernie_lora));
+  EXPECT_EQ(init.path, nullptr);
+  EXPECT_EQ(init.name, nullptr);
+  EXPECT_EQ(init.scale, 1.0f);
+  init.name = "tiny_lora";
+  init.scale = 0.6f;
+  bad.loras = &init;
+  EXPECT_EQ(pixels(bad), with);
+  ernie_lora pair[2] = {init, init};
+  pair[0].struct_size = 0;
+  bad.loras = pair;
+  bad.lora_count = 2;
+  invalid(bad, "ernie_request.loras[0].struct_size 0: this library takes");
+  pair[0].struct_size = ls;
+  pair[1].struct_size = ls + 8;
+  invalid(bad, "ernie_request.loras[1].struct_size");
   EXPECT_EQ(pixels(r), base);
   ernie_free(m);
 }

@@ -109,7 +109,15 @@ extern "C" {
 void ernie_options_init(ernie_options* opt) {
   if (!opt) return;
   std::memset(opt, 0, sizeof *opt);
+  opt->struct_size = sizeof *opt;
   opt->keep_text_encoder = 1;
+}
+
+void ernie_lora_init(ernie_lora* lora) {
+  if (!lora) return;
+  std::memset(lora, 0, sizeof *lora);
+  lora->struct_size = sizeof *lora;
+  lora->scale = 1;
 }
 
 namespace {
@@ -167,6 +175,10 @@ ernie_status ernie_load_components(const ernie_options* opt, const ernie_memory_
   if (out) *out = nullptr;
   return guarded(err, [&] {
     ERNIE_CHECK(opt && out, "ernie_load: options and out must not be NULL");
+    // The first version of ernie_options with a struct_size is this one: no earlier size to accept yet.
+    ERNIE_CHECK(opt->struct_size == sizeof(ernie_options), "ernie_options.struct_size ",
+                std::to_string(opt->struct_size), ": this library takes ", std::to_string(sizeof(ernie_options)),
+                " (set it up with ernie_options_init)");
     constexpr size_t kFirstVersion = offsetof(ernie_memory_options, quantize);  // before `quantize`
     constexpr size_t kSecondVersion = offsetof(ernie_memory_options, attention_fp8);
     constexpr size_t kThirdVersion = offsetof(ernie_memory_options, lora_at_runtime);
@@ -244,8 +256,15 @@ ernie_status ernie_generate(ernie_model* model, const ernie_request* req, ernie_
     if (req->struct_size >= kSecondRequest) {
       ERNIE_CHECK(req->lora_count >= 0 && req->lora_count <= 64 && (req->loras || req->lora_count == 0),
                   "ernie_request: lora_count ", std::to_string(req->lora_count), " must be 0..64, with loras set");
+      // The array's stride is its elements' struct_size (that of the caller's header), the same in each.
+      const size_t stride = req->lora_count > 0 ? req->loras[0].struct_size : sizeof(ernie_lora);
+      ERNIE_CHECK(stride == sizeof(ernie_lora), "ernie_request.loras[0].struct_size ", std::to_string(stride),
+                  ": this library takes ", std::to_string(sizeof(ernie_lora)), " (set each up with ernie_lora_init)");
       for (int i = 0; i < req->lora_count; ++i) {
-        const ernie_lora& l = req->loras[i];
+        const ernie_lora& l = *reinterpret_cast<const ernie_lora*>(reinterpret_cast<const char*>(req->loras) +
+                                                                    size_t(i) * stride);
+        ERNIE_CHECK(l.struct_size == stride, "ernie_request.loras[", std::to_string(i), "].struct_size ",
+                    std::to_string(l.struct_size), " differs from loras[0]'s ", std::to_string(stride));
         const bool path = l.path && *l.path, name = l.name && *l.name;
         ERNIE_CHECK(path != name, "ernie_request.loras[", std::to_string(i), "]: set either path or name");
         ernie::LoraRef ref;
