@@ -351,7 +351,7 @@ TEST_F(RedisQueueTest, LostLeasesCountAsAttemptsUntilTheJobFails) {
   const std::string id2 = api.submit(fake_request("b"));
   auto r1 = w1.claim(1s);
   ASSERT_TRUE(r1);
-  EXPECT_EQ(w1.fail(*r1, "out of memory", true), RedisQueue::Finish::Stored);
+  EXPECT_EQ(w1.fail(*r1, "out of memory", true), RedisQueue::Finish::Requeued);
   EXPECT_EQ(api.status(id2)->status, "queued");
   auto r2 = w2.claim(1s);
   ASSERT_TRUE(r2);
@@ -494,6 +494,57 @@ TEST_F(RedisQueueTest, RedisRestartMidRunLosesNothing) {
     EXPECT_EQ(done, 1) << id;
   }
   EXPECT_EQ(api.result_sets_written(), 16);
+  EXPECT_EQ(xlen(), 0);
+  EXPECT_EQ(xpending(), 0);
+}
+
+// The library's worker loop (RedisWorker) with a runner that fails, fails retryably, or is cancelled.
+TEST_F(RedisQueueTest, WorkerLoopEndsJobsByTheRunnersOutcome) {
+  start();
+  RedisQueue api(url_, options("api"));
+  auto o = options("loop", 2000ms);
+  o.max_attempts = 2;
+  std::atomic<int> oom_runs{0};
+  RedisWorker w(url_, o, [&](const RedisClaim& c, const RedisWorker::Progress& progress) {
+    const auto req = nlohmann::json::parse(c.request);
+    const std::string tag = req.at("tag");
+    if (tag == "boom") throw std::runtime_error("bad prompt");
+    if (tag == "oom") {
+      ++oom_runs;
+      throw RedisRetryableError("out of memory");
+    }
+    const int steps = req.at("steps"), step_ms = req.at("step_ms");
+    for (int s = 1; s <= steps; ++s) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(step_ms));
+      if (progress(s, steps)) return std::vector<std::string>{};
+    }
+    return std::vector<std::string>{fake_image(c.request)};
+  });
+  const std::string ok = api.submit(fake_request("ok")), boom = api.submit(fake_request("boom")),
+                    oom = api.submit(fake_request("oom")), slow = api.submit(fake_request("slow", 200, 20));
+  EXPECT_FALSE(w.busy());
+  w.start();
+  ASSERT_TRUE(wait_for([&] { return api.status(slow)->status == "running"; }, 10s));
+  EXPECT_TRUE(w.busy());
+  ASSERT_TRUE(wait_for([&] { return api.events_since(slow, "0").back().type == "progress"; }, 5s));
+  EXPECT_EQ(api.cancel(slow), RedisQueue::CancelResult::Requested);
+  ASSERT_TRUE(wait_for([&] { return api.status(slow)->status == "cancelled"; }, 5s)) << "cancel not seen";
+  ASSERT_TRUE(wait_for([&] { return !w.busy(); }, 5s));
+  w.stop();
+
+  EXPECT_EQ(api.status(ok)->status, "succeeded");
+  EXPECT_EQ((*api.result(ok))[0], "img:ok");
+  EXPECT_EQ(api.status(boom)->status, "failed");
+  EXPECT_EQ(api.status(boom)->error, "bad prompt");
+  EXPECT_EQ(api.status(boom)->attempts, 1);
+  EXPECT_EQ(api.status(oom)->status, "failed");
+  EXPECT_EQ(api.status(oom)->error, "out of memory");
+  EXPECT_EQ(oom_runs.load(), 2);  // max_attempts
+  EXPECT_FALSE(api.result(slow));
+  EXPECT_EQ(w.succeeded.load(), 1u);
+  EXPECT_EQ(w.failed.load(), 2u);  // boom, and oom out of attempts
+  EXPECT_EQ(w.retried.load(), 1u);
+  EXPECT_EQ(w.cancelled.load(), 1u);
   EXPECT_EQ(xlen(), 0);
   EXPECT_EQ(xpending(), 0);
 }

@@ -435,7 +435,10 @@ RedisQueue::Finish RedisQueue::end_job(const RedisClaim& cl, const std::string& 
       if (!out) continue;
       for (const auto& x : *out)
         if (x.type == RedisReply::Error) throw RedisError(RedisError::Reply, "redis end of job: " + x.str);
-      if (again) c.command({"HSET", job, "entry", out->back().text()});
+      if (again) {
+        c.command({"HSET", job, "entry", out->back().text()});
+        return Finish::Requeued;
+      }
       return Finish::Stored;
     }
     contention("end of job");
@@ -488,5 +491,80 @@ void RedisLeaseKeeper::release() {
 }
 
 RedisLeaseKeeper::~RedisLeaseKeeper() { release(); }
+
+// ---- worker loop ---------------------------------------------------------------------------------------
+
+RedisWorker::RedisWorker(const RedisUrl& url, RedisQueueOptions opt, Runner run)
+    : url_(url), q_(url, std::move(opt)), run_(std::move(run)) {}
+
+RedisWorker::~RedisWorker() {
+  stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+void RedisWorker::start() {
+  thread_ = std::thread([this] { loop(); });
+}
+
+void RedisWorker::stop() { stop_ = true; }
+
+void RedisWorker::loop() {
+  int errors_in_row = 0;
+  while (!stop_) {
+    try {
+      const auto c = q_.claim(ms(200));
+      errors_in_row = 0;
+      if (c) run_one(*c);
+    } catch (const RedisError&) {
+      // Redis away for longer than the client's retry time (or a bad reply): wait and try again.
+      ++redis_errors;
+      busy_ = false;
+      const auto d = redis_backoff(errors_in_row++, ms(100), ms(2000));
+      for (auto waited = ms(0); waited < d && !stop_; waited += ms(20)) std::this_thread::sleep_for(ms(20));
+    }
+  }
+}
+
+void RedisWorker::run_one(const RedisClaim& c) {
+  busy_ = true;
+  struct NotBusy {
+    std::atomic<bool>& b;
+    ~NotBusy() { b = false; }
+  } not_busy{busy_};
+  RedisLeaseKeeper keeper(url_, q_.options(), c);
+  bool cancel = false, told_to_stop = false;
+  auto progress = [&](int step, int total) {
+    if (q_.progress(c, step, total) || keeper.cancel_seen()) cancel = true;
+    if (cancel || keeper.lost()) told_to_stop = true;
+    return told_to_stop;
+  };
+  std::vector<std::string> images;
+  try {
+    images = run_(c, progress);
+  } catch (const RedisError&) {
+    throw;  // the queue's own calls: the loop waits and goes on; the lease runs out and the job is retried
+  } catch (const RedisRetryableError& e) {
+    keeper.release();
+    const auto f = q_.fail(c, e.what(), true);
+    if (f == RedisQueue::Finish::Requeued) ++retried;
+    if (f == RedisQueue::Finish::Stored) ++failed;  // out of attempts
+    return;
+  } catch (const std::exception& e) {
+    keeper.release();
+    if (q_.fail(c, e.what(), false) == RedisQueue::Finish::Stored) ++failed;
+    return;
+  }
+  keeper.release();
+  if (cancel) {
+    if (q_.cancelled(c) == RedisQueue::Finish::Stored) ++cancelled;
+    return;
+  }
+  if (told_to_stop) {  // taken over mid-run: the runner stopped early, the other worker finishes the job
+    ++lost;
+    return;
+  }
+  // Done (even if the lease was lost meanwhile: the first result stored is the job's, the later one is not).
+  if (q_.complete(c, images) == RedisQueue::Finish::Stored) ++succeeded;
+}
 
 }  // namespace ernie::server

@@ -35,9 +35,11 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -118,7 +120,9 @@ class RedisQueue {
   Beat heartbeat(const RedisClaim& c);
   // A progress event (step of total); returns whether the job's cancel flag is set.
   bool progress(const RedisClaim& c, int step, int total);
-  enum class Finish { Stored, AlreadyEnded };
+  // Stored: this call ended the job. Requeued: fail(retryable) put it back for another attempt.
+  // AlreadyEnded: the job had ended before (another run of it); the call only acknowledged.
+  enum class Finish { Stored, Requeued, AlreadyEnded };
   // Stores the result set (idempotent), ends the job as succeeded and acknowledges it.
   Finish complete(const RedisClaim& c, const std::vector<std::string>& results);
   // Ends the job as failed with `error`; a retryable error re-queues it while attempts remain.
@@ -167,6 +171,38 @@ class RedisLeaseKeeper {
   bool stop_ = false;
   std::atomic<bool> lost_{false}, cancelled_{false};
   std::atomic<uint64_t> beats_{0};
+  std::thread thread_;
+};
+
+// Thrown by a RedisWorker's runner for a failure worth another attempt (out of device memory, say); the job
+// goes back to the queue while attempts remain. Any other exception fails the job with its message.
+class RedisRetryableError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A worker node's loop on a thread of its own: claim a job, keep its lease, run it, end it. The runner gets
+// the claim and a progress function to call between steps; when that returns true (cancel requested, or
+// the job was taken over) the runner should return early. A runner's result after a cancel is dropped.
+class RedisWorker {
+ public:
+  using Progress = std::function<bool(int step, int total)>;
+  using Runner = std::function<std::vector<std::string>(const RedisClaim&, const Progress&)>;
+  RedisWorker(const RedisUrl& url, RedisQueueOptions opt, Runner run);
+  ~RedisWorker();  // stop() and join
+  void start();
+  void stop();     // finishes the job at hand (the runner sees no stop) and returns from the loop
+  bool busy() const { return busy_.load(); }
+  const std::string& consumer() const { return q_.options().consumer; }
+  std::atomic<uint64_t> succeeded{0}, failed{0}, retried{0}, cancelled{0}, lost{0}, redis_errors{0};
+
+ private:
+  void loop();
+  void run_one(const RedisClaim& c);
+  RedisUrl url_;
+  RedisQueue q_;
+  Runner run_;
+  std::atomic<bool> stop_{false}, busy_{false};
   std::thread thread_;
 };
 
