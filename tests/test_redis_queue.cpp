@@ -316,7 +316,7 @@ TEST_F(RedisQueueTest, CancelQueuedAndRunning) {
 TEST_F(RedisQueueTest, LostLeasesCountAsAttemptsUntilTheJobFails) {
   start();
   RedisQueue api(url_, options("api"));
-  auto o = options("", 150ms);
+  auto o = options("", 400ms);
   o.max_attempts = 2;
   o.consumer = "w1";
   RedisQueue w1(url_, o);
@@ -328,7 +328,7 @@ TEST_F(RedisQueueTest, LostLeasesCountAsAttemptsUntilTheJobFails) {
   auto c1 = w1.claim(1s);
   ASSERT_TRUE(c1);
   EXPECT_FALSE(w2.claim(50ms));  // leased to w1
-  std::this_thread::sleep_for(200ms);  // w1 sends no heartbeat: the lease runs out
+  std::this_thread::sleep_for(450ms);  // w1 sends no heartbeat: the lease runs out
   auto c2 = w2.claim(1s);
   ASSERT_TRUE(c2);
   EXPECT_TRUE(c2->reclaimed);
@@ -336,7 +336,7 @@ TEST_F(RedisQueueTest, LostLeasesCountAsAttemptsUntilTheJobFails) {
   EXPECT_EQ(c2->entry, c1->entry);
   EXPECT_NE(api.status(id)->last_error.find("'w1' stopped renewing its lease"), std::string::npos);
   EXPECT_FALSE(w1.heartbeat(*c1).owned);  // w1 learns it lost the job
-  std::this_thread::sleep_for(200ms);
+  std::this_thread::sleep_for(450ms);
   EXPECT_FALSE(w3.claim(300ms));  // out of attempts: settled as failed, nothing to run
   const auto st = api.status(id);
   EXPECT_EQ(st->status, "failed");
@@ -367,7 +367,7 @@ TEST_F(RedisQueueTest, LostLeasesCountAsAttemptsUntilTheJobFails) {
 // (the lease keeper refreshes it); every job ends with exactly one result set.
 TEST_F(RedisQueueTest, WorkersShareJobsAndADeadWorkersJobIsTakenOver) {
   start();
-  const auto lease = 600ms;
+  const auto lease = 1000ms;
   RedisQueue api(url_, options("api"));
   std::atomic<bool> stop{false};
   std::vector<std::unique_ptr<FakeWorker>> workers;
@@ -380,7 +380,7 @@ TEST_F(RedisQueueTest, WorkersShareJobsAndADeadWorkersJobIsTakenOver) {
     workers.push_back(std::move(w));
   }
   std::vector<std::string> ids;
-  const std::string long_job = api.submit(fake_request("long", 10, 150), "long-job");  // 1.5 s > lease
+  const std::string long_job = api.submit(fake_request("long", 12, 150), "long-job");  // 1.8 s > lease
   ids.push_back(long_job);
   const auto t0 = Clock::now();
   workers[1]->start();  // takes the long job; w0 (which dies) starts once it has
@@ -525,10 +525,12 @@ TEST_F(RedisQueueTest, WorkerLoopEndsJobsByTheRunnersOutcome) {
   EXPECT_FALSE(w.busy());
   w.start();
   ASSERT_TRUE(wait_for([&] { return api.status(slow)->status == "running"; }, 10s));
-  EXPECT_TRUE(w.busy());
+  EXPECT_TRUE(wait_for([&] { return w.busy(); }, 2s));  // set right after the claim
   ASSERT_TRUE(wait_for([&] { return api.events_since(slow, "0").back().type == "progress"; }, 5s));
   EXPECT_EQ(api.cancel(slow), RedisQueue::CancelResult::Requested);
   ASSERT_TRUE(wait_for([&] { return api.status(slow)->status == "cancelled"; }, 5s)) << "cancel not seen";
+  // oom's second attempt comes after slow (a retry goes to the end of the stream).
+  ASSERT_TRUE(wait_for([&] { return api.status(oom)->status == "failed"; }, 5s));
   ASSERT_TRUE(wait_for([&] { return !w.busy(); }, 5s));
   w.stop();
 
