@@ -252,6 +252,15 @@ TEST_F(RedisQueueTest, EventsWaitForTheNextOne) {
   ASSERT_EQ(ev.size(), 1u);
   EXPECT_EQ(ev[0].type, "progress");
   EXPECT_LT(Clock::now() - t0, 2500ms);
+
+  // A wait longer than the socket's read timeout is cut to below it: nothing new, and no error.
+  auto o = options("api2");
+  o.client.command_timeout = 1500ms;
+  RedisQueue short_timeout(url_, o);
+  const auto t1 = Clock::now();
+  EXPECT_TRUE(short_timeout.events_since(id, ev[0].id, 10000ms).empty());
+  EXPECT_LT(Clock::now() - t1, 1400ms);
+  EXPECT_EQ(short_timeout.client().reconnects(), 0u);
 }
 
 TEST_F(RedisQueueTest, DepthMatchesXlenAndXpending) {

@@ -70,6 +70,11 @@ RedisQueue::RedisQueue(const RedisUrl& url, RedisQueueOptions opt) : opt_(std::m
 
 RedisQueue::~RedisQueue() = default;
 
+ms RedisQueue::max_block() const {
+  // A blocking read must return before the socket's read timeout, or it would count as a lost connection.
+  return std::max(opt_.client.command_timeout - ms(1000), ms(1));
+}
+
 RedisArgs RedisQueue::event_cmd(const std::string& id, const std::string& type, const std::string& data) const {
   return {"XADD", key_events(id), "MAXLEN", "~", std::to_string(opt_.max_events), "*", "type", type, "data", data};
 }
@@ -138,6 +143,7 @@ std::optional<RedisJobStatus> RedisQueue::status(const std::string& id) {
 
 std::vector<RedisJobEvent> RedisQueue::events_since(const std::string& id, const std::string& after, ms block,
                                                     size_t count) {
+  block = std::min(block, max_block());
   RedisArgs cmd = {"XREAD", "COUNT", std::to_string(std::max<size_t>(count, 1))};
   if (block.count() > 0) {
     cmd.push_back("BLOCK");
@@ -231,6 +237,7 @@ long long RedisQueue::result_sets_written() {
 // ---- worker side ---------------------------------------------------------------------------------------
 
 std::optional<RedisClaim> RedisQueue::claim(ms block) {
+  block = std::min(block, max_block());
   const auto deadline = std::chrono::steady_clock::now() + block;
   for (;;) {
     // 1. A job whose worker stopped refreshing its lease.
@@ -515,8 +522,9 @@ void RedisWorker::loop() {
       const auto c = q_.claim(ms(200));
       errors_in_row = 0;
       if (c) run_one(*c);
-    } catch (const RedisError&) {
-      // Redis away for longer than the client's retry time (or a bad reply): wait and try again.
+    } catch (const std::exception&) {
+      // Redis away for longer than the client's retry time, a bad reply, no thread for the lease keeper:
+      // wait and try again (a job we held is taken over after its lease).
       ++redis_errors;
       busy_ = false;
       const auto d = redis_backoff(errors_in_row++, ms(100), ms(2000));

@@ -98,7 +98,8 @@ class RedisQueue {
   // transaction; `id` empty: a new random id. Safe to repeat: a job already stored is left alone.
   std::string submit(const std::string& request_json, std::string id = {});
   std::optional<RedisJobStatus> status(const std::string& id);
-  // Events after `after` ("0" or "" for all), up to `count`; waits up to `block` for the first (0: no wait).
+  // Events after `after` ("0" or "" for all), up to `count`; waits up to `block` for the first (0: no wait;
+  // at most the client's command timeout less a second). A malformed `after` throws RedisError(Reply).
   std::vector<RedisJobEvent> events_since(const std::string& id, const std::string& after,
                                           std::chrono::milliseconds block = {}, size_t count = 100);
   std::optional<std::vector<std::string>> result(const std::string& id);
@@ -139,6 +140,7 @@ class RedisQueue {
   static constexpr const char* kGroup = "workers";
 
  private:
+  std::chrono::milliseconds max_block() const;  // the longest BLOCK below the client's read timeout
   void ensure_group(RedisClient::Conn& c);
   std::optional<RedisClaim> settle_claim(const std::string& id, const std::string& entry, bool reclaimed);
   Finish end_job(const RedisClaim& c, const std::string& status, const std::vector<std::string>* results,
