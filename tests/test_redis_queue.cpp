@@ -15,6 +15,7 @@
 
 #include "redis_server.h"
 #include "server/redis_client.h"
+#include "server/redis_metrics.h"
 #include "server/redis_queue.h"
 
 using namespace ernie::server;
@@ -283,6 +284,18 @@ TEST_F(RedisQueueTest, DepthMatchesXlenAndXpending) {
   EXPECT_EQ(d.pending, 2);
   EXPECT_EQ(d.unclaimed, 3);
   EXPECT_EQ(d.consumers, 1);
+  std::string m;
+  render_redis_metrics(m, d, nullptr);
+  EXPECT_NE(m.find("\nernie_redis_up 1\n"), std::string::npos) << m;
+  EXPECT_NE(m.find("\nernie_shared_queue_length 5\n"), std::string::npos) << m;
+  EXPECT_NE(m.find("\nernie_shared_queue_pending 2\n"), std::string::npos) << m;
+  EXPECT_NE(m.find("\nernie_shared_queue_unclaimed 3\n"), std::string::npos) << m;
+  EXPECT_NE(m.find("\nernie_shared_queue_busy_workers 1\n"), std::string::npos) << m;
+  EXPECT_EQ(m.find("ernie_worker_busy"), std::string::npos);  // an api node has no worker
+  m.clear();
+  render_redis_metrics(m, std::nullopt, nullptr);
+  EXPECT_NE(m.find("\nernie_redis_up 0\n"), std::string::npos) << m;
+  EXPECT_EQ(m.find("ernie_shared_queue_length"), std::string::npos);
   w.complete(*a, {"x"});
   d = api.depth();
   EXPECT_EQ(d.length, xlen());
@@ -556,6 +569,11 @@ TEST_F(RedisQueueTest, WorkerLoopEndsJobsByTheRunnersOutcome) {
   EXPECT_EQ(w.failed.load(), 2u);  // boom, and oom out of attempts
   EXPECT_EQ(w.retried.load(), 1u);
   EXPECT_EQ(w.cancelled.load(), 1u);
+  std::string m;
+  render_redis_metrics(m, api.depth(), &w);
+  EXPECT_NE(m.find("\nernie_worker_busy{worker=\"loop\"} 0\n"), std::string::npos) << m;
+  EXPECT_NE(m.find("\nernie_worker_jobs_total{worker=\"loop\",outcome=\"failed\"} 2\n"), std::string::npos) << m;
+  EXPECT_NE(m.find("\nernie_shared_queue_length 0\n"), std::string::npos) << m;
   EXPECT_EQ(xlen(), 0);
   EXPECT_EQ(xpending(), 0);
 }
