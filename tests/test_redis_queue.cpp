@@ -578,4 +578,30 @@ TEST_F(RedisQueueTest, WorkerLoopEndsJobsByTheRunnersOutcome) {
   EXPECT_EQ(xpending(), 0);
 }
 
+// A lost job behind many live ones in the pending list is found by one claim (XAUTOCLAIM scans a few
+// entries per call: claim goes round the whole list).
+TEST_F(RedisQueueTest, ClaimFindsALostJobBehindManyLiveOnes) {
+  start();
+  RedisQueue api(url_, options("api"));
+  RedisQueue a(url_, options("a", 400ms)), b(url_, options("b", 400ms)), c(url_, options("c", 400ms));
+  std::vector<RedisClaim> held;
+  for (int i = 0; i < 30; ++i) api.submit(fake_request("live" + std::to_string(i)));
+  const std::string lost = api.submit(fake_request("lost"));
+  for (int i = 0; i < 30; ++i) {
+    auto h = a.claim(1s);
+    ASSERT_TRUE(h);
+    held.push_back(*h);
+  }
+  auto dying = b.claim(1s);
+  ASSERT_TRUE(dying);
+  EXPECT_EQ(dying->id, lost);
+  std::this_thread::sleep_for(450ms);  // every lease ran out; a is alive and refreshes its own
+  for (const auto& h : held) EXPECT_TRUE(a.heartbeat(h).owned);
+  auto got = c.claim(50ms);
+  ASSERT_TRUE(got) << "the lost job was not found in one claim";
+  EXPECT_EQ(got->id, lost);
+  EXPECT_TRUE(got->reclaimed);
+  EXPECT_EQ(xpending(), 31);
+}
+
 #endif  // ERNIE_HAVE_REDIS

@@ -247,28 +247,33 @@ std::optional<RedisClaim> RedisQueue::claim(ms block) {
     };
     std::optional<Found> f = client_.retrying([&](RedisClient::Conn& c) -> std::optional<Found> {
       ensure_group(c);
-      RedisReply r;
-      try {
-        r = c.command({"XAUTOCLAIM", key_stream(), kGroup, opt_.consumer, std::to_string(opt_.lease.count()),
-                       autoclaim_cursor_, "COUNT", "1"});
-      } catch (const RedisError& e) {
-        if (!is_nogroup(e)) throw;
-        group_ready_ = false;  // Redis lost its data (restarted without persistence): make the group again
-        ensure_group(c);
-        return std::nullopt;
-      }
-      const auto& a = r.array();
-      if (a.size() < 2) throw RedisError(RedisError::Protocol, "redis XAUTOCLAIM: unexpected reply");
-      autoclaim_cursor_ = a[0].text();
-      for (const auto& e : a[1].array()) {
-        const auto& kv = e.array();
-        if (kv.size() < 2) continue;
-        const std::string entry = kv[0].text(), id = field(kv[1], "job");
-        if (id.empty()) {  // not ours: drop it
-          c.pipeline(ack_cmds(entry));
-          continue;
+      // One pass over the pending entries at most (each call scans a few; the cursor goes round to 0-0).
+      for (int pass = 0; pass < 1000; ++pass) {
+        RedisReply r;
+        try {
+          r = c.command({"XAUTOCLAIM", key_stream(), kGroup, opt_.consumer, std::to_string(opt_.lease.count()),
+                         autoclaim_cursor_, "COUNT", "1"});
+        } catch (const RedisError& e) {
+          if (!is_nogroup(e)) throw;
+          group_ready_ = false;  // Redis lost its data (restarted without persistence): make the group again
+          autoclaim_cursor_ = "0-0";
+          ensure_group(c);
+          return std::nullopt;
         }
-        return Found{entry, id, true};
+        const auto& a = r.array();
+        if (a.size() < 2) throw RedisError(RedisError::Protocol, "redis XAUTOCLAIM: unexpected reply");
+        autoclaim_cursor_ = a[0].text();
+        for (const auto& e : a[1].array()) {
+          const auto& kv = e.array();
+          if (kv.size() < 2) continue;
+          const std::string entry = kv[0].text(), id = field(kv[1], "job");
+          if (id.empty()) {  // not ours: drop it
+            c.pipeline(ack_cmds(entry));
+            continue;
+          }
+          return Found{entry, id, true};
+        }
+        if (autoclaim_cursor_ == "0-0") break;
       }
       return std::nullopt;
     });
