@@ -99,9 +99,9 @@ class RedisClient {
     RedisClient& c_;
   };
 
-  // Runs `f` with the connection, holding the client's mutex. When `f` throws a retryable RedisError the
-  // connection is dropped, and after the backoff delay the client reconnects and runs `f` again from the
-  // start (so `f` must be safe to repeat: WATCH state is lost with the connection). Gives up after
+  // Runs `f` with the connection, holding the client's mutex. When `f` throws a RedisError the connection
+  // is dropped (so no WATCH or MULTI outlives `f`); a retryable one is retried: after the backoff delay the
+  // client reconnects and runs `f` again from the start (so `f` must be safe to repeat). Gives up after
   // `retry_for`, or at once after stop(), rethrowing the last error.
   template <class F>
   auto retrying(F&& f) -> decltype(f(std::declval<Conn&>())) {
@@ -113,9 +113,8 @@ class RedisClient {
         Conn c(*this);
         return f(c);
       } catch (const RedisError& e) {
-        if (!e.retryable()) throw;
-        if (e.kind() == RedisError::Connection) disconnect();
-        if (!wait_before_retry(lk, start, attempt)) throw;
+        disconnect();  // a fresh connection next time: no WATCH or MULTI left over from `f`
+        if (!e.retryable() || !wait_before_retry(lk, start, attempt)) throw;
       }
     }
   }
@@ -129,7 +128,7 @@ class RedisClient {
   bool ping_once();
 
   bool connected() const { return connected_.load(); }  // the last command reached the server
-  uint64_t reconnects() const { return reconnects_.load(); }  // successful connections after the first
+  uint64_t reconnects() const { return reconnects_.load(); }  // connections made after the first
   std::string last_error() const;
   const RedisUrl& url() const { return url_; }
 
