@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Fetches the Debian packages the device machine (Ubuntu 24.04, no network) lacks -- PCRE2 and
+# Fetches the Debian packages the device machine (Ubuntu 24.04, no network) lacks -- PCRE2, hiredis and
 # cpp-httplib -- and unpacks them into .deps/ (git-ignored). Run it here, carry .deps with the device
 # call, and configure there with -DERNIE_DEPS_PREFIX=$PWD/.deps; run programs with
 # LD_LIBRARY_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu. Everything else those libraries need (libssl3,
 # libbrotli1, zlib, libstdc++) is already on Ubuntu 24.04.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PKGS=(libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3 libcpp-httplib-dev libcpp-httplib0.11)
+PKGS=(libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3 libcpp-httplib-dev libcpp-httplib0.11
+      libhiredis-dev libhiredis0.14)
 dl=$(mktemp -d)
 trap 'rm -rf "$dl"' EXIT
 (cd "$dl" && chmod 777 . && apt-get download "${PKGS[@]}" >/dev/null 2>&1) ||

@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # Installs the Debian packages ernie-image needs: to build and run it (no arguments), and with --tests also
 # what the test suite needs (GoogleTest, clang for the fuzzers, Chromium and playwright-core for the web
-# page's browser test, dpkg-dev and file for the Debian package's test). Idempotent; quiet when done.
+# page's browser test, dpkg-dev and file for the Debian package's test, redis-server and nginx for the
+# shared-queue tests). Idempotent; quiet when done.
 set -euo pipefail
 PKGS=(
   build-essential cmake ninja-build pkg-config git python3
   libpcre2-dev nlohmann-json3-dev libpng-dev libcpp-httplib-dev libcli11-dev
-  libopenblas-dev libomp-dev libssl-dev
+  libopenblas-dev libomp-dev libssl-dev libhiredis-dev
 )
 TEST_PKGS=(
   libgtest-dev libgmock-dev libbenchmark-dev
   clang lld libclang-rt-dev
   chromium
   dpkg-dev file
+  redis-server nginx
 )
 tests=0
 case "${1:-}" in
