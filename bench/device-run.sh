@@ -12,7 +12,7 @@
 # ptx-bench / all (a compute_80-only build: GPU tests, speed against the Hopper build; the release build's time,
 # size and machine code; bench/arch-stage.sh), cards (--max-vram 8/12/16/24 recipes; bench/cards-stage.sh).
 # Logs go to $OUT (at most 8 files come back): build.log, tests.log, doctor.txt, perf.log, bench.log,
-# quant.log, convert.log, profile.log, pe.log, calibrate.log, lowvram.log, policy.log, gguf.log, lora.log, power.csv. NO_BUILD=1 skips the build (an existing build/ is used, e.g. to try a stage on the CPU).
+# quant.log, convert.log, profile.log, pe.log, calibrate.log, lowvram.log, policy.log, gguf.log, lora.log, power.csv. NO_BUILD=1 skips the build (an existing build/ is used, e.g. to try a stage on the CPU). The GPU machine builds without the Redis queue (-DERNIE_REDIS=OFF): its tests need a redis-server it lacks.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/ernie-out}
@@ -23,7 +23,7 @@ T0=$(date +%s)
 { date -u; nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.max.sm,driver_version --format=csv; } \
   > "$OUT/build.log" 2>&1
 if [ -z "${NO_BUILD:-}" ]; then
-  cmake -S . -B build -G Ninja -DERNIE_DEPS_PREFIX="$PWD/.deps" >> "$OUT/build.log" 2>&1 &&
+  cmake -S . -B build -G Ninja -DERNIE_DEPS_PREFIX="$PWD/.deps" -DERNIE_REDIS=OFF >> "$OUT/build.log" 2>&1 &&
     ninja -C build -j16 ernie-image ernie_gpu_tests >> "$OUT/build.log" 2>&1 ||
     { tail -60 "$OUT/build.log"; exit 1; }
   echo "build done in $(( $(date +%s) - T0 )) s"
