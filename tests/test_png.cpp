@@ -36,6 +36,17 @@ TEST(Png, RoundTripPixelsAndText) {
   EXPECT_EQ(img.text["ernie-image"], "{\"prompt\": \"" + utf8 + "\"}");  // UTF-8 survives (iTXt)
 }
 
+TEST(Png, AlphaRoundTrips) {
+  auto rgb = pattern(6, 3);
+  std::vector<uint8_t> alpha(18);
+  for (size_t i = 0; i < alpha.size(); ++i) alpha[i] = uint8_t(i * 14);
+  PngImage img = decode_png(encode_png(6, 3, rgb, {}, alpha));
+  EXPECT_EQ(img.rgb, rgb);
+  EXPECT_EQ(img.alpha, alpha);
+  EXPECT_TRUE(decode_png(encode_png(6, 3, rgb)).alpha.empty());
+  EXPECT_THROW(encode_png(6, 3, rgb, {}, std::vector<uint8_t>(5)), Error);
+}
+
 TEST(Png, EncodingIsDeterministic) {
   auto rgb = pattern(16, 16);
   EXPECT_EQ(encode_png(16, 16, rgb, {{"k", "v"}}), encode_png(16, 16, rgb, {{"k", "v"}}));

@@ -538,9 +538,9 @@ TEST_F(RedisQueueTest, WorkerLoopEndsJobsByTheRunnersOutcome) {
     const int steps = req.at("steps"), step_ms = req.at("step_ms");
     for (int s = 1; s <= steps; ++s) {
       std::this_thread::sleep_for(std::chrono::milliseconds(step_ms));
-      if (progress(s, steps)) return std::vector<std::string>{};
+      if (progress(s, steps)) return RedisResult{};
     }
-    return std::vector<std::string>{fake_image(c.request)};
+    return RedisResult{{fake_image(c.request)}, R"({"revised_prompt":"ok, revised"})"};
   });
   const std::string ok = api.submit(fake_request("ok")), boom = api.submit(fake_request("boom")),
                     oom = api.submit(fake_request("oom")), slow = api.submit(fake_request("slow", 200, 20));
@@ -558,6 +558,19 @@ TEST_F(RedisQueueTest, WorkerLoopEndsJobsByTheRunnersOutcome) {
 
   EXPECT_EQ(api.status(ok)->status, "succeeded");
   EXPECT_EQ((*api.result(ok))[0], "img:ok");
+  // The runner's description is kept with the job and merged into its `done` event.
+  EXPECT_EQ(nlohmann::json::parse(api.status(ok)->info).at("revised_prompt"), "ok, revised");
+  const auto ok_events = api.events_since(ok, "0");
+  ASSERT_EQ(ok_events.back().type, "done");
+  const auto done = nlohmann::json::parse(ok_events.back().data);
+  EXPECT_EQ(done.at("revised_prompt"), "ok, revised");
+  EXPECT_EQ(done.at("images"), 1);
+  EXPECT_GT(api.status(ok)->finished_ms, 0);
+  EXPECT_EQ(api.status(slow)->total, 200);  // progress keeps step/total in the job's hash
+  EXPECT_GE(api.status(slow)->step, 1);
+  EXPECT_EQ(w.claims_first.load(), 4u);  // ok, boom, oom, slow; then oom's second run
+  EXPECT_EQ(w.claims_retry.load(), 1u);
+  EXPECT_EQ(w.claims_reclaimed.load(), 0u);
   EXPECT_EQ(api.status(boom)->status, "failed");
   EXPECT_EQ(api.status(boom)->error, "bad prompt");
   EXPECT_EQ(api.status(boom)->attempts, 1);
@@ -574,8 +587,36 @@ TEST_F(RedisQueueTest, WorkerLoopEndsJobsByTheRunnersOutcome) {
   EXPECT_NE(m.find("\nernie_worker_busy{worker=\"loop\"} 0\n"), std::string::npos) << m;
   EXPECT_NE(m.find("\nernie_worker_jobs_total{worker=\"loop\",outcome=\"failed\"} 2\n"), std::string::npos) << m;
   EXPECT_NE(m.find("\nernie_shared_queue_length 0\n"), std::string::npos) << m;
+  EXPECT_NE(m.find("\nernie_worker_claims_total{worker=\"loop\",attempt=\"retry\"} 1\n"), std::string::npos) << m;
   EXPECT_EQ(xlen(), 0);
   EXPECT_EQ(xpending(), 0);
+}
+
+// GET /v1/jobs lists jobs from {p}recent (newest first, bounded); DELETE removes an ended job only; workers
+// publish their model for api nodes.
+TEST_F(RedisQueueTest, RecentJobsRemoveAndTheModel) {
+  start();
+  auto o = options("api");
+  o.max_recent = 3;
+  RedisQueue api(url_, o);
+  EXPECT_FALSE(api.model());
+  api.publish_model(R"({"model":"tiny"})");
+  EXPECT_EQ(*api.model(), R"({"model":"tiny"})");
+  std::vector<std::string> ids;
+  for (int i = 0; i < 5; ++i) {
+    ids.push_back(api.submit(fake_request("r" + std::to_string(i))));
+    std::this_thread::sleep_for(3ms);  // distinct millisecond scores
+  }
+  EXPECT_EQ(api.recent(10), (std::vector<std::string>{ids[4], ids[3], ids[2]}));
+  EXPECT_EQ(api.recent(1), (std::vector<std::string>{ids[4]}));
+  EXPECT_TRUE(api.recent(0).empty());
+  EXPECT_FALSE(api.remove(ids[4]));  // queued: not removed
+  EXPECT_TRUE(api.status(ids[4]));
+  EXPECT_EQ(api.cancel(ids[4]), RedisQueue::CancelResult::Cancelled);
+  EXPECT_TRUE(api.remove(ids[4]));
+  EXPECT_FALSE(api.status(ids[4]));
+  EXPECT_TRUE(api.events_since(ids[4], "0").empty());
+  EXPECT_EQ(api.recent(10), (std::vector<std::string>{ids[3], ids[2]}));
 }
 
 // A lost job behind many live ones in the pending list is found by one claim (XAUTOCLAIM scans a few

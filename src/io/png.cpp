@@ -47,7 +47,8 @@ void sink_write(png_structp png, png_bytep data, png_size_t n) {
 }
 void sink_flush(png_structp) {}
 
-bool encode_c(int w, int h, const uint8_t* rgb, png_text* texts, int ntext, Sink* sink, Status* st) {
+// `px`: rows of `channels` (3: RGB, 4: RGBA) bytes per pixel.
+bool encode_c(int w, int h, const uint8_t* px, int channels, png_text* texts, int ntext, Sink* sink, Status* st) {
   png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, st, on_error, on_warning);
   if (!png) return false;
   png_infop info = png_create_info_struct(png);
@@ -56,11 +57,12 @@ bool encode_c(int w, int h, const uint8_t* rgb, png_text* texts, int ntext, Sink
     return false;
   }
   png_set_write_fn(png, sink, sink_write, sink_flush);
-  png_set_IHDR(png, info, png_uint_32(w), png_uint_32(h), 8, PNG_COLOR_TYPE_RGB, PNG_INTERLACE_NONE,
+  png_set_IHDR(png, info, png_uint_32(w), png_uint_32(h), 8, channels == 4 ? PNG_COLOR_TYPE_RGBA : PNG_COLOR_TYPE_RGB,
+               PNG_INTERLACE_NONE,
                PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
   if (ntext > 0) png_set_text(png, info, texts, ntext);
   png_write_info(png, info);
-  for (int y = 0; y < h; ++y) png_write_row(png, const_cast<png_bytep>(rgb + size_t(y) * size_t(w) * 3));
+  for (int y = 0; y < h; ++y) png_write_row(png, const_cast<png_bytep>(px + size_t(y) * size_t(w) * size_t(channels)));
   png_write_end(png, info);
   png_destroy_write_struct(&png, &info);
   return true;
@@ -175,11 +177,22 @@ bool is_ascii(const std::string& s) {
 }  // namespace
 
 std::vector<uint8_t> encode_png(int width, int height, const std::vector<uint8_t>& rgb,
-                                const std::vector<std::pair<std::string, std::string>>& text) {
+                                const std::vector<std::pair<std::string, std::string>>& text,
+                                const std::vector<uint8_t>& alpha) {
   ERNIE_CHECK(width > 0 && height > 0 && width <= int(kMaxSide) && height <= int(kMaxSide), "png: image size ",
               std::to_string(width), "x", std::to_string(height), " out of range");
   ERNIE_CHECK(rgb.size() == size_t(width) * size_t(height) * 3, "png: pixel buffer holds ", std::to_string(rgb.size()),
               " bytes, expected ", std::to_string(size_t(width) * height * 3));
+  ERNIE_CHECK(alpha.empty() || alpha.size() == size_t(width) * size_t(height), "png: alpha buffer holds ",
+              std::to_string(alpha.size()), " bytes, expected ", std::to_string(size_t(width) * height));
+  std::vector<uint8_t> rgba;  // with alpha: the pixels interleaved as RGBA
+  if (!alpha.empty()) {
+    rgba.resize(alpha.size() * 4);
+    for (size_t i = 0; i < alpha.size(); ++i) {
+      std::memcpy(&rgba[i * 4], &rgb[i * 3], 3);
+      rgba[i * 4 + 3] = alpha[i];
+    }
+  }
   std::vector<png_text> texts(text.size());
   for (size_t i = 0; i < text.size(); ++i) {
     const auto& [k, v] = text[i];
@@ -201,7 +214,9 @@ std::vector<uint8_t> encode_png(int width, int height, const std::vector<uint8_t
   std::vector<uint8_t> out;
   Sink sink{&out, false};
   Status st;
-  if (!encode_c(width, height, rgb.data(), texts.data(), int(texts.size()), &sink, &st)) {
+  const bool has_alpha = !alpha.empty();
+  if (!encode_c(width, height, has_alpha ? rgba.data() : rgb.data(), has_alpha ? 4 : 3, texts.data(), int(texts.size()),
+                &sink, &st)) {
     if (sink.failed) throw std::bad_alloc();
     fail("png: encoding failed: ", st.msg);
   }

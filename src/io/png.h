@@ -1,4 +1,4 @@
-// PNG out and in (libpng): 8-bit RGB with text chunks. Text chunks carry the generation parameters
+// PNG out and in (libpng): 8-bit RGB (or RGBA) with text chunks. Text chunks carry the generation parameters
 // (A1111-style `parameters` and a JSON `ernie-image` chunk); values that are not plain ASCII are written
 // as uncompressed iTXt (UTF-8), the rest as tEXt.
 #pragma once
@@ -17,9 +17,11 @@ struct PngImage {
   std::map<std::string, std::string> text;    // tEXt / iTXt / zTXt chunks, keyword -> value
 };
 
-// Encodes to PNG bytes in memory. Keywords must be 1-79 Latin-1 characters (PNG rule); throws Error.
+// Encodes to PNG bytes in memory (RGB; RGBA when `alpha`, height * width bytes, is given). Keywords must be
+// 1-79 Latin-1 characters (PNG rule); throws Error.
 std::vector<uint8_t> encode_png(int width, int height, const std::vector<uint8_t>& rgb,
-                                const std::vector<std::pair<std::string, std::string>>& text = {});
+                                const std::vector<std::pair<std::string, std::string>>& text = {},
+                                const std::vector<uint8_t>& alpha = {});
 // Writes atomically (temp file + rename); throws Error naming the path.
 void write_png(const std::string& path, int width, int height, const std::vector<uint8_t>& rgb,
                const std::vector<std::pair<std::string, std::string>>& text = {});

@@ -49,6 +49,15 @@ void render_redis_metrics(std::string& out, const std::optional<RedisQueueDepth>
     for (const auto& [k, v] : counts)
       out += "ernie_worker_jobs_total{worker=\"" + label_value(worker->consumer()) + "\",outcome=\"" + k + "\"} " +
              std::to_string(v) + "\n";
+    out += "# HELP ernie_worker_claims_total Jobs this node's worker took, by attempt (first run, retry after a "
+           "retryable failure, or reclaimed from a worker that stopped renewing its lease)\n"
+           "# TYPE ernie_worker_claims_total counter\n";
+    const std::pair<const char*, uint64_t> claims[] = {{"first", worker->claims_first.load()},
+                                                        {"retry", worker->claims_retry.load()},
+                                                        {"reclaimed", worker->claims_reclaimed.load()}};
+    for (const auto& [k, v] : claims)
+      out += "ernie_worker_claims_total{worker=\"" + label_value(worker->consumer()) + "\",attempt=\"" + k + "\"} " +
+             std::to_string(v) + "\n";
     line(out, "ernie_worker_redis_errors_total", "counter", "Redis failures this node's worker waited out", l,
          static_cast<long long>(worker->redis_errors.load()));
   }

@@ -54,6 +54,15 @@ std::string field(const RedisReply& flat, const std::string& name) {
                                           std::to_string(kMaxWatchRetries) + " aborted transactions)");
 }
 
+// The `done` event's data: the result's `info` object with the image count and the attempt that made it.
+std::string done_data(const std::string& info, size_t images, const RedisClaim& cl) {
+  nlohmann::json d = nlohmann::json::parse(info, nullptr, false);
+  if (!d.is_object()) d = nlohmann::json::object();
+  d["images"] = images;
+  d["attempt"] = cl.attempt;
+  return d.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 bool is_nogroup(const RedisError& e) { return std::string(e.what()).find("NOGROUP") != std::string::npos; }
 
 }  // namespace
@@ -109,7 +118,9 @@ std::string RedisQueue::submit(const std::string& request_json, std::string id) 
       auto r = c.transaction({{"HSET", job, "request", request_json, "status", "queued", "attempts", "0", "cancel",
                                "0", "created_ms", now_ms()},
                               event_cmd(id, "queued", "{}"),
-                              {"XADD", key_stream(), "*", "job", id}});
+                              {"XADD", key_stream(), "*", "job", id},
+                              {"ZADD", key_recent(), now_ms(), id},
+                              {"ZREMRANGEBYRANK", key_recent(), "0", std::to_string(-1 - long(opt_.max_recent))}});
       if (!r) continue;
       for (const auto& x : *r)
         if (x.type == RedisReply::Error) throw RedisError(RedisError::Reply, "redis submit: " + x.str);
@@ -134,8 +145,13 @@ std::optional<RedisJobStatus> RedisQueue::status(const std::string& id) {
   s.error = field(h, "error");
   s.last_error = field(h, "last_error");
   s.request = field(h, "request");
-  const std::string a = field(h, "attempts");
-  s.attempts = a.empty() ? 0 : std::atoi(a.c_str());
+  s.info = field(h, "info");
+  auto num = [&](const char* f) { return std::atoll(field(h, f).c_str()); };  // 0 when absent
+  s.attempts = int(num("attempts"));
+  s.step = int(num("step"));
+  s.total = int(num("total"));
+  s.created_ms = num("created_ms");
+  s.finished_ms = num("finished_ms");
   s.cancel_requested = field(h, "cancel") == "1";
   s.has_result = int_or(r[1]) != 0;
   return s;
@@ -178,6 +194,37 @@ std::optional<std::vector<std::string>> RedisQueue::result(const std::string& id
     if (idx < out.size()) out[idx] = h.elements[i + 1].str;
   }
   return out;
+}
+
+std::vector<std::string> RedisQueue::recent(size_t limit) {
+  if (limit == 0) return {};
+  const RedisReply r = client_.command({"ZREVRANGE", key_recent(), "0", std::to_string(limit - 1)});
+  std::vector<std::string> out;
+  for (const auto& e : r.array()) out.push_back(e.text());
+  return out;
+}
+
+bool RedisQueue::remove(const std::string& id) {
+  const std::string job = key_job(id);
+  return client_.retrying([&](RedisClient::Conn& c) {
+    for (int i = 0; i < kMaxWatchRetries; ++i) {
+      c.command({"WATCH", job});
+      if (!terminal(str_or(c.command({"HGET", job, "status"})))) {
+        c.command({"UNWATCH"});
+        return false;
+      }
+      if (c.transaction({{"DEL", job, key_events(id), key_result(id)}, {"ZREM", key_recent(), id}})) return true;
+    }
+    contention("remove");
+  });
+}
+
+void RedisQueue::publish_model(const std::string& json) { client_.command({"SET", opt_.prefix + "model", json}); }
+
+std::optional<std::string> RedisQueue::model() {
+  const RedisReply r = client_.command({"GET", opt_.prefix + "model"});
+  if (r.is_nil()) return std::nullopt;
+  return r.text();
 }
 
 RedisQueue::CancelResult RedisQueue::cancel(const std::string& id) {
@@ -392,15 +439,17 @@ RedisQueue::Beat RedisQueue::heartbeat(const RedisClaim& cl) {
 bool RedisQueue::progress(const RedisClaim& cl, int step, int total) {
   auto r = client_.retrying([&](RedisClient::Conn& c) {
     return c.pipeline({event_cmd(cl.id, "progress",
-                                 nlohmann::json{{"step", step}, {"total", total}, {"attempt", cl.attempt}}.dump()),
-                       {"HGET", key_job(cl.id), "cancel"}});
+                                 nlohmann::json{{"phase", "denoise"}, {"step", step}, {"total", total},
+                                                {"attempt", cl.attempt}}.dump()),
+                       {"HGET", key_job(cl.id), "cancel"},
+                       {"HSET", key_job(cl.id), "step", std::to_string(step), "total", std::to_string(total)}});
   });
   return str_or(r[1]) == "1";
 }
 
 RedisQueue::Finish RedisQueue::end_job(const RedisClaim& cl, const std::string& status,
                                        const std::vector<std::string>* results, const std::string& error,
-                                       bool requeue) {
+                                       bool requeue, const std::string& info) {
   const std::string job = key_job(cl.id), res = key_result(cl.id);
   const std::string rec = std::to_string(opt_.record_ttl.count());
   return client_.retrying([&](RedisClient::Conn& c) -> Finish {
@@ -421,7 +470,7 @@ RedisQueue::Finish RedisQueue::end_job(const RedisClaim& cl, const std::string& 
                 event_cmd(cl.id, "retry", nlohmann::json{{"error", error}, {"attempt", cl.attempt}}.dump())};
       } else if (status == "succeeded") {
         RedisArgs hs = {"HSET", res, "count", std::to_string(results->size()), "attempt", std::to_string(cl.attempt),
-                       "worker", opt_.consumer};
+                       "worker", opt_.consumer, "info", info};
         for (size_t k = 0; k < results->size(); ++k) {
           hs.push_back(std::to_string(k));
           hs.push_back((*results)[k]);
@@ -429,9 +478,8 @@ RedisQueue::Finish RedisQueue::end_job(const RedisClaim& cl, const std::string& 
         cmds = {hs,
                 {"EXPIRE", res, std::to_string(opt_.result_ttl.count())},
                 {"INCR", opt_.prefix + "stats:result_sets"},
-                {"HSET", job, "status", "succeeded", "finished_ms", now_ms()},
-                event_cmd(cl.id, "done",
-                          nlohmann::json{{"images", results->size()}, {"attempt", cl.attempt}}.dump())};
+                {"HSET", job, "status", "succeeded", "finished_ms", now_ms(), "info", info},
+                event_cmd(cl.id, "done", done_data(info, results->size(), cl))};
       } else {
         cmds = {{"HSET", job, "status", status, "error", error, "finished_ms", now_ms()},
                 event_cmd(cl.id, status == "cancelled" ? "cancelled" : "error",
@@ -457,8 +505,9 @@ RedisQueue::Finish RedisQueue::end_job(const RedisClaim& cl, const std::string& 
   });
 }
 
-RedisQueue::Finish RedisQueue::complete(const RedisClaim& c, const std::vector<std::string>& results) {
-  return end_job(c, "succeeded", &results, {}, false);
+RedisQueue::Finish RedisQueue::complete(const RedisClaim& c, const std::vector<std::string>& results,
+                                        const std::string& info) {
+  return end_job(c, "succeeded", &results, {}, false, info);
 }
 
 RedisQueue::Finish RedisQueue::fail(const RedisClaim& c, const std::string& error, bool retryable) {
@@ -551,9 +600,12 @@ void RedisWorker::run_one(const RedisClaim& c) {
     if (cancel || keeper.lost()) told_to_stop = true;
     return told_to_stop;
   };
-  std::vector<std::string> images;
+  if (c.reclaimed) ++claims_reclaimed;
+  else if (c.attempt > 1) ++claims_retry;
+  else ++claims_first;
+  RedisResult result;
   try {
-    images = run_(c, progress);
+    result = run_(c, progress);
   } catch (const RedisError&) {
     throw;  // the queue's own calls: the loop waits and goes on; the lease runs out and the job is retried
   } catch (const RedisRetryableError& e) {
@@ -577,7 +629,7 @@ void RedisWorker::run_one(const RedisClaim& c) {
     return;
   }
   // Done (even if the lease was lost meanwhile: the first result stored is the job's, the later one is not).
-  if (q_.complete(c, images) == RedisQueue::Finish::Stored) ++succeeded;
+  if (q_.complete(c, result.images, result.info) == RedisQueue::Finish::Stored) ++succeeded;
 }
 
 }  // namespace ernie::server

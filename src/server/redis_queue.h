@@ -10,7 +10,9 @@
 //   {p}job:ID:events     stream of {type, data}: queued, running, progress..., retry, then done | error |
 //                        cancelled. Entry ids ("1733300000000-0") are the SSE event ids: Last-Event-ID resumes
 //                        on any node.
-//   {p}job:ID:result     hash {count, 0, 1, ..., attempt, worker}: the one result set, with a TTL
+//   {p}job:ID:result     hash {count, 0, 1, ..., info, attempt, worker}: the one result set, with a TTL
+//   {p}recent            sorted set of job ids by submission time (GET /v1/jobs), the newest `max_recent`
+//   {p}model             the model the workers serve, as JSON (publish_model; api nodes answer /v1/info from it)
 //   {p}stats:result_sets counter of result sets ever written (a test counts duplicates with it)
 //
 // Failure semantics:
@@ -56,12 +58,15 @@ struct RedisQueueOptions {
   std::chrono::seconds result_ttl{900};       // how long a result set is kept
   std::chrono::seconds record_ttl{3600};      // how long an ended job's hash and events are kept
   size_t max_events = 10000;                  // per job (XADD MAXLEN ~)
+  size_t max_recent = 1000;                   // job ids kept in {p}recent
   RedisClientOptions client;
 };
 
 struct RedisJobStatus {
   std::string id, status, owner, error, last_error, request;
+  std::string info;  // the result's description (JSON text, complete()'s `info`); empty until it succeeded
   int attempts = 0, step = 0, total = 0;
+  long long created_ms = 0, finished_ms = 0;  // Unix time in ms; finished_ms 0 while it has not ended
   bool cancel_requested = false;
   bool has_result = false;
 };
@@ -103,6 +108,13 @@ class RedisQueue {
   std::vector<RedisJobEvent> events_since(const std::string& id, const std::string& after,
                                           std::chrono::milliseconds block = {}, size_t count = 100);
   std::optional<std::vector<std::string>> result(const std::string& id);
+  // Job ids, newest first, at most `limit` (ids whose records expired are left out by the caller's status()).
+  std::vector<std::string> recent(size_t limit);
+  // Deletes an ended job's record, events and result (DELETE on a finished job); false when it has not ended.
+  bool remove(const std::string& id);
+  // The model description the workers publish (JSON text) for api nodes; nothing until a worker has started.
+  void publish_model(const std::string& json);
+  std::optional<std::string> model();
   enum class CancelResult { NotFound, AlreadyEnded, Cancelled, Requested };
   // Queued: cancelled at once. Running: the flag is set and the worker stops at its next step.
   CancelResult cancel(const std::string& id);
@@ -124,8 +136,9 @@ class RedisQueue {
   // Stored: this call ended the job. Requeued: fail(retryable) put it back for another attempt.
   // AlreadyEnded: the job had ended before (another run of it); the call only acknowledged.
   enum class Finish { Stored, Requeued, AlreadyEnded };
-  // Stores the result set (idempotent), ends the job as succeeded and acknowledges it.
-  Finish complete(const RedisClaim& c, const std::vector<std::string>& results);
+  // Stores the result set (idempotent) with `info` (a JSON object's text, merged into the `done` event and kept
+  // as the job's `info`), ends the job as succeeded and acknowledges it.
+  Finish complete(const RedisClaim& c, const std::vector<std::string>& results, const std::string& info = "{}");
   // Ends the job as failed with `error`; a retryable error re-queues it while attempts remain.
   Finish fail(const RedisClaim& c, const std::string& error, bool retryable = false);
   Finish cancelled(const RedisClaim& c);
@@ -137,6 +150,7 @@ class RedisQueue {
   std::string key_events(const std::string& id) const { return opt_.prefix + "job:" + id + ":events"; }
   std::string key_result(const std::string& id) const { return opt_.prefix + "job:" + id + ":result"; }
   std::string key_stream() const { return opt_.prefix + "jobs"; }
+  std::string key_recent() const { return opt_.prefix + "recent"; }
   static constexpr const char* kGroup = "workers";
 
  private:
@@ -144,7 +158,7 @@ class RedisQueue {
   void ensure_group(RedisClient::Conn& c);
   std::optional<RedisClaim> settle_claim(const std::string& id, const std::string& entry, bool reclaimed);
   Finish end_job(const RedisClaim& c, const std::string& status, const std::vector<std::string>* results,
-                 const std::string& error, bool requeue);
+                 const std::string& error, bool requeue, const std::string& info = "{}");
   RedisArgs event_cmd(const std::string& id, const std::string& type, const std::string& data) const;
   std::vector<RedisArgs> ack_cmds(const std::string& entry) const;
 
@@ -183,13 +197,19 @@ class RedisRetryableError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// What a runner made of a job: the images (PNG bytes) and their description (a JSON object's text).
+struct RedisResult {
+  std::vector<std::string> images;
+  std::string info = "{}";
+};
+
 // A worker node's loop on a thread of its own: claim a job, keep its lease, run it, end it. The runner gets
 // the claim and a progress function to call between steps; when that returns true (cancel requested, or
 // the job was taken over) the runner should return early. A runner's result after a cancel is dropped.
 class RedisWorker {
  public:
   using Progress = std::function<bool(int step, int total)>;
-  using Runner = std::function<std::vector<std::string>(const RedisClaim&, const Progress&)>;
+  using Runner = std::function<RedisResult(const RedisClaim&, const Progress&)>;
   RedisWorker(const RedisUrl& url, RedisQueueOptions opt, Runner run);
   ~RedisWorker();  // stop() and join
   void start();
@@ -197,6 +217,9 @@ class RedisWorker {
   bool busy() const { return busy_.load(); }
   const std::string& consumer() const { return q_.options().consumer; }
   std::atomic<uint64_t> succeeded{0}, failed{0}, retried{0}, cancelled{0}, lost{0}, redis_errors{0};
+  // Jobs this worker took, by attempt: its first run, a retry after a retryable failure, or a takeover
+  // from a worker that stopped renewing its lease.
+  std::atomic<uint64_t> claims_first{0}, claims_retry{0}, claims_reclaimed{0};
 
  private:
   void loop();

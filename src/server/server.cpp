@@ -1,123 +1,14 @@
 #include "server/server.h"
 
-#include "server/guarded_http.h"
-
-#include <httplib.h>
-
-#include <netdb.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
-#include <ctime>
 #include <thread>
 
 #include "core/error.h"
 #include "engine/metadata.h"
 #include "engine/noise.h"
-#include "server/web_assets.h"
+#include "server/http_common.h"
 
 namespace ernie::server {
-namespace {
 using nlohmann::json;
-
-void send_json(httplib::Response& res, int status, const json& j) {
-  res.status = status;
-  res.set_content(j.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
-}
-void send_error(httplib::Response& res, const ApiError& e) { send_json(res, e.status, e.to_json()); }
-
-// Which request field a Engine::resolve message is about, for the error's `param`.
-std::string param_of(const std::string& msg) {
-  static const std::pair<const char*, const char*> prefixes[] = {
-      {"width", "size"}, {"height", "size"}, {"size", "size"}, {"steps", "steps"},
-      {"cfg", "guidance_scale"}, {"number of images", "n"}, {"prompt", "prompt"}, {"LoRA", "loras"},
-      {"negative prompt", "negative_prompt"}};
-  for (auto& [p, field] : prefixes)
-    if (msg.rfind(p, 0) == 0) return field;
-  return "";
-}
-
-double gib(size_t bytes) { return double(bytes) / double(size_t(1) << 30); }
-
-// How the engine was loaded (serve --offload / --max-vram / --vae-tiling): /health and /v1/info say it.
-json memory_json(const EngineInfo& e) {
-  const OffloadChoice& m = e.memory;
-  return {{"offload", offload_name(m.mode)}, {"vae_tiling", e.vae_tiling_forced ? "on" : "auto"},
-          {"max_vram_gib", m.limit_bytes ? json(gib(m.limit_bytes)) : json(nullptr)},
-          {"estimated_peak_gib", m.estimate_bytes ? json(gib(m.estimate_bytes)) : json(nullptr)}};
-}
-
-bool constant_time_equal(const std::string& a, const std::string& b) {
-  if (a.size() != b.size()) return false;
-  unsigned char d = 0;
-  for (size_t i = 0; i < a.size(); ++i) d |= uint8_t(a[i]) ^ uint8_t(b[i]);
-  return d == 0;
-}
-
-// Reads a POST body with a hard limit on what is kept (chunked bodies included; httplib limits only
-// Content-Length). The rest of an oversized body is read and dropped, as httplib does, so the
-// connection stays in step. Returns false after filling `res` with 413 or 400.
-bool read_body(const httplib::Request& req, const httplib::ContentReader& reader, size_t limit, std::string& body,
-               httplib::Response& res) {
-  const bool chunked = req.get_header_value("Transfer-Encoding").find("chunked") != std::string::npos;
-  if (!chunked && !req.has_header("Content-Length")) return true;  // no body
-  bool over = false;
-  bool ok = reader([&](const char* d, size_t n) {
-    if (over || body.size() + n > limit) {
-      if (!over) std::string().swap(body);
-      over = true;
-      return true;
-    }
-    body.append(d, n);
-    return true;
-  });
-  if (over || (!ok && res.status == 413)) {
-    send_error(res, too_large(limit));
-    return false;
-  }
-  if (!ok) {
-    send_error(res, ApiError{400, "could not read the request body", "invalid_request_error", "", "bad_body"});
-    return false;
-  }
-  return true;
-}
-
-// A multipart/form-data body's parts, read by httplib's parser; false after sending the error.
-bool read_form(const httplib::ContentReader& reader, size_t limit, std::vector<FormPart>& parts,
-               httplib::Response& res) {
-  size_t total = 0;
-  bool over = false, too_many = false;
-  const bool ok = reader(
-      [&](const httplib::MultipartFormData& f) {
-        if (parts.size() == kMaxFormParts) return !(too_many = true);
-        parts.push_back({f.name, f.filename, f.content_type, {}});
-        return true;
-      },
-      [&](const char* d, size_t n) {
-        if ((total += n) > limit) return !(over = true);
-        parts.back().data.append(d, n);
-        return true;
-      });
-  if (over) {
-    send_error(res, too_large(limit));
-    return false;
-  }
-  if (!ok || too_many) {
-    send_error(res, ApiError{400, too_many ? "multipart body: more than " + std::to_string(kMaxFormParts) + " parts"
-                                           : "multipart body: malformed (boundary, part headers or framing)",
-                             "invalid_request_error", "", "invalid_multipart"});
-    return false;
-  }
-  return true;
-}
-
-std::string size_str(int w, int h) { return std::to_string(w) + "x" + std::to_string(h); }
-
-}  // namespace
-
 
 Server::Server(std::unique_ptr<Engine> pipeline, ServerOptions opt) : opt_(std::move(opt)) {
   ERNIE_CHECK(pipeline != nullptr, "server: no pipeline");
@@ -127,14 +18,8 @@ Server::Server(std::unique_ptr<Engine> pipeline, ServerOptions opt) : opt_(std::
   // Under an allocator cap (--max-vram) the plan covers one request at a time: no batching.
   if (info_.memory.limit_bytes) opt_.queue.batching = false;
   queue_ = std::make_unique<JobQueue>(std::move(pipeline), opt_.queue, metrics_);
-  GuardOptions g = opt_.guard;
-  g.head.max_body_bytes = opt_.max_body_bytes;
-  g.on_reject = [this](int status) { metrics_.count_request(status); };
-  http_ = std::make_unique<GuardedHttp>(g, std::max(4, opt_.http_threads), 15.0);
-  http_->set_payload_max_length(opt_.max_body_bytes);
-  http_->set_keep_alive_timeout(2);
-  http_->set_read_timeout(15, 0);
-  http_->set_write_timeout(15, 0);
+  http_ = make_http({opt_.host, opt_.port, opt_.max_body_bytes, opt_.http_threads, opt_.guard, opt_.log_requests},
+                    metrics_);
   routes();
 }
 
@@ -145,43 +30,9 @@ Server::~Server() {
   }
 }
 
-namespace {
-// Why `host:port` cannot be bound: cpp-httplib only says that it failed, so a plain socket tries the same bind
-// (SO_REUSEADDR, as the server's) and its errno names the reason.
-std::string bind_failure(const std::string& host, int port) {
-  addrinfo hints{}, *res = nullptr;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE;
-  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || !res)
-    return host + " is not an address of this machine";
-  int err = 0;
-  const int fd = ::socket(res->ai_family, res->ai_socktype, res->ai_protocol);
-  if (fd < 0) {
-    err = errno;
-  } else {
-    const int yes = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-    if (::bind(fd, res->ai_addr, res->ai_addrlen) != 0) err = errno;
-    ::close(fd);
-  }
-  ::freeaddrinfo(res);
-  if (err == EADDRINUSE) return "port " + std::to_string(port) + " is in use (another server is listening there)";
-  if (err == EADDRNOTAVAIL) return host + " is not an address of this machine";
-  if (err == EACCES) return "port " + std::to_string(port) + " needs privileges (use a port above 1023)";
-  return err ? std::string(std::strerror(err)) : "in use, or not an address of this machine?";
-}
-}  // namespace
 
 int Server::bind() {
-  if (opt_.port == 0) {
-    port_ = http_->bind_to_any_port(opt_.host);
-    ERNIE_CHECK(port_ > 0, "serve: cannot listen on ", opt_.host, " (any port)");
-  } else {
-    // A busy port is an error, never a second listener sharing it (GuardedHttp sets no SO_REUSEPORT).
-    ERNIE_CHECK(http_->bind_to_port(opt_.host, opt_.port), "serve: cannot listen on ", opt_.host, ":",
-                std::to_string(opt_.port), ": ", bind_failure(opt_.host, opt_.port));
-    port_ = opt_.port;
-  }
+  port_ = bind_http(*http_, opt_.host, opt_.port);
   return port_;
 }
 
@@ -197,20 +48,7 @@ void Server::shutdown(double grace_s) {
   http_->stop_guard();
 }
 
-bool Server::authorized(const httplib::Request& req) const {
-  if (opt_.api_key.empty()) return true;
-  // "Bearer" SP token (RFC 6750); the scheme is case-insensitive (RFC 9110 §11.1). The connection guard has
-  // already refused control characters in header values.
-  if (req.get_header_value_count("Authorization") != 1) return false;
-  const std::string h = req.get_header_value("Authorization");
-  const size_t sp = h.find(' ');
-  if (sp != 6) return false;
-  std::string scheme = h.substr(0, sp);
-  for (char& c : scheme) c = char(std::tolower(static_cast<unsigned char>(c)));
-  size_t start = sp;
-  while (start < h.size() && h[start] == ' ') ++start;
-  return scheme == "bearer" && start < h.size() && constant_time_equal(h.substr(start), opt_.api_key);
-}
+bool Server::authorized(const httplib::Request& req) const { return bearer_ok(req, opt_.api_key); }
 
 GenerateRequest Server::resolve_parsed(ParsedRequest p) const {
   if (!p.seed_given) p.req.seed = random_seed();
@@ -342,25 +180,8 @@ void Server::handle_events(const httplib::Request& req, httplib::Response& res, 
 
 void Server::routes() {
   httplib::Server& s = *http_;
-  // Wraps a handler: ApiException -> its error; anything else -> 500 with the message.
-  auto guard = [](auto fn) {
-    return [fn](const httplib::Request& req, httplib::Response& res) {
-      try {
-        fn(req, res);
-      } catch (const ApiException& e) {
-        send_error(res, e.error);
-      } catch (const std::exception& e) {
-        send_error(res, ApiError{500, std::string("internal error: ") + e.what(), "server_error", "", "internal_error"});
-      }
-    };
-  };
-  auto with_body = [this, guard](auto fn) {
-    return [this, guard, fn](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
-      std::string body;
-      if (!read_body(req, reader, opt_.max_body_bytes, body, res)) return;
-      guard([&](const httplib::Request& rq, httplib::Response& rs) { fn(rq, rs, body); })(req, res);
-    };
-  };
+  auto guard = [](auto fn) { return guarded(fn); };
+  auto with_body = [this](auto fn) { return server::with_body(opt_.max_body_bytes, fn); };
   auto job_route = [this, guard](auto fn) {
     return guard([this, fn](const httplib::Request& req, httplib::Response& res) {
       if (!authorized(req)) return send_error(res, unauthorized());
@@ -473,46 +294,8 @@ void Server::routes() {
     res.status = 200;
     res.set_content(metrics_.render(queue_->gauges()), "text/plain; version=0.0.4");
   }));
-  s.Get(R"(/|/[A-Za-z0-9_.-]{1,64})", guard([](auto& req, auto& res) {
-    const WebAsset* a = find_web_asset(req.path);
-    if (!a) return send_error(res, not_found("no page " + req.path));
-    res.status = 200;
-    res.set_header("X-Content-Type-Options", "nosniff");
-    res.set_header("Content-Security-Policy",
-                   "default-src 'self'; img-src 'self' blob: data:; style-src 'self'; script-src 'self'");
-    res.set_content(reinterpret_cast<const char*>(a->data), a->size, a->mime);
-  }));
-
-  // Anything httplib answers itself (no route, unreadable request) gets an OpenAI-shaped body too.
-  s.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    ApiError e{res.status, "", "invalid_request_error", "", ""};
-    if (res.status == 404) {
-      e.message = "no route " + req.method + " " + req.path;
-      e.code = "not_found";
-    } else if (res.status == 413) {
-      e.message = "request body is too large";
-      e.code = "request_too_large";
-    } else {
-      e.message = "the server could not handle this request (HTTP " + std::to_string(res.status) + ")";
-    }
-    res.set_content(e.to_json().dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
-    return httplib::Server::HandlerResponse::Handled;
-  }));
-  s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
-    send_error(res, ApiError{500, "internal error", "server_error", "", "internal_error"});
-  });
-  s.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    metrics_.count_request(res.status);
-    if (opt_.log_requests) {
-      std::time_t t = std::time(nullptr);
-      char ts[32];
-      std::tm tm{};
-      localtime_r(&t, &tm);
-      std::strftime(ts, sizeof ts, "%H:%M:%S", &tm);
-      std::fprintf(stderr, "%s %s %s %d\n", ts, req.method.c_str(), req.path.c_str(), res.status);
-    }
-  });
+  add_web_page(s);
+  add_fallback_handlers(s, metrics_, opt_.log_requests);
 }
 
 }  // namespace ernie::server

@@ -13,10 +13,11 @@ import zlib
 
 
 class Server:
-    """`ernie-image serve` on the tiny model, on a free loopback port."""
+    """`ernie-image serve` on the tiny model, on a free loopback port (model None: no --model, an api node of
+    the shared queue)."""
 
     def __init__(self, binary, model, *extra, env=None):
-        self.cmd = [binary, "serve", "--model", model, "--port", "0", "--threads", "1", *extra]
+        self.cmd = [binary, "serve", *(["--model", model] if model else []), "--port", "0", "--threads", "1", *extra]
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      env={**os.environ, **(env or {})})
         self.stderr_lines = []

@@ -94,11 +94,16 @@ bool wants_json(int argc, char** argv) {
 #define ERNIE_GIT_COMMIT ""
 #endif
 
-// `ernie-image --version`: "ernie-image 0.1.0 (commit 0123456789ab, CUDA built in)".
+// `ernie-image --version`: "ernie-image 0.1.0 (commit 0123456789ab, Redis queue, CUDA built in)".
 std::string version_line() {
   const std::string commit = ERNIE_GIT_COMMIT;
+#ifdef ERNIE_HAVE_REDIS
+  const char* redis = "Redis queue, ";  // serve --queue
+#else
+  const char* redis = "";
+#endif
   return std::string("ernie-image ") + ERNIE_VERSION + " (" + (commit.empty() ? "" : "commit " + commit + ", ") +
-         (ernie::ops::cuda_built() ? "CUDA built in" : "CPU only: built without CUDA") + ")";
+         redis + (ernie::ops::cuda_built() ? "CUDA built in" : "CPU only: built without CUDA") + ")";
 }
 
 // A command's error, as text on stderr or (json_errors) a JSON line on stdout; returns the exit status.
