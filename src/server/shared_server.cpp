@@ -165,8 +165,10 @@ SharedServer::SharedServer(std::unique_ptr<Engine> engine, SharedServerOptions o
   if (gethostname(host, sizeof host - 1) != 0 || !host[0]) std::snprintf(host, sizeof host, "node");
   node_ = std::string(host) + "-" + std::to_string(getpid());
   http_ = make_http(opt_.http, metrics_);
-  if (serves_api) api_routes();
   common_routes();
+  if (serves_api) api_routes();
+  if (serves_api) add_web_page(*http_);  // last: its pattern would take /health and /metrics
+  add_fallback_handlers(*http_, metrics_, opt_.http.log_requests);
 }
 
 SharedServer::~SharedServer() {
@@ -528,7 +530,6 @@ void SharedServer::api_routes() {
     m["api_key_required"] = !opt_.api_key.empty();
     send_json(res, 200, m);
   }));
-  add_web_page(s);
 }
 
 void SharedServer::common_routes() {
@@ -569,7 +570,6 @@ void SharedServer::common_routes() {
     res.status = 200;
     res.set_content(out, "text/plain; version=0.0.4");
   }));
-  add_fallback_handlers(s, metrics_, opt_.http.log_requests);
 }
 
 }  // namespace ernie::server
