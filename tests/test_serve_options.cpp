@@ -41,6 +41,13 @@ TEST(ServeOptions, BadValuesFailWithTheFlagNamed) {
       {"--max-vram -2", "--max-vram must be a positive size in GiB"},
       {"--max-vram nan", "--max-vram must be a positive size in GiB"},
       {"--max-vram lots", "--max-vram"},  // CLI11: not a number
+      // The shared queue's flags (issue 27): checked before any model loads or Redis is reached.
+      {"--role worker", "--role worker needs --queue redis://HOST:PORT"},
+      {"--queue http://localhost:6379", "--queue: redis URL 'http://localhost:6379'"},
+      {"--queue redis://h:70000", "--queue: redis URL"},
+      {"--queue redis://127.0.0.1:1 --job-lease 0", "--job-lease must be from 1 to 86400 seconds"},
+      {"--queue redis://127.0.0.1:1 --max-attempts 0", "--max-attempts must be from 1 to 100"},
+      {"--role boss", "--role"},
   };
   for (const Case& c : cases) {
     auto r = serve(c.args);
