@@ -87,9 +87,9 @@ class Nginx:
         self.port, self.dir = free_port(), os.path.join(folder, "nginx")
         subprocess.run(["bash", os.path.join(ROOT, "deploy/nginx/render.sh"), self.dir, str(self.port),
                         *[f"127.0.0.1:{p}" for p in upstreams]], check=True, capture_output=True, timeout=30)
-        conf = os.path.join(self.dir, "nginx.conf")
-        subprocess.run(["nginx", "-t", "-p", self.dir, "-c", conf], check=True, capture_output=True, timeout=30)
-        self.proc = subprocess.Popen(["nginx", "-p", self.dir, "-c", conf, "-g", "daemon off;"],
+        args = ["-p", self.dir, "-e", os.path.join(self.dir, "error.log"), "-c", os.path.join(self.dir, "nginx.conf")]
+        subprocess.run(["nginx", "-t", *args], check=True, capture_output=True, timeout=30)
+        self.proc = subprocess.Popen(["nginx", *args, "-g", "daemon off;"],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         end = time.time() + 20
         while time.time() < end:
@@ -210,7 +210,7 @@ def main():
         check(s == 400 and e["error"]["param"] == "size", f"the api node checks sizes with the model's limits: {s} {e}")
 
         # ---- a worker dies in the middle of a job ---------------------------------------------------------------
-        s, long_job = front.json("POST", "/v1/jobs", {"prompt": "the long one", "steps": 150, "seed": 7})
+        s, long_job = front.json("POST", "/v1/jobs", {"prompt": "the long one", "steps": 300, "seed": 7, "size": "64x64"})
         check(s == 202, f"submit: {s} {long_job}")
         long_id = long_job["id"]
         j = wait_until(lambda: (lambda j: j if j["status"] == "running" and j["step"] >= 2 else None)(
@@ -226,7 +226,7 @@ def main():
         # ---- 40 jobs, Redis restarted in the middle, /metrics compared with Redis --------------------------------
         ids = []
         for i in range(JOBS):
-            s, j = front.json("POST", "/v1/jobs", {"prompt": f"job {i}", "steps": 4, "seed": i})
+            s, j = front.json("POST", "/v1/jobs", {"prompt": f"job {i}", "steps": 4, "seed": i, "size": "64x64"})
             check(s == 202, f"submit {i}: {s} {j}")
             ids.append(j["id"])
         matches = 0
@@ -284,7 +284,7 @@ def main():
             check(ends == ["done"], f"job {i}: final events {ends}")
 
         # ---- an api node dies while a client follows a job's events -------------------------------------------
-        s, sj = front.json("POST", "/v1/jobs", {"prompt": "followed", "steps": 60, "seed": 3})
+        s, sj = front.json("POST", "/v1/jobs", {"prompt": "followed", "steps": 200, "seed": 3, "size": "64x64"})
         check(s == 202, f"submit: {s}")
         served_by = {}
         first = read_events(front, sj["id"], stop_after=lambda evs: sum(e[1] == "progress" for e in evs) >= 3,
