@@ -1,7 +1,9 @@
 // libFuzzer target: the bodies of POST /v1/images/edits and the image fields (server/form_data.h,
 // server/request_parse.h) on arbitrary bytes. The first byte picks the parser: base64, the parts of a form
 // (name NUL data NUL ..., as httplib's multipart parser hands them over), or a JSON body. Errors must be ApiExceptions (400s); anything else, or a
-// crash, is a finding. What base64 decodes must encode back to the canonical form of its input.
+// crash, is a finding. What base64 decodes must encode back to the canonical form of its input, and every request
+// that parses must survive the shared queue's transport form (server/request_json.h): it parses again, to the
+// same form.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -11,7 +13,24 @@
 
 #include "server/api_error.h"
 #include "server/form_data.h"
+#include "server/request_json.h"
 #include "server/request_parse.h"
+
+namespace {
+// What an api node stores parses on the worker to the same request (a failure there is a finding).
+void round_trip(const ernie::server::ParsedRequest& p, const ernie::server::ParseLimits& lim) {
+  using namespace ernie::server;
+  const auto dump = [](const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); };
+  const std::string stored = dump(request_to_json(p));  // as SharedServer::submit stores it
+  ParsedRequest q;
+  try {
+    q = parse_generation_request(stored, lim, p.req.init_image.has_value());
+  } catch (const ApiException&) {
+    __builtin_trap();
+  }
+  if (dump(request_to_json(q)) != stored) __builtin_trap();
+}
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace ernie::server;
@@ -36,11 +55,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           parts.push_back({std::string(in.substr(pos, a - pos)), "", "", std::string(in.substr(a + 1, b - a - 1))});
           pos = b + 1;
         }
-        parse_edit_form(parts, lim);
+        round_trip(parse_edit_form(parts, lim), lim);
         break;
       }
       default:
-        parse_generation_request(std::string(in), lim, true);
+        round_trip(parse_generation_request(std::string(in), lim, true), lim);
     }
   } catch (const ApiException&) {
   }
