@@ -210,7 +210,7 @@ def main():
         check(s == 400 and e["error"]["param"] == "size", f"the api node checks sizes with the model's limits: {s} {e}")
 
         # ---- a worker dies in the middle of a job ---------------------------------------------------------------
-        s, long_job = front.json("POST", "/v1/jobs", {"prompt": "the long one", "steps": 300, "seed": 7, "size": "64x64"})
+        s, long_job = front.json("POST", "/v1/jobs", {"prompt": "the long one", "steps": 300, "seed": 7, "size": "32x32"})
         check(s == 202, f"submit: {s} {long_job}")
         long_id = long_job["id"]
         j = wait_until(lambda: (lambda j: j if j["status"] == "running" and j["step"] >= 2 else None)(
@@ -226,7 +226,7 @@ def main():
         # ---- 40 jobs, Redis restarted in the middle, /metrics compared with Redis --------------------------------
         ids = []
         for i in range(JOBS):
-            s, j = front.json("POST", "/v1/jobs", {"prompt": f"job {i}", "steps": 4, "seed": i, "size": "64x64"})
+            s, j = front.json("POST", "/v1/jobs", {"prompt": f"job {i}", "steps": 8, "seed": i, "size": "32x32"})
             check(s == 202, f"submit {i}: {s} {j}")
             ids.append(j["id"])
         matches = 0
@@ -252,6 +252,7 @@ def main():
         check(s == 503 and h["status"] == "redis_down", f"/health while Redis is down: {s} {h}")
         time.sleep(1)
         redis.start()
+        check(queued_before, "jobs were queued when Redis went down")
         print(f"restarted redis-server with {len(queued_before)} jobs queued")
         end = time.time() + 180
         while time.time() < end and any(status(front, i)["status"] in ("queued", "running") for i in ids + [long_id]):
@@ -264,7 +265,8 @@ def main():
         s, _, _ = front.request("GET", f"/v1/jobs/{long_id}")
         done_at = max(float(e[0].split("-")[0]) / 1000 for e in read_events(front, long_id) if e[1] == "done")
         took = done_at - t_kill
-        check(lj["attempts"] == 2, f"the long job ran twice (attempts {lj['attempts']})")
+        # Twice at least: a third claim is right too when the Redis restart cut its second worker's lease.
+        check(2 <= lj["attempts"] <= 3, f"the long job was taken over (attempts {lj['attempts']})")
         check(took <= LEASE + run_s + 15, f"the long job finished {took:.1f} s after the kill (lease {LEASE} s, "
               f"run {run_s:.1f} s)")
         print(f"the killed worker's job finished {took:.1f} s after the kill (lease {LEASE} s + run {run_s:.1f} s)")
@@ -284,7 +286,7 @@ def main():
             check(ends == ["done"], f"job {i}: final events {ends}")
 
         # ---- an api node dies while a client follows a job's events -------------------------------------------
-        s, sj = front.json("POST", "/v1/jobs", {"prompt": "followed", "steps": 200, "seed": 3, "size": "64x64"})
+        s, sj = front.json("POST", "/v1/jobs", {"prompt": "followed", "steps": 200, "seed": 3, "size": "32x32"})
         check(s == 202, f"submit: {s}")
         served_by = {}
         first = read_events(front, sj["id"], stop_after=lambda evs: sum(e[1] == "progress" for e in evs) >= 3,
