@@ -18,7 +18,7 @@ mkdir -p "$out/tmp"
   echo "    access_log $out/access.log;"
   for t in client_body proxy fastcgi uwsgi scgi; do echo "    ${t}_temp_path $out/tmp/$t;"; done
   echo "    upstream ernie_api {"
-  for u in "$@"; do echo "        server $u max_fails=1 fail_timeout=10s;"; done
+  for u in "$@"; do echo "        server $u max_fails=2 fail_timeout=5s;"; done
   echo "        keepalive 16;"
   echo "    }"
   echo "    server {"
