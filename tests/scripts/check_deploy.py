@@ -43,7 +43,13 @@ def main():
             for doc in yaml.safe_load_all(f):
                 if doc and "kind" in doc:
                     docs[(doc["kind"], doc["metadata"]["name"])] = doc
-    help_text = subprocess.run([binary, "serve", "--help"], capture_output=True, text=True).stdout
+    try:
+        help_text = subprocess.run([binary, "serve", "--help"], capture_output=True, text=True, timeout=30).stdout
+    except OSError:
+        help_text = ""
+    if "--queue" not in help_text:  # e.g. /bin/true, or a build without Redis
+        print(f"note: {binary} serve --help names no --queue: the manifests' flags are not checked against it")
+        help_text = None
 
     def pod(kind, name):
         d = docs.get((kind, name))
@@ -59,7 +65,7 @@ def main():
         args = c.get("args", [])
         check(args[:1] == ["serve"] and args[args.index("--role") + 1] == role, f"{name}: serve --role {role}")
         check("redis://redis:6379" in args, f"{name}: --queue redis://redis:6379")
-        for a in args:
+        for a in args if help_text is not None else []:
             if a.startswith("--"):
                 check(a in help_text, f"{name}: serve has no flag {a}")
         check(c.get("readinessProbe", {}).get("httpGet", {}).get("path") == "/health", f"{name}: readiness on /health")
@@ -81,9 +87,9 @@ def main():
     check(sorted(kust["resources"]) == sorted(n for n in os.listdir(f"{ROOT}/deploy/k8s") if n != "kustomization.yaml"),
           "kustomization.yaml lists every manifest")
     if failures:
-        print(f"deploy files: {len(failures)} checks failed")
+        print(f"deploy/k8s: {len(failures)} checks failed")
         return 1
-    print("deploy files: all checks passed")
+    print("deploy/k8s: all checks passed")
     return 0
 
 
