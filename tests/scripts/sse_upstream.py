@@ -1,6 +1,6 @@
 """A stand-in api node for test_deploy_files.sh: a loopback HTTP server that logs each request as one line
 (`NAME METHOD PATH`) on stdout. usage: sse_upstream.py PORT NAME ok|sick
-- GET .../events: a server-sent event stream of 3 events, 0.3 s apart, ids 1-0..3-0; the first event's data
+- GET .../events: a server-sent event stream of 3 events, 0.4 s apart, ids 1-0..3-0; the first event's data
   echoes the request's Last-Event-ID and Authorization. Only /accel/... sends `X-Accel-Buffering: no` (serve
   sends it too), so that the events location is tested without it.
 - any other GET: 200 and the name ("ok") or 503 ("sick", like a node whose Redis is away).
@@ -45,7 +45,7 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(f"id: {i}-0\nevent: progress\ndata: {json.dumps(data)}\n\n".encode())
             self.wfile.flush()
             if i < 3:
-                time.sleep(0.3)
+                time.sleep(0.4)
 
     def do_POST(self):
         self.log()

@@ -3,7 +3,7 @@
 # loopback in front of stand-in api nodes (sse_upstream.py) and must: stream server-sent events unbuffered,
 # pass Last-Event-ID and Authorization, skip a dead node and a node answering 503 for a GET, and never send a
 # POST to a second node. Then check_deploy.py parses deploy/k8s and checks its structure (never applied to a
-# cluster here). Skips when nginx or python3-yaml is missing. About 3 s.
+# cluster here). Skips when nginx or python3-yaml is missing. About 6 s (12 s on a busy machine).
 # usage: test_deploy_files.sh <ernie-image binary> <tests/data>
 set -uo pipefail  # not -e: each check reports its own failure
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -73,8 +73,8 @@ for i in 1 2 3; do  # three times: round robin reaches every node (the dead one 
   n="$(wc -l <"$tmp/events")"
   check "$([ "$n" = 3 ] && echo 0 || echo 1)" "stream $i: 3 events through nginx (got $n)"
   s="$(spread "$tmp/events")"
-  check "$(awk -v s="$s" 'BEGIN {exit !(s >= 0.45)}'; echo $?)" \
-    "stream $i: events arrive as they are sent, not buffered (first to last ${s} s, sent 0.6 s apart)"
+  check "$(awk -v s="$s" 'BEGIN {exit !(s >= 0.4)}'; echo $?)" \
+    "stream $i: events arrive as they are sent, not buffered (first to last ${s} s, sent over 0.8 s)"
   grep -q '"last_event_id": "41-0"' "$tmp/events"
   check $? "stream $i: Last-Event-ID reaches the api node"
   grep -q '"authorization": "Bearer k3y"' "$tmp/events"
@@ -87,7 +87,7 @@ s="$(spread "$tmp/plain")"
 check "$(awk -v s="$s" 'BEGIN {exit !(s < 0.2)}'; echo $?)" "control: a stream outside the events location is buffered (${s} s)"
 stream /accel/events >"$tmp/accel"
 s="$(spread "$tmp/accel")"
-check "$(awk -v s="$s" 'BEGIN {exit !(s >= 0.45)}'; echo $?)" "X-Accel-Buffering: no is obeyed there (${s} s)"
+check "$(awk -v s="$s" 'BEGIN {exit !(s >= 0.4)}'; echo $?)" "X-Accel-Buffering: no is obeyed there (${s} s)"
 
 # GETs: the dead node (refused) and the sick one (503, e.g. Redis away) are skipped.
 codes=""
