@@ -9,8 +9,11 @@ out="$1" port="$2"
 shift 2
 here="$(cd "$(dirname "$0")" && pwd)"
 mkdir -p "$out/tmp"
+out="$(cd "$out" && pwd)"  # absolute: nginx reads relative paths from its prefix, not from here
 {
   echo "worker_processes 1;"
+  # as root, nginx would run its worker as nobody, who cannot write the temp files inside a private OUT_DIR
+  if [ "$(id -u)" = 0 ]; then echo "user root;"; fi
   echo "pid $out/nginx.pid;"
   echo "error_log $out/error.log warn;"
   echo "events { worker_connections 1024; }"
