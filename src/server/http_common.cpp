@@ -142,6 +142,15 @@ std::string bind_failure(const std::string& host, int port) {
 }
 }  // namespace
 
+size_t list_limit(const httplib::Request& req) {
+  if (!req.has_param("limit")) return 100;
+  const std::string v = req.get_param_value("limit");
+  if (v.empty() || v.size() > 4 || v.find_first_not_of("0123456789") != std::string::npos || std::stoi(v) < 1 ||
+      std::stoi(v) > 1000)
+    bad_request("limit must be an integer from 1 to 1000", "limit");
+  return size_t(std::stoi(v));
+}
+
 bool bearer_ok(const httplib::Request& req, const std::string& api_key) {
   if (api_key.empty()) return true;
   // "Bearer" SP token (RFC 6750); the scheme is case-insensitive (RFC 9110 §11.1). The connection guard has

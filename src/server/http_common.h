@@ -27,6 +27,9 @@ std::string param_of(const std::string& msg);
 nlohmann::json memory_json(const EngineInfo& e);
 std::string size_str(int w, int h);  // "1024x768"
 
+// GET /v1/jobs's ?limit=N: 1 to 1000, 100 when absent; anything else is a 400 naming `limit`.
+size_t list_limit(const httplib::Request& req);
+
 // `Authorization: Bearer KEY` (scheme case-insensitive, key compared in constant time); true without a key.
 bool bearer_ok(const httplib::Request& req, const std::string& api_key);
 

@@ -212,15 +212,7 @@ void Server::routes() {
   // each with data[].url), then older records whose images are gone. ?limit=N (default 100, at most 1000).
   s.Get("/v1/jobs", guard([this](auto& req, auto& res) {
     if (!authorized(req)) return send_error(res, unauthorized());
-    size_t limit = 100;
-    if (req.has_param("limit")) {
-      const std::string v = req.get_param_value("limit");
-      if (v.empty() || v.size() > 4 || v.find_first_not_of("0123456789") != std::string::npos || std::stoi(v) < 1 ||
-          std::stoi(v) > 1000)
-        throw ApiException{ApiError{400, "limit must be an integer from 1 to 1000", "invalid_request_error", "limit",
-                                    "invalid_value"}};
-      limit = size_t(std::stoi(v));
-    }
+    const size_t limit = list_limit(req);
     json data = json::array();
     for (const JobPtr& j : queue_->list(limit)) data.push_back(queue_->describe(*j));
     auto [jobs, bytes] = queue_->history_size();

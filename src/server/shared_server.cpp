@@ -434,14 +434,7 @@ void SharedServer::api_routes() {
          })));
   s.Get("/v1/jobs", route([this](const httplib::Request& req, httplib::Response& res) {
     if (!authorized(req)) return send_error(res, unauthorized());
-    size_t n = 100;
-    if (req.has_param("limit")) {
-      const std::string v = req.get_param_value("limit");
-      if (v.empty() || v.size() > 4 || v.find_first_not_of("0123456789") != std::string::npos || std::stoi(v) < 1 ||
-          std::stoi(v) > 1000)
-        bad_request("limit must be an integer from 1 to 1000", "limit");
-      n = size_t(std::stoi(v));
-    }
+    const size_t n = list_limit(req);
     auto q = pool_->get();
     json data = json::array();
     for (const std::string& id : q->recent(n))
