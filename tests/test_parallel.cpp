@@ -118,7 +118,7 @@ TEST(Parallel, MismatchedShapesAcrossRanksFail) {
           c.all_gather(Tensor::zeros({n}, DType::F32), out);
         });
       },
-      "parallel: rank 1 passed [3], rank 0 [2]");
+      "parallel: rank 1 passed [3] F32, rank 0 [2] F32");
 }
 
 TEST(Parallel, GpuListRules) {

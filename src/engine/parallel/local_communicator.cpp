@@ -27,7 +27,15 @@ struct Shared {
   int arrived = 0;
   uint64_t generation = 0;
   bool aborted = false;
-  std::vector<const Tensor*> slots;  // each rank's `in` during an exchange
+  // Each rank's `in` during an exchange, and what it is by value: a rank that finds a mismatch throws and frees
+  // its `in` while the others check, so the checks read only these copies.
+  struct Slot {
+    const Tensor* t = nullptr;
+    size_t bytes = 0;
+    DType dtype = DType::F32;
+    Shape shape;
+  };
+  std::vector<Slot> slots;
 
   // Every rank arrives before any leaves; a waiting rank gives up its turn. Called holding the turn.
   void barrier() {
@@ -61,7 +69,7 @@ class LocalComm final : public Communicator {
     publish(in);
     const size_t bytes = in.nbytes();
     for (int j = 0; j < s_.n; ++j)
-      copy_bytes(static_cast<char*>(out.raw()) + size_t(j) * bytes, s_.slots[size_t(j)]->raw(), bytes, s_.device);
+      copy_bytes(static_cast<char*>(out.raw()) + size_t(j) * bytes, s_.slots[size_t(j)].t->raw(), bytes, s_.device);
     s_.barrier();  // nobody changes its `in` before every rank has read it
   }
 
@@ -70,9 +78,7 @@ class LocalComm final : public Communicator {
     publish(in);
     const size_t chunk = in.nbytes() / size_t(s_.n);
     for (int j = 0; j < s_.n; ++j) {
-      const Tensor& src = *s_.slots[size_t(j)];
-      ERNIE_CHECK(src.nbytes() == in.nbytes(), "all_to_all: rank ", std::to_string(j), " sent ",
-                  std::to_string(src.nbytes()), " bytes, rank ", std::to_string(r_), " ", std::to_string(in.nbytes()));
+      const Tensor& src = *s_.slots[size_t(j)].t;  // its size checked by publish
       copy_bytes(static_cast<char*>(out.raw()) + size_t(j) * chunk,
                  static_cast<const char*>(src.raw()) + size_t(r_) * chunk, chunk, s_.device);
     }
@@ -85,12 +91,17 @@ class LocalComm final : public Communicator {
   void publish(const Tensor& in) {
     {
       std::lock_guard<std::mutex> lk(s_.mu);
-      s_.slots[size_t(r_)] = &in;
+      s_.slots[size_t(r_)] = {&in, in.nbytes(), in.dtype(), in.shape()};
     }
     s_.barrier();
-    const Tensor& first = *s_.slots[0];
-    ERNIE_CHECK(first.nbytes() == in.nbytes() && first.dtype() == in.dtype(), "parallel: rank ", std::to_string(r_),
-                " passed ", shape_str(in.shape()), ", rank 0 ", shape_str(first.shape()));
+    // Every rank checks every slot (the copies), so all of them throw or none does.
+    const Shared::Slot& first = s_.slots[0];
+    for (int j = 0; j < s_.n; ++j) {
+      const Shared::Slot& x = s_.slots[size_t(j)];
+      ERNIE_CHECK(x.bytes == first.bytes && x.dtype == first.dtype, "parallel: rank ", std::to_string(j), " passed ",
+                  shape_str(x.shape), " ", dtype_name(x.dtype), ", rank 0 ", shape_str(first.shape), " ",
+                  dtype_name(first.dtype));
+    }
   }
 
   Shared& s_;
@@ -102,7 +113,7 @@ class LocalGroup final : public CommGroup {
   LocalGroup(int n, Device d) {
     s_.n = n;
     s_.device = d;
-    s_.slots.assign(size_t(n), nullptr);
+    s_.slots.assign(size_t(n), {});
     for (int r = 0; r < n; ++r) comms_.push_back(std::make_unique<LocalComm>(s_, r));
   }
   int size() const override { return s_.n; }
