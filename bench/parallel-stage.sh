@@ -26,6 +26,10 @@ echo "## tiny: generate plain vs --parallel cfg --parallel-local 2 (cuda)"
 $B generate -m $TINY "${common[@]}" -o "$DIR/tiny-one.png" || echo "error: tiny plain"
 $B generate -m $TINY "${common[@]}" --parallel cfg --parallel-local 2 -o "$DIR/tiny-split.png" || echo "error: tiny split"
 python3 bench/compare_png.py "$DIR/tiny-one.png" "$DIR/tiny-split.png"
+$B generate -m $TINY "${common[@]}" --cfg 1 -o "$DIR/tiny-one-cfg1.png" || echo "error: tiny plain cfg 1"
+$B generate -m $TINY "${common[@]}" --cfg 1 --parallel ulysses --parallel-local 2 -o "$DIR/tiny-ulysses.png" ||
+  echo "error: tiny ulysses"
+python3 bench/compare_png.py "$DIR/tiny-one-cfg1.png" "$DIR/tiny-ulysses.png"
 echo "## full size (random weights): 512², 8 steps, cfg 4, bf16: plain vs --parallel-local 2"
 t=$(now)
 random_model "$B" "$DIR" || { echo "error: random-model"; exit 1; }
@@ -35,11 +39,20 @@ t=$(now); $B generate "${full[@]}" -o "$DIR/full-one.png" || echo "error: full p
 t=$(now); $B generate "${full[@]}" --parallel cfg --parallel-local 2 -o "$DIR/full-split.png" || echo "error: full split"
 echo "split (local): $(since "$t") s"
 python3 bench/compare_png.py "$DIR/full-one.png" "$DIR/full-split.png"
+t=$(now); $B generate "${full[@]}" --parallel ulysses --parallel-local 2 -o "$DIR/full-ulysses.png" ||
+  echo "error: full ulysses"
+echo "ulysses (local): $(since "$t") s"
+python3 bench/compare_png.py "$DIR/full-one.png" "$DIR/full-ulysses.png"
 if [ "$NGPU" -ge 2 ]; then
   echo "## 2 GPUs: bench 50 steps cfg 4 1024², one GPU vs --gpus 0,1 --parallel cfg"
   for p in "" "--gpus 0,1 --parallel cfg"; do
     echo "# bench --random --steps 50 --cfg 4 $p"
     $B bench --random --steps 50 --cfg 4 --repeat 1 $p --json 2>&1 | grep -E '"(step_s|denoise_s|parallel|total_s)"|rror'
+  done
+  for p in "" "--gpus 0,1 --parallel ulysses"; do
+    echo "# bench --random --steps 8 --cfg 1 --quantize fp8 $p (Turbo; target <= 0.45 s)"
+    $B bench --random --steps 8 --cfg 1 --quantize fp8 --repeat 2 $p --json 2>&1 |
+      grep -E '"(step_s|denoise_s|parallel|total_s)"|rror'
   done
   big=(-m "$DIR/model" --prompt "a lighthouse at dusk" --seed 5 --steps 50 --cfg 4 --offload none --progress json)
   $B generate "${big[@]}" -o "$DIR/big-one.png" 2>&1 | tail -1

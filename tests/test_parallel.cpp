@@ -174,8 +174,11 @@ TEST(Parallel, PlanRules) {
   EXPECT_NE(err("0,1,2", "cfg", 0, "auto", 4, true).find("exactly 2 ids"), std::string::npos);
   EXPECT_NE(err("0,1", "cfg", 0, "auto", 2, false).find("this build has no NCCL"), std::string::npos);
   EXPECT_NE(err("0,1", "cfg", 0, "cuda:1", 2, true).find("disagree"), std::string::npos);
-  EXPECT_NE(err("0,1", "ulysses", 0, "auto", 2, true).find("not built yet"), std::string::npos);
-  EXPECT_NE(err("0,1", "data", 0, "auto", 2, true).find("not built yet"), std::string::npos);
+  EXPECT_NE(err("0,1", "data", 0, "auto", 2, true).find("--parallel data: not built yet"), std::string::npos);
+  EXPECT_NE(err("0", "ulysses", 0, "auto", 2, true).find("--gpus needs 2 or more ids"), std::string::npos);
+  EXPECT_NE(err("", "ulysses", 1, "cpu", 0, false).find("a split needs 2 or more ranks"), std::string::npos);
+  EXPECT_EQ(err("", "ulysses", 3, "cpu", 0, false), "");
+  EXPECT_EQ(err("0,1,2,3", "ulysses", 0, "auto", 4, true), "");
   EXPECT_NE(err("", "tensor", 0, "cpu", 0, false).find("--parallel tensor: expected none, cfg"), std::string::npos);
   EXPECT_NE(err("", "cfg", 3, "cpu", 0, false).find("over 2 ranks"), std::string::npos);
   EXPECT_NE(err("", "none", 2, "cpu", 0, false).find("--parallel-local needs a --parallel mode"), std::string::npos);
@@ -265,6 +268,54 @@ TEST(Parallel, CfgSplitSeesTheGuidance) {
   EXPECT_FALSE(test::tensors_close(other, one, 1e-2, 0.99));
 }
 
+// ---- Ulysses: the sequence split over the ranks, an all-to-all around attention ---------------------------------
+
+// One DiT forward on n local ranks against the whole forward: image 6x5 = 30 tokens plus text, so with 2 ranks an
+// odd text length pads the sequence, and rows of different text lengths (which the whole forward packs) run padded.
+TEST(Parallel, UlyssesForwardEqualsWholeForward) {
+  const DitConfig& cfg = tiny_dit().config();
+  for (int64_t B : {1, 2})
+    for (int64_t T : {7, 8}) {
+      SCOPED_TRACE("batch " + std::to_string(B) + " text " + std::to_string(T));
+      const Tensor x = test::rnd({B, cfg.in_channels, 6, 5}, 3), text = test::rnd({B, T, cfg.text_in_dim}, 4);
+      std::vector<int64_t> lens(static_cast<size_t>(B), T);
+      lens[0] = T - 3;
+      const std::vector<float> t(static_cast<size_t>(B), 700.f);
+      const Tensor whole = tiny_dit().forward(x, t, text, lens);
+      auto g = make_local_group(2, kCPU);
+      std::vector<Tensor> got(2);
+      run_ranks(*g, [&](Communicator& c) { got[size_t(c.rank())] = tiny_dit().forward_seq_parallel(c, x, t, text, lens); });
+      EXPECT_TRUE(test::tensors_close(got[0], whole, 1e-5, 0.9999999));
+      EXPECT_EQ(got[0].to_vector(), got[1].to_vector());
+    }
+}
+
+TEST(Parallel, UlyssesHeadsMustSplit) {
+  const DitConfig& cfg = tiny_dit().config();  // 2 heads
+  auto g = make_local_group(3, kCPU);
+  const Tensor x = test::rnd({1, cfg.in_channels, 4, 4}, 3), text = test::rnd({1, 4, cfg.text_in_dim}, 4);
+  test::expect_error(
+      [&] { run_ranks(*g, [&](Communicator& c) { tiny_dit().forward_seq_parallel(c, x, {500.f}, text, {4}); }); },
+      "2 attention heads do not split over 3 ranks");
+}
+
+TEST(Parallel, UlyssesLoopEqualsSingleDevice) {
+  for (float cfg : {1.0f, 3.5f})
+    for (int64_t B : {1, 2}) {
+      SCOPED_TRACE("cfg " + std::to_string(cfg) + " batch " + std::to_string(B));
+      const SamplerInput in = split_input(B, cfg);
+      const Tensor one = run_single(SamplerKind::DpmPP2M, 3, in);
+      auto g = make_local_group(2, kCPU);
+      std::vector<Tensor> got(2);
+      run_ranks(*g, [&](Communicator& c) {
+        auto solver = make_flow_solver(SamplerKind::DpmPP2M, tiny_folder().scheduler, 3, 30);
+        got[size_t(c.rank())] = sample_cfg(tiny_dit(), *solver, kCPU, DType::F32, in, {}, nullptr, nullptr, &c);
+      });
+      EXPECT_TRUE(test::tensors_close(got[0], one, 1e-5, 0.9999999));
+      EXPECT_EQ(got[0].to_vector(), got[1].to_vector());
+    }
+}
+
 TEST(Parallel, CfgSplitNeedsGuidance) {
   SamplerInput in = split_input(1, 1.0f);
   test::expect_error([&] { run_split(SamplerKind::Euler, 2, in); }, "the CFG split needs cfg > 1");
@@ -350,6 +401,25 @@ TEST(Parallel, EngineRejectsBadFlags) {
   o.gpus = "0,1";
   o.device = "auto";
   test::expect_error([&] { Engine::open(o); }, "does not exist");
+}
+
+TEST(Parallel, EngineUlyssesEqualsSingleEngine) {
+  EngineOptions o;
+  o.device = "cpu";
+  o.default_offload = Offload::None;
+  o.model = test::tiny_model();
+  o.parallel = "ulysses";
+  o.parallel_local = 2;
+  auto e = Engine::open(o);
+  EXPECT_EQ(e->info().parallel, "ulysses");
+  for (float cfg : {1.0f, 4.0f}) {
+    const GenerateRequest r = tiny_request(cfg, 2);
+    const GenerateResult one = test::tiny_engine().generate(r), split = e->generate(r);
+    EXPECT_EQ(split.parallel, "ulysses");
+    EXPECT_TRUE(test::tensors_close(split.latents, one.latents, 1e-5, 0.9999999));
+  }
+  o.parallel_local = 4;  // the tiny DiT's 2 heads
+  test::expect_error([&] { Engine::open(o); }, "2 attention heads do not split over 4 ranks");
 }
 
 }  // namespace

@@ -275,7 +275,9 @@ class ErnieEngine final : public Engine {
       progress(p);
     };
     // --parallel cfg: the rows split over the ranks when there are two (cfg > 1); one row runs on rank 0 alone.
-    const bool split = group_ && do_cfg;
+    // --parallel ulysses: every forward split over the ranks' tokens.
+    const bool seq = group_ && opt_.parallel.mode == ParallelMode::Ulysses;
+    const bool split = group_ && (seq || do_cfg);
     Tensor latents;
     if (!split) {
       latents = sample_cfg(*dit_, *solver, opt_.device, opt_.dtype, in, on_step, cancel);
@@ -285,7 +287,8 @@ class ErnieEngine final : public Engine {
         std::unique_ptr<FlowSolver> own;  // a solver per rank (the multistep ones keep state)
         if (c.rank() > 0) own = make_flow_solver(r0.sampler, m_.scheduler, r0.steps, shape[2] * shape[3], r0.shift);
         Tensor x = sample_cfg(rank_dit(c.rank()), own ? *own : *solver, c.device(), opt_.dtype, in,
-                              c.rank() == 0 ? on_step : std::function<void(int, const Tensor&)>{}, cancel, &c);
+                              c.rank() == 0 ? on_step : std::function<void(int, const Tensor&)>{}, cancel,
+                              seq ? nullptr : &c, seq ? &c : nullptr);
         if (c.rank() == 0) latents = x;
       });
     }
@@ -328,7 +331,7 @@ class ErnieEngine final : public Engine {
       x.decode_s = decode_s;
       x.vae_encode_s = vae_encode_s;
       x.lora_switch_s = lora_switch_s;
-      x.parallel = split ? "cfg" : "";
+      x.parallel = !split ? "" : seq ? "ulysses" : "cfg";
     }
     return res;
   }
@@ -571,6 +574,10 @@ std::unique_ptr<Engine> Engine::open(const EngineOptions& o, const ProgressFn& p
     m.require_ok("pe");
   }
   const ModelLimits limits = model_limits(m);
+  if (s.parallel.mode == ParallelMode::Ulysses && s.load_denoiser)
+    ERNIE_CHECK(m.dit.num_attention_heads % s.parallel.ranks() == 0, "--parallel ulysses: the DiT's ",
+                std::to_string(m.dit.num_attention_heads), " attention heads do not split over ",
+                std::to_string(s.parallel.ranks()), " ranks");
   const int vs = m.vae.spatial_scale();
   ERNIE_CHECK(s.vae_tile % vs == 0, "--vae-tile ", std::to_string(s.vae_tile), " must be a positive multiple of the "
               "VAE's ", std::to_string(vs), " pixels per latent pixel");

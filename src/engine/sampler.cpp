@@ -33,7 +33,7 @@ TextBatch pad_text(const std::vector<Tensor>& hiddens, Device device, DType act,
 
 Tensor sample_cfg(const ErnieDit& dit, FlowSolver& solver, Device device, DType act, const SamplerInput& in,
                   const std::function<void(int, const Tensor&)>& on_step, const std::atomic<bool>* cancel,
-                  Communicator* cfg_split) {
+                  Communicator* cfg_split, Communicator* seq_split) {
   const int N = solver.num_steps();
   ERNIE_CHECK(N >= 1, "sampler: the solver has no timesteps");
   const int64_t B = in.latents.dim(0);
@@ -51,6 +51,7 @@ Tensor sample_cfg(const ErnieDit& dit, FlowSolver& solver, Device device, DType 
               std::to_string(in.cfg), ", ", std::to_string(split ? cfg_split->size() : 0), " ranks)");
   ERNIE_CHECK(!split || cfg_split->device() == device, "sampler: rank on ", split ? cfg_split->device().str() : "",
               ", the DiT's device is ", device.str());
+  ERNIE_CHECK(!split || !seq_split, "sampler: the CFG split and the sequence split do not combine");
   int64_t tmax = 0;
   for (const Tensor& r : rows) tmax = std::max(tmax, r.dim(0));
   if (split) rows = cfg_split->rank() == 0 ? in.uncond : in.cond;
@@ -89,7 +90,8 @@ Tensor sample_cfg(const ErnieDit& dit, FlowSolver& solver, Device device, DType 
     std::vector<float> t_batch(size_t(model_input.dim(0)),
                                dit_timestep(solver.timesteps()[size_t(i)], in.round_timesteps ? act : DType::F32));
 
-    Tensor pred = dit.forward(model_input, t_batch, text.text_bth, text.text_lens);
+    Tensor pred = seq_split ? dit.forward_seq_parallel(*seq_split, model_input, t_batch, text.text_bth, text.text_lens)
+                            : dit.forward(model_input, t_batch, text.text_bth, text.text_lens);
     if (pred.dtype() != DType::F32) pred = ops::cast(pred, DType::F32);
     if (split) {  // every rank gets [uncond..., cond...] as one device computes it
       Shape all = pred.shape();

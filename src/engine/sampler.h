@@ -49,8 +49,10 @@ struct SamplerInput {
 // rows through its `dit` on `device` (rank 0 the unconditional, rank 1 the conditional ones), the ranks all-gather
 // the velocities into [uncond..., cond...], and every rank then runs the guidance and the solver's step
 // identically: each returns the same latents the single-device loop does. Each rank passes its own solver.
+// Ulysses (--parallel ulysses): with `seq_split`, every rank runs every row, each DiT forward split over the ranks'
+// tokens (ErnieDit::forward_seq_parallel), and every rank gets the whole velocity.
 Tensor sample_cfg(const ErnieDit& dit, FlowSolver& solver, Device device, DType act, const SamplerInput& in,
                   const std::function<void(int, const Tensor&)>& on_step = {}, const std::atomic<bool>* cancel = nullptr,
-                  Communicator* cfg_split = nullptr);
+                  Communicator* cfg_split = nullptr, Communicator* seq_split = nullptr);
 
 }  // namespace ernie

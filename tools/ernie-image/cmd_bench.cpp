@@ -209,7 +209,8 @@ int run(Opts& o) {
   Device planned = kCPU;  // --gpus: the first GPU
   const ParallelPlan plan = plan_parallel(o.engine.gpus, o.engine.parallel, o.engine.parallel_local, o.engine.device,
                                           ops::cuda_device_count(), nccl_built(), planned);
-  ERNIE_CHECK(!plan.split() || o.cfg > 1.f, "bench: --parallel cfg splits the two guidance rows: give --cfg > 1");
+  ERNIE_CHECK(!plan.split() || plan.mode != ParallelMode::Cfg || o.cfg > 1.f,
+              "bench: --parallel cfg splits the two guidance rows: give --cfg > 1");
   const Device dev = o.device = o.engine.gpus.empty() ? parse_device_option(o.engine.device) : planned;
   ERNIE_CHECK(dev.is_cpu() || ops::cuda_device_count() > dev.index, "bench: no CUDA device ", dev.str());
   const DType act = o.act = parse_dtype_option(o.engine.dtype, dev);
@@ -235,7 +236,7 @@ int run(Opts& o) {
   j["cfg"] = o.cfg;
   j["prompt_tokens"] = o.prompt_tokens;
   j["weights"] = o.random ? "random" : o.engine.model;
-  j["parallel"] = plan.split() ? "cfg" : "none";
+  j["parallel"] = parallel_mode_name(plan.split() ? plan.mode : ParallelMode::None);
   if (plan.split()) j["parallel_comm"] = plan.local_ranks ? "local" : "nccl";
 
   // ---- low-VRAM mode: as given, or the least offloading whose estimate fits --max-vram ----
@@ -422,24 +423,34 @@ int run(Opts& o) {
     j["vae_encode_s"] = median(e);
   }
   // --parallel cfg: each rank its row through its DiT, the velocities all-gathered, the same combine and step on
-  // every rank (as sample_cfg's split); rank 0's latents are the result.
+  // every rank (as sample_cfg's split); --parallel ulysses: every row on every rank, each forward split over the
+  // ranks' tokens. Rank 0's latents are the result.
   auto denoise_split = [&](int steps) {
     Tensor result;
     sync(dev);  // x0 and the text are complete before another GPU's stream copies them
     run_ranks(*group, [&](Communicator& c) {
       const ErnieDit& d = c.rank() == 0 || rank_dits.empty() ? dit : *rank_dits[size_t(c.rank() - 1)];
-      const Tensor my_text = text.narrow(c.rank(), 1).to(c.device());
-      const std::vector<int64_t> my_lens = {lens[size_t(c.rank())]};
+      const bool seq = plan.mode == ParallelMode::Ulysses;
+      const Tensor my_text = seq ? text.to(c.device()) : text.narrow(c.rank(), 1).to(c.device());
+      const std::vector<int64_t> my_lens = seq ? lens : std::vector<int64_t>{lens[size_t(c.rank())]};
       Tensor x = x0.to(c.device());
       for (int i = first; i < first + steps; ++i) {
         const float t = sig[size_t(i)] * 1000.f;
-        Tensor v = d.forward(x, {t}, my_text, my_lens);
-        Shape both_shape = v.shape();
-        both_shape[0] = 2;
-        Tensor both = Tensor::empty(both_shape, v.dtype(), c.device());
-        c.all_gather(v, both);
-        Tensor cond = ops::slice(both, 0, 0, 1), uncond = ops::slice(both, 0, 1, 1);
-        v = ops::add(uncond, ops::scale(ops::add(cond, ops::scale(uncond, -1.f)), o.cfg));
+        Tensor v;
+        if (seq) {
+          v = d.forward_seq_parallel(c, rows == 2 ? ops::concat({x, x}, 0) : x, std::vector<float>(size_t(rows), t),
+                                     my_text, my_lens);
+        } else {
+          const Tensor mine = d.forward(x, {t}, my_text, my_lens);
+          Shape both_shape = mine.shape();
+          both_shape[0] = 2;
+          v = Tensor::empty(both_shape, mine.dtype(), c.device());
+          c.all_gather(mine, v);
+        }
+        if (rows == 2) {
+          Tensor cond = ops::slice(v, 0, 0, 1), uncond = ops::slice(v, 0, 1, 1);
+          v = ops::add(uncond, ops::scale(ops::add(cond, ops::scale(uncond, -1.f)), o.cfg));
+        }
         x = ops::add(x, ops::scale(v, sig[size_t(i) + 1] - sig[size_t(i)]));
       }
       if (c.rank() == 0) result = x;
