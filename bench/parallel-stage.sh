@@ -58,6 +58,7 @@ if [ "$NGPU" -ge 2 ]; then
   $B generate "${big[@]}" -o "$DIR/big-one.png" 2>&1 | tail -1
   $B generate "${big[@]}" --gpus 0,1 --parallel cfg -o "$DIR/big-cfg.png" 2>&1 | tail -1
   python3 bench/compare_png.py "$DIR/big-one.png" "$DIR/big-cfg.png"
+  echo "## 2 GPUs, --parallel data: serve's throughput is for the lead's load test (serve --gpus 0,1 --parallel data)"
 else
   echo "## skipped: the 2-GPU runs (bench and images with --gpus 0,1 --parallel cfg): $NGPU GPU(s) here"
 fi

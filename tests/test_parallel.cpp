@@ -9,6 +9,7 @@
 
 #include "engine/engine.h"
 #include "engine/parallel/communicator.h"
+#include "engine/parallel/data_parallel_engine.h"
 #include "engine/parallel/local_communicator.h"
 #include "engine/parallel/nccl_communicator.h"
 #include "engine/parallel/parallel_plan.h"
@@ -174,7 +175,9 @@ TEST(Parallel, PlanRules) {
   EXPECT_NE(err("0,1,2", "cfg", 0, "auto", 4, true).find("exactly 2 ids"), std::string::npos);
   EXPECT_NE(err("0,1", "cfg", 0, "auto", 2, false).find("this build has no NCCL"), std::string::npos);
   EXPECT_NE(err("0,1", "cfg", 0, "cuda:1", 2, true).find("disagree"), std::string::npos);
-  EXPECT_NE(err("0,1", "data", 0, "auto", 2, true).find("--parallel data: not built yet"), std::string::npos);
+  EXPECT_EQ(err("0,1", "data", 0, "auto", 2, false), "");  // independent engines: no NCCL needed
+  EXPECT_NE(err("0", "data", 0, "auto", 2, false).find("--parallel data splits the work over several GPUs"),
+            std::string::npos);
   EXPECT_NE(err("0", "ulysses", 0, "auto", 2, true).find("--gpus needs 2 or more ids"), std::string::npos);
   EXPECT_NE(err("", "ulysses", 1, "cpu", 0, false).find("a split needs 2 or more ranks"), std::string::npos);
   EXPECT_EQ(err("", "ulysses", 3, "cpu", 0, false), "");
@@ -420,6 +423,50 @@ TEST(Parallel, EngineUlyssesEqualsSingleEngine) {
   }
   o.parallel_local = 4;  // the tiny DiT's 2 heads
   test::expect_error([&] { Engine::open(o); }, "2 attention heads do not split over 4 ranks");
+}
+
+// ---- data: one engine per rank, a batch split over them ---------------------------------------------------
+
+TEST(Parallel, SplitBatchBalancesImages) {
+  using V = std::vector<size_t>;
+  EXPECT_EQ(split_batch({1, 1, 1, 1}, 2, 16), (V{0, 2}));
+  EXPECT_EQ(split_batch({1, 1, 1}, 2, 16), (V{0, 2}));
+  EXPECT_EQ(split_batch({1}, 2, 16), (V{0}));  // one request: one group
+  EXPECT_EQ(split_batch({4, 1, 1, 1, 1}, 2, 16), (V{0, 1}));
+  EXPECT_EQ(split_batch({2, 2, 2, 2, 2, 2}, 3, 16), (V{0, 2, 4}));
+  EXPECT_EQ(split_batch(std::vector<int>(32, 1), 2, 16), (V{0, 16}));
+  EXPECT_EQ(split_batch(std::vector<int>(8, 1), 4, 16), (V{0, 2, 4, 6}));
+  EXPECT_EQ(split_batch({}, 2, 16), V{});
+}
+
+TEST(Parallel, EngineDataSplitsABatch) {
+  EngineOptions o;
+  o.device = "cpu";
+  o.default_offload = Offload::None;
+  o.model = test::tiny_model();
+  o.parallel = "data";
+  o.parallel_local = 2;
+  auto e = Engine::open(o);
+  EXPECT_EQ(e->info().parallel, "data");
+  EXPECT_EQ(e->max_batch_images(), 2 * test::tiny_engine().max_batch_images());
+  std::vector<GenerateRequest> reqs;
+  for (int i = 0; i < 3; ++i) {
+    GenerateRequest r = tiny_request(3.0f, 1);
+    r.seed = uint64_t(10 + i);
+    r.prompt += " number " + std::to_string(i);
+    reqs.push_back(r);
+  }
+  int progress_calls = 0;
+  const std::vector<GenerateResult> got = e->generate_batch(reqs, [&](const Progress&) { ++progress_calls; });
+  ASSERT_EQ(got.size(), reqs.size());
+  EXPECT_GT(progress_calls, 0);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    SCOPED_TRACE(i);
+    const GenerateResult one = test::tiny_engine().generate(reqs[i]);
+    EXPECT_EQ(got[i].parallel, "data");
+    EXPECT_EQ(got[i].resolved.seed, reqs[i].seed);  // in request order
+    EXPECT_TRUE(test::tensors_close(got[i].latents, one.latents, 1e-5, 0.9999999));
+  }
 }
 
 }  // namespace

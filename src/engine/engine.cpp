@@ -20,6 +20,7 @@
 #include "engine/init_image.h"
 #include "engine/noise.h"
 #include "engine/parallel/communicator.h"
+#include "engine/parallel/data_parallel_engine.h"
 #include "engine/parallel/local_communicator.h"
 #include "engine/parallel/nccl_communicator.h"
 #include "engine/parallel/parallel_plan.h"
@@ -559,6 +560,7 @@ std::unique_ptr<Engine> Engine::open(const EngineOptions& o, const ProgressFn& p
   // 1. validate: every flag, then the model's files (configs, checkpoint headers, tensor shapes).
   MemoryFlags mem;
   Settings s = parse_settings(o, mem);
+  if (s.parallel.mode == ParallelMode::Data) return open_data_parallel(o, s.parallel, progress);
   ModelFolder m = ModelFolder::open(o.model, o.pe != PeLoad::Off, o.files);
   m.require_ok("text_encoder");
   if (s.load_denoiser) {

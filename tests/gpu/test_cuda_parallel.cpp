@@ -215,6 +215,49 @@ TEST(CudaParallel, TinyEngineUlyssesEqualsSingleEngine) {
   EXPECT_TRUE(tensors_close(b.latents, a.latents, 1e-2, 0.9999));
 }
 
+// --parallel data: one engine per rank (2 local engines on one GPU; with 2+ GPUs, one per GPU), a batch of three
+// requests split over them: each result as one engine alone gives it.
+TEST(CudaParallel, TinyEngineDataSplitsABatch) {
+  ERNIE_REQUIRE_GPU();
+  EngineOptions o;
+  o.model = tiny_model();
+  o.device = kGPU.str();
+  o.default_offload = Offload::None;
+  auto one = Engine::open(o);
+  std::vector<EngineOptions> modes(1, o);
+  modes[0].parallel = "data";
+  modes[0].parallel_local = 2;
+  if (cuda::device_count() >= 2) {
+    EngineOptions g = o;
+    g.device = "auto";
+    g.gpus = "0,1";
+    g.parallel = "data";
+    modes.push_back(g);
+  } else {
+    std::printf("data over 2 GPUs skipped: %d visible\n", cuda::device_count());
+  }
+  std::vector<GenerateRequest> reqs;
+  for (int i = 0; i < 3; ++i) {
+    GenerateRequest r;
+    r.prompt = "a lighthouse at dusk, view " + std::to_string(i);
+    r.width = r.height = 64;
+    r.steps = 3;
+    r.cfg = 4.0f;
+    r.seed = uint64_t(20 + i);
+    reqs.push_back(r);
+  }
+  for (const EngineOptions& m : modes) {
+    SCOPED_TRACE(m.gpus.empty() ? "local" : m.gpus);
+    auto e = Engine::open(m);
+    const std::vector<GenerateResult> got = e->generate_batch(reqs);
+    ASSERT_EQ(got.size(), reqs.size());
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      EXPECT_EQ(got[i].parallel, "data");
+      EXPECT_TRUE(tensors_close(got[i].latents, one->generate(reqs[i]).latents, 1e-2, 0.9999));
+    }
+  }
+}
+
 // Full size, random weights, one H200: one DiT forward at 1024² (4096 image + 64 text tokens) in bf16, Ulysses over
 // 2 local ranks sharing the weights against the whole forward.
 TEST(CudaParallel, DISABLED_FullSizeUlyssesForward1024) {

@@ -62,7 +62,8 @@ void add_engine_flags(CLI::App& cmd, EngineOptions& o, const std::string& defaul
                  "none (default), cfg (the unconditional and the conditional rows on the two --gpus, each with its own "
                  "copy of the weights, exchanging each step's velocity through NCCL; a request at cfg <= 1 runs on the "
                  "first alone), ulysses (each DiT forward's tokens split over the --gpus, an all-to-all around "
-                 "attention; for cfg 1) or auto (cfg with two GPUs); data is not built yet");
+                 "attention; for cfg 1), data (one whole engine per GPU; serve's batches of requests split over them) "
+                 "or auto (cfg with two GPUs)");
   cmd.add_option("--parallel-local", o.parallel_local,
                  "checking the split on one device: run --parallel's N ranks as threads on --device, exchanging through "
                  "its memory (same images as without --parallel, not faster)");

@@ -62,14 +62,12 @@ ParallelPlan plan_parallel(const std::string& gpus_text, const std::string& para
     device = first;
   }
   if (mode == ParallelMode::Auto) mode = gpus.size() >= 2 || local_ranks >= 2 ? ParallelMode::Cfg : ParallelMode::None;
-  ERNIE_CHECK(mode != ParallelMode::Data, "--parallel data: not built yet (this version splits one generation: "
-              "--parallel cfg or ulysses)");
   if (mode == ParallelMode::None) {
     ERNIE_CHECK(gpus.size() <= 1, "--gpus ", gpus_text, ": more than one GPU needs a --parallel mode (cfg)");
     ERNIE_CHECK(local_ranks == 0, "--parallel-local needs a --parallel mode (cfg)");
     return p;
   }
-  p.mode = mode;  // Cfg or Ulysses
+  p.mode = mode;  // Cfg, Ulysses or Data
   const bool cfg = mode == ParallelMode::Cfg;
   if (local_ranks > 0) {
     ERNIE_CHECK(!cfg || local_ranks == 2, "--parallel-local ", std::to_string(local_ranks),
@@ -84,8 +82,12 @@ ParallelPlan plan_parallel(const std::string& gpus_text, const std::string& para
     ERNIE_CHECK(gpus.size() == 2, "--parallel cfg runs the unconditional and the conditional rows on two GPUs: "
                 "--gpus needs exactly 2 ids (e.g. 0,1), got ", gpus.empty() ? std::string("none") : gpus_text);
   else
-    ERNIE_CHECK(gpus.size() >= 2, "--parallel ulysses splits the sequence over several GPUs: --gpus needs 2 or more "
-                "ids (e.g. 0,1), got ", gpus.empty() ? std::string("none") : gpus_text);
+    ERNIE_CHECK(gpus.size() >= 2, "--parallel ", parallel_mode_name(mode), " splits the work over several GPUs: --gpus "
+                "needs 2 or more ids (e.g. 0,1), got ", gpus.empty() ? std::string("none") : gpus_text);
+  if (mode == ParallelMode::Data) {  // independent engines: no communicator
+    p.gpus = gpus;
+    return p;
+  }
   ERNIE_CHECK(nccl, "--gpus ", gpus_text, ": this build has no NCCL (rebuild with CUDA and NCCL found by CMake)");
   p.gpus = gpus;
   return p;

@@ -10,7 +10,8 @@ namespace ernie {
 
 // none: one device. cfg: the unconditional and the conditional rows on two ranks, which exchange each step's
 // velocity (a request at cfg <= 1 has one row and runs on rank 0 alone). ulysses: every row on every rank, each
-// DiT forward split over the ranks' tokens (2 or more ranks; the heads must split evenly). data: not built yet.
+// DiT forward split over the ranks' tokens (2 or more ranks; the heads must split evenly). data: one whole engine
+// per rank, a batch of requests split over them (engine/parallel/data_parallel_engine.h).
 // auto: cfg with two GPUs, else none.
 enum class ParallelMode { None, Cfg, Ulysses, Data, Auto };
 const char* parallel_mode_name(ParallelMode m);          // "none", "cfg", ...
@@ -20,7 +21,7 @@ ParallelMode parse_parallel_mode(const std::string& s);  // ""/none/cfg/ulysses/
 std::vector<int> parse_gpu_list(const std::string& s);
 
 struct ParallelPlan {
-  ParallelMode mode = ParallelMode::None;  // None, Cfg or Ulysses once planned (Auto resolved)
+  ParallelMode mode = ParallelMode::None;  // None, Cfg, Ulysses or Data once planned (Auto resolved)
   std::vector<int> gpus;  // rank r's CUDA device (NCCL); empty with local ranks or one device
   int local_ranks = 0;    // > 0: that many ranks in this process on the engine's one device (LocalCommunicator)
   int ranks() const { return local_ranks > 0 ? local_ranks : int(gpus.size()); }
