@@ -10,7 +10,8 @@
 # Q4_K GGUF DiTs from convert against bf16; bench/gguf-stage.sh), lora (a
 # rank-32 LoRA: step time with and without it, bf16 and fp8, and the switch time; bench/lora-stage.sh), ptx-tests /
 # ptx-bench / all (a compute_80-only build: GPU tests, speed against the Hopper build; the release build's time,
-# size and machine code; bench/arch-stage.sh), cards (--max-vram 8/12/16/24 recipes; bench/cards-stage.sh).
+# size and machine code; bench/arch-stage.sh), cards (--max-vram 8/12/16/24 recipes; bench/cards-stage.sh),
+# parallel (--parallel cfg: local ranks on one GPU, NCCL with 2+; bench/parallel-stage.sh).
 # Logs go to $OUT (at most 8 files come back): build.log, tests.log, doctor.txt, perf.log, bench.log,
 # quant.log, convert.log, profile.log, pe.log, calibrate.log, lowvram.log, policy.log, gguf.log, lora.log, power.csv. NO_BUILD=1 skips the build (an existing build/ is used, e.g. to try a stage on the CPU). The GPU machine builds without the Redis queue (-DERNIE_REDIS=OFF): its tests need a redis-server it lacks.
 set -u
@@ -92,6 +93,10 @@ for stage in "$@"; do
     cards)  # --max-vram 8/12/16/24: bf16 folder and fp8 file, Turbo and cfg 4 (bench/cards-stage.sh)
       bench/cards-stage.sh "$B" "${CONVERT_DIR:-/tmp/ernie-cards}" > "$OUT/cards.log" 2>&1
       echo "cards exit $?"; cat "$OUT/cards.log" | tail -80 ;;
+    parallel)  # issue 28: doctor's topology, the split's GPU tests, generate plain vs --parallel cfg (local ranks on
+      # one GPU; with 2+ GPUs also --gpus 0,1: bench and images); bench/parallel-stage.sh
+      bench/parallel-stage.sh "$B" "${CONVERT_DIR:-/tmp/ernie-parallel}" > "$OUT/parallel.log" 2>&1
+      echo "parallel exit $?"; cat "$OUT/parallel.log" | tail -60 ;;
     convert)  # ~23 GB random bf16 folder -> convert fp8, bf16 (disk allowing) -> load each from the page cache
       bench/convert-stage.sh "$B" "${CONVERT_DIR:-/tmp/ernie-convert}" > "$OUT/convert.log" 2>&1
       echo "convert exit $?"; grep -E "^(##|random|wrote|convert|sync|cat|load|disk|skip|error)" "$OUT/convert.log" ;;

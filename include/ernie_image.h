@@ -61,6 +61,11 @@ typedef struct ernie_options {
   int threads;           /* CPU threads, 0 = all cores */
   int keep_text_encoder; /* 1 (default): keep it loaded between requests; 0: ERNIE_OFFLOAD_TEXT_ENCODER (below) */
   int load_pe;           /* 1: load the prompt enhancer (pe/) */
+  /* Several GPUs in one host (`--gpus`, `--parallel`), added in the second version of this struct (a first-version
+     struct, without them, is still accepted). NULL: one device (`device`). */
+  const char* gpus;      /* "0,1": the CUDA devices, one rank each (NCCL); the first runs the text encoder and VAE */
+  const char* parallel;  /* "none" (NULL), "cfg": the unconditional and conditional rows on two GPUs (a request at
+                            cfg <= 1 runs on the first alone), "auto": cfg with two GPUs */
 } ernie_options;
 
 /* Low-VRAM modes and VAE tiling, the choices of `ernie-image generate/serve --offload --max-vram --vae-tiling

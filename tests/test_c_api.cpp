@@ -2,6 +2,8 @@
 // as values with messages, and the progress callback can cancel.
 #include <gtest/gtest.h>
 
+#include <cstddef>
+
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -139,10 +141,41 @@ TEST(CApi, OptionsStructSize) {
     EXPECT_EQ(ernie_load(&bad, &m, &err), ERNIE_ERR_INVALID) << size;
     EXPECT_EQ(m, nullptr);
     const std::string want = "ernie_options.struct_size " + std::to_string(size) + ": this library takes " +
-                             std::to_string(sizeof(ernie_options)) + " (set it up with ernie_options_init)";
+                             std::to_string(sizeof(ernie_options)) + " or " +
+                             std::to_string(offsetof(ernie_options, gpus)) + " (set it up with ernie_options_init)";
     EXPECT_EQ(std::string(err ? err : ""), want);
     ernie_free_string(err);
   }
+}
+
+// The second version of ernie_options added gpus and parallel: a first-version struct (without them) still loads,
+// and the new fields reach the engine's checks.
+TEST(CApi, OptionsParallelFields) {
+  ernie_options o;
+  ernie_options_init(&o);
+  EXPECT_EQ(o.gpus, nullptr);
+  EXPECT_EQ(o.parallel, nullptr);
+  std::string dir = ernie::test::tiny_model();
+  o.model_dir = dir.c_str();
+  o.threads = 1;
+  ernie_options first = o;
+  first.struct_size = offsetof(ernie_options, gpus);
+  first.parallel = "garbage";  // beyond a first-version struct: never read
+  ernie_model* m = nullptr;
+  ASSERT_EQ(ernie_load(&first, &m, nullptr), ERNIE_OK) << ernie_last_error();
+  ernie_free(m);
+  m = nullptr;
+  o.parallel = "cfg";
+  char* err = nullptr;
+  EXPECT_EQ(ernie_load(&o, &m, &err), ERNIE_ERR_INVALID);
+  EXPECT_NE(std::string(err ? err : "").find("--gpus needs exactly 2 ids"), std::string::npos) << err;
+  ernie_free_string(err);
+  err = nullptr;
+  o.parallel = "none";
+  o.gpus = "0,0";
+  EXPECT_EQ(ernie_load(&o, &m, &err), ERNIE_ERR_INVALID);
+  EXPECT_NE(std::string(err ? err : "").find("GPU 0 is named twice"), std::string::npos) << err;
+  ernie_free_string(err);
 }
 
 // The header's thread-safety promises: two threads generating on one handle are serialised and each gets the

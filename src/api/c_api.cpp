@@ -175,9 +175,10 @@ ernie_status ernie_load_components(const ernie_options* opt, const ernie_memory_
   if (out) *out = nullptr;
   return guarded(err, [&] {
     ERNIE_CHECK(opt && out, "ernie_load: options and out must not be NULL");
-    // The first version of ernie_options with a struct_size is this one: no earlier size to accept yet.
-    ERNIE_CHECK(opt->struct_size == sizeof(ernie_options), "ernie_options.struct_size ",
-                std::to_string(opt->struct_size), ": this library takes ", std::to_string(sizeof(ernie_options)),
+    constexpr size_t kFirstOptions = offsetof(ernie_options, gpus);  // the first version: no gpus, parallel
+    ERNIE_CHECK(opt->struct_size == sizeof(ernie_options) || opt->struct_size == kFirstOptions,
+                "ernie_options.struct_size ", std::to_string(opt->struct_size), ": this library takes ",
+                std::to_string(sizeof(ernie_options)), " or ", std::to_string(kFirstOptions),
                 " (set it up with ernie_options_init)");
     constexpr size_t kFirstVersion = offsetof(ernie_memory_options, quantize);  // before `quantize`
     constexpr size_t kSecondVersion = offsetof(ernie_memory_options, attention_fp8);
@@ -216,6 +217,11 @@ ernie_status ernie_load_components(const ernie_options* opt, const ernie_memory_
     po.threads = opt->threads;
     po.pe = opt->load_pe ? ernie::PeLoad::Required : ernie::PeLoad::Off;
     po.default_offload = opt->keep_text_encoder ? ernie::Offload::None : ernie::Offload::TextEncoder;
+    if (opt->struct_size >= sizeof(ernie_options)) {  // several GPUs (second version)
+      po.gpus = opt->gpus ? opt->gpus : "";
+      po.parallel = opt->parallel && *opt->parallel ? opt->parallel : "none";
+      if (!po.gpus.empty() && !(opt->device && *opt->device)) po.device = "auto";  // --gpus names the devices
+    }
     ernie_memory_options defaults;
     ernie_memory_options_init(&defaults);
     memory_options(mem ? *mem : defaults, *opt, po);

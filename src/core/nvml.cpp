@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "core/gpu_health.h"
+#include "core/gpu_topology.h"
 
 namespace ernie {
 
@@ -28,6 +29,8 @@ struct Utilization {  // nvmlUtilization_t
   unsigned gpu, memory;
 };
 constexpr int kClockSm = 1, kClockMem = 2;  // nvmlClockType_t
+constexpr int kP2pNvlink = 2;                // nvmlGpuP2PCapsIndex_t NVML_P2P_CAPS_INDEX_NVLINK
+constexpr unsigned kMaxNvlinks = 18;         // NVML_NVLINK_MAX_LINKS (Hopper)
 
 class Nvml {
  public:
@@ -64,10 +67,38 @@ class Nvml {
     return fn && fn(d, out...) == 0;
   }
 
-  void read(GpuReadings& g) const {
+  Dev handle(const std::string& pci_bus_id) const {
     Dev d = nullptr;
     auto by_bus = sym<Ret (*)(const char*, Dev*)>("nvmlDeviceGetHandleByPciBusId_v2");
-    if (!by_bus || by_bus(g.pci_bus_id.c_str(), &d) != 0) return;
+    return by_bus && by_bus(pci_bus_id.c_str(), &d) == 0 ? d : nullptr;
+  }
+
+  // Active NVLinks of a GPU (to a peer or an NVSwitch); -1 when NVML cannot say.
+  int active_nvlinks(Dev d) const {
+    auto state = sym<Ret (*)(Dev, unsigned, int*)>("nvmlDeviceGetNvLinkState");
+    if (!state) return -1;
+    int n = 0;
+    for (unsigned link = 0; link < kMaxNvlinks; ++link) {
+      int active = 0;  // nvmlEnableState_t
+      if (state(d, link, &active) == 0 && active) ++n;
+    }
+    return n;
+  }
+
+  void read_pair(Dev a, Dev b, GpuPairReading& p) const {
+    auto ancestor = sym<Ret (*)(Dev, Dev, int*)>("nvmlDeviceGetTopologyCommonAncestor");
+    int level = 0;  // nvmlGpuTopologyLevel_t
+    if (ancestor && ancestor(a, b, &level) == 0) p.ancestor = level;
+    auto p2p = sym<Ret (*)(Dev, Dev, int, int*)>("nvmlDeviceGetP2PStatus");
+    int status = 0;  // nvmlGpuP2PStatus_t: 0 = NVML_P2P_STATUS_OK
+    if (p2p && p2p(a, b, kP2pNvlink, &status) == 0) p.nvlink = status == 0 ? 1 : 0;
+    p.nvlinks_a = active_nvlinks(a);
+    p.nvlinks_b = active_nvlinks(b);
+  }
+
+  void read(GpuReadings& g) const {
+    Dev d = handle(g.pci_bus_id);
+    if (!d) return;
     unsigned u = 0, v = 0;
     auto as_int = [](unsigned x) { return int(std::min<unsigned>(x, 1u << 30)); };
     if (get("nvmlDeviceGetCurrPcieLinkGeneration", d, &u)) g.pcie_gen = as_int(u);
@@ -114,6 +145,21 @@ std::string read_nvml(std::vector<GpuReadings>& gpus) {
   Nvml nvml;
   if (!nvml.error().empty()) return nvml.error();
   for (GpuReadings& g : gpus) nvml.read(g);
+  return "";
+}
+
+std::string read_nvml_topology(const std::vector<GpuReadings>& gpus, std::vector<GpuPairReading>& pairs) {
+  Nvml nvml;
+  if (!nvml.error().empty()) return nvml.error();
+  for (GpuPairReading& p : pairs) {
+    const GpuReadings *a = nullptr, *b = nullptr;
+    for (const GpuReadings& g : gpus) {
+      if (g.cuda_index == p.a) a = &g;
+      if (g.cuda_index == p.b) b = &g;
+    }
+    Dev da = a ? nvml.handle(a->pci_bus_id) : nullptr, db = b ? nvml.handle(b->pci_bus_id) : nullptr;
+    if (da && db) nvml.read_pair(da, db, p);
+  }
   return "";
 }
 

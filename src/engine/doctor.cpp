@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/system_info.h"
 #include "engine/doctor_gpu.h"
+#include "engine/doctor_topology.h"
 #include "engine/memory_plan.h"
 #include "io/gguf_quants.h"
 #include "io/model_folder.h"
@@ -178,6 +179,7 @@ DoctorReport run_doctor(const std::string& model_dir, const DoctorOptions& opt) 
   j["problems"] = json::array();
   j["warnings"] = json::array();
   add_gpu_checks(si, j);
+  add_gpu_topology(si, j);
 
   if (!model_dir.empty() || opt.files.any()) {
     json m;
@@ -278,6 +280,7 @@ std::string format_doctor(const json& j) {
     o << line;
     format_gpu_checks(g, o);
   }
+  format_gpu_topology(j, o);
   format_host_checks(j, o);
   if (j["env"].empty()) o << "  device selection: no CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES set (all visible)\n";
   for (auto it = j["env"].begin(); it != j["env"].end(); ++it)

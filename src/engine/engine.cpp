@@ -19,6 +19,11 @@
 #include "ops/ops.h"
 #include "engine/init_image.h"
 #include "engine/noise.h"
+#include "engine/parallel/communicator.h"
+#include "engine/parallel/data_parallel_engine.h"
+#include "engine/parallel/local_communicator.h"
+#include "engine/parallel/nccl_communicator.h"
+#include "engine/parallel/parallel_plan.h"
 #include "engine/sampler.h"
 #include "engine/samplers/flow_solver.h"
 #include "engine/scheduler.h"
@@ -65,6 +70,7 @@ struct Settings {
   std::string lora_dir;
   bool lora_at_runtime = false;
   std::function<void(const std::string&, const Tensor&)> observe_dit_inputs;
+  ParallelPlan parallel;  // --gpus / --parallel (engine/parallel/parallel_plan.h)
 };
 
 // Every flag, before the model is opened.
@@ -73,7 +79,12 @@ Settings parse_settings(const EngineOptions& o, MemoryFlags& mem) {
   ERNIE_CHECK(!o.model.empty() || o.files.any(), "--model: no model given (a model folder or a converted file, or "
               "every component as a file: --diffusion-model, --text-encoder, --vae and --tokenizer)");
   s.model_dir = o.model.empty() ? o.files.diffusion_model : o.model;
-  s.device = parse_device_option(o.device);
+  s.parallel = plan_parallel(o.gpus, o.parallel, o.parallel_local, o.device, ops::cuda_device_count(), nccl_built(),
+                             s.device);
+  if (o.gpus.empty()) s.device = parse_device_option(o.device);
+  for (size_t r = 1; r < s.parallel.gpus.size(); ++r)  // the other ranks' GPUs (the first is s.device, checked below)
+    if (const std::string why = ops::unusable_reason(Device{DeviceKind::CUDA, s.parallel.gpus[r]}); !why.empty())
+      fail("--gpus cuda:", std::to_string(s.parallel.gpus[r]), ": ", why);
   ERNIE_CHECK(s.device.is_cpu() || ops::cuda_built(), "--device ", s.device.str(), ": this build has no CUDA backend");
   ERNIE_CHECK(s.device.is_cpu() || s.device.index < ops::cuda_device_count(), "--device ", s.device.str(), ": ",
               std::to_string(ops::cuda_device_count()), " CUDA device(s) visible");
@@ -111,6 +122,11 @@ class ErnieEngine final : public Engine {
         loras_(opt.lora_dir, m_.dit) {
     if (opt.device.is_cpu()) ops::set_threads(opt.threads);
     if (opt.memory_limit) ops::set_memory_limit(opt.device, opt.memory_limit);
+    for (size_t r = 1; r < opt.parallel.gpus.size(); ++r)  // every rank's GPU gets the plan's cap
+      if (opt.memory_limit) ops::set_memory_limit(rank_device(int(r)), opt.memory_limit);
+    if (opt.parallel.split())
+      group_ = opt.parallel.local_ranks > 0 ? make_local_group(opt.parallel.local_ranks, opt.device)
+                                            : make_nccl_group(opt.parallel.gpus);
     const bool resident = opt.keep_text_encoder;
     const int total = resident ? (opt.load_pe ? 5 : 4) : 1;
     auto t0 = Clock::now();
@@ -253,12 +269,30 @@ class ErnieEngine final : public Engine {
     const int run_steps = r0.steps - in.first_step;
     t0 = Clock::now();
     if (progress) progress({"denoise", 0, run_steps, 0});
-    Tensor latents = sample_cfg(*dit_, *solver, opt_.device, opt_.dtype, in, [&](int step, const Tensor& x) {
+    const std::function<void(int, const Tensor&)> on_step = [&](int step, const Tensor& x) {
       if (!progress) return;
       Progress p{"denoise", step, run_steps, seconds_since(t0)};
       p.latents = &x;  // for live previews (the server's `preview` events)
       progress(p);
-    }, cancel);
+    };
+    // --parallel cfg: the rows split over the ranks when there are two (cfg > 1); one row runs on rank 0 alone.
+    // --parallel ulysses: every forward split over the ranks' tokens.
+    const bool seq = group_ && opt_.parallel.mode == ParallelMode::Ulysses;
+    const bool split = group_ && (seq || do_cfg);
+    Tensor latents;
+    if (!split) {
+      latents = sample_cfg(*dit_, *solver, opt_.device, opt_.dtype, in, on_step, cancel);
+    } else {
+      ops::synchronize(opt_.device);  // the inputs are complete before another GPU's stream copies them
+      run_ranks(*group_, [&](Communicator& c) {
+        std::unique_ptr<FlowSolver> own;  // a solver per rank (the multistep ones keep state)
+        if (c.rank() > 0) own = make_flow_solver(r0.sampler, m_.scheduler, r0.steps, shape[2] * shape[3], r0.shift);
+        Tensor x = sample_cfg(rank_dit(c.rank()), own ? *own : *solver, c.device(), opt_.dtype, in,
+                              c.rank() == 0 ? on_step : std::function<void(int, const Tensor&)>{}, cancel,
+                              seq ? nullptr : &c, seq ? &c : nullptr);
+        if (c.rank() == 0) latents = x;
+      });
+    }
     const double denoise_s = seconds_since(t0);
 
     // [Phase 4] decode, one image at a time (the VAE's activations dominate memory at large sizes). The
@@ -298,6 +332,7 @@ class ErnieEngine final : public Engine {
       x.decode_s = decode_s;
       x.vae_encode_s = vae_encode_s;
       x.lora_switch_s = lora_switch_s;
+      x.parallel = !split ? "" : seq ? "ulysses" : "cfg";
     }
     return res;
   }
@@ -344,6 +379,8 @@ class ErnieEngine final : public Engine {
   EngineInfo info_;
   std::optional<TextEncoder> text_encoder_;
   std::optional<ErnieDit> dit_;
+  std::vector<std::optional<ErnieDit>> rank_dits_;  // NCCL ranks 1.. : their own copy of the weights on their GPU
+  std::unique_ptr<CommGroup> group_;                // the parallel ranks (--parallel cfg); null: one device
   std::optional<Flux2Vae> vae_;
   std::optional<PromptEnhancer> pe_;
   LoraLibrary loras_;
@@ -431,6 +468,10 @@ class ErnieEngine final : public Engine {
     if (do_switch) {
       dit_.reset();
       ops::release_cached_memory(opt_.device);
+      for (size_t r = 0; r < rank_dits_.size(); ++r) {
+        rank_dits_[r].reset();
+        ops::release_cached_memory(rank_device(int(r + 1)));
+      }
     }
     if (!base_weights_ && opt_.device.is_cuda() && !opt_.offload_blocks && (do_switch || !opt_.lora_dir.empty()))
       base_weights_.emplace(opt_.device, HostWeightCache::default_budget());
@@ -441,10 +482,22 @@ class ErnieEngine final : public Engine {
       dit_loras_ = loras;
       dit_->set_input_observer(opt_.observe_dit_inputs);
       dit_->set_attention_fp8(opt_.attention_fp8);
+      rank_dits_.resize(opt_.parallel.gpus.empty() ? 0 : opt_.parallel.gpus.size() - 1);
+      for (size_t r = 0; r < rank_dits_.size(); ++r) {  // each other GPU its own copy, from the same stored weights
+        rank_dits_[r] = ErnieDit::load(m_, rank_device(int(r + 1)), opt_.dtype, opt_.offload_blocks, opt_.quantize,
+                                       QuantPolicy{}, loras_.set(loras), opt_.lora_at_runtime, nullptr);
+        rank_dits_[r]->set_attention_fp8(opt_.attention_fp8);
+      }
       if (!vae_) vae_ = Flux2Vae::load(m_, opt_.device, opt_.dtype);
     });
     return do_switch ? seconds_since(t0) : 0.0;
   }
+  // Rank r's device and DiT: with NCCL its GPU and its own copy; local ranks share the one device's DiT.
+  Device rank_device(int r) const {
+    return r == 0 || opt_.parallel.gpus.empty() ? opt_.device : Device{DeviceKind::CUDA, opt_.parallel.gpus[size_t(r)]};
+  }
+  const ErnieDit& rank_dit(int r) const { return r == 0 || rank_dits_.empty() ? *dit_ : *rank_dits_[size_t(r - 1)]; }
+
   // Offloaded mode: frees a component's device weights (and the allocator's cache of them) after use.
   template <class T>
   void offload(std::optional<T>& component) {
@@ -507,6 +560,7 @@ std::unique_ptr<Engine> Engine::open(const EngineOptions& o, const ProgressFn& p
   // 1. validate: every flag, then the model's files (configs, checkpoint headers, tensor shapes).
   MemoryFlags mem;
   Settings s = parse_settings(o, mem);
+  if (s.parallel.mode == ParallelMode::Data) return open_data_parallel(o, s.parallel, progress);
   ModelFolder m = ModelFolder::open(o.model, o.pe != PeLoad::Off, o.files);
   m.require_ok("text_encoder");
   if (s.load_denoiser) {
@@ -522,6 +576,10 @@ std::unique_ptr<Engine> Engine::open(const EngineOptions& o, const ProgressFn& p
     m.require_ok("pe");
   }
   const ModelLimits limits = model_limits(m);
+  if (s.parallel.mode == ParallelMode::Ulysses && s.load_denoiser)
+    ERNIE_CHECK(m.dit.num_attention_heads % s.parallel.ranks() == 0, "--parallel ulysses: the DiT's ",
+                std::to_string(m.dit.num_attention_heads), " attention heads do not split over ",
+                std::to_string(s.parallel.ranks()), " ranks");
   const int vs = m.vae.spatial_scale();
   ERNIE_CHECK(s.vae_tile % vs == 0, "--vae-tile ", std::to_string(s.vae_tile), " must be a positive multiple of the "
               "VAE's ", std::to_string(vs), " pixels per latent pixel");
@@ -546,7 +604,15 @@ std::unique_ptr<Engine> Engine::open(const EngineOptions& o, const ProgressFn& p
   s.offload_blocks = c.mode == Offload::Blocks;
   s.memory_limit = c.limit_bytes;
   if (c.vae_tiling) s.vae_tiling = VaeTilingMode::On;
-  const EngineInfo info{s.device, s.dtype, c, s.vae_tiling == VaeTilingMode::On, s.load_pe};
+  EngineInfo info;
+  info.device = s.device;
+  info.dtype = s.dtype;
+  info.memory = c;
+  info.vae_tiling_forced = s.vae_tiling == VaeTilingMode::On;
+  info.pe_loaded = s.load_pe;
+  info.parallel = parallel_mode_name(s.parallel.split() ? s.parallel.mode : ParallelMode::None);
+  info.parallel_comm = !s.parallel.split() ? "" : s.parallel.local_ranks > 0 ? "local" : "nccl";
+  info.gpus = s.parallel.gpus;
 
   // 3. load what the plan keeps resident.
   return std::make_unique<ErnieEngine>(s, std::move(m), std::move(tok), info, progress);

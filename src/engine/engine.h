@@ -44,6 +44,9 @@ struct GenerateResult {
   bool vae_tiled = false;      // the decode ran tiled (EngineOptions::vae_tiling)
   std::string dit_weights;     // "fp8" / "int8": the DiT's blocks ran 8-bit weights (quantized or stored); else empty
   bool attention_fp8 = false;  // the fp8 blocks ran fp8 attention (EngineOptions::attention on Hopper)
+  // "cfg": the denoiser's rows ran split over the parallel ranks; "": on one device (no --parallel, or a request at
+  // cfg <= 1, which has a single row).
+  std::string parallel;
 };
 
 // How many times each component was loaded onto the device (offloaded ones reload per request).
@@ -59,6 +62,9 @@ struct EngineInfo {
   OffloadChoice memory;  // mode, tiling the plan counts on, allocator cap, estimated peak
   bool vae_tiling_forced = false;  // every decode tiles (--vae-tiling, or the plan needs it)
   bool pe_loaded = false;          // the prompt enhancer was loaded (requests may set use_pe)
+  std::string parallel = "none";   // the --parallel mode as planned ("none", "cfg")
+  std::string parallel_comm;       // "nccl", "local" (ranks on one device), "" without a split
+  std::vector<int> gpus;           // rank r's CUDA device with NCCL; empty otherwise
 };
 
 class Engine {

@@ -47,6 +47,11 @@ struct EngineOptions {
   // GEMM. auto = immediately (faster, measured in bench/BENCHMARKS.md). Float weights always merge.
   std::string lora_apply = "auto";
   std::string lora_dir;  // where LoRAs named by requests and prompt tags are (engine/lora_library.h); "" = none
+  // Several GPUs in one host (engine/parallel/parallel_plan.h): the CUDA devices, one rank each ("0,1"; "" = the one
+  // --device), and the mode: none, cfg (the unconditional and conditional rows on two ranks), auto (cfg with two GPUs);
+  // ulysses and data are not built yet.
+  std::string gpus;
+  std::string parallel = "none";
 
   // ---- what the front end is ----
   // The mode when neither offload nor max_vram_gib is given. One-shot front ends (generate, bench) free the
@@ -60,6 +65,9 @@ struct EngineOptions {
   // ---- for tools and tests ----
   bool load_denoiser = true;     // false: tokenizer and text encoder only (encode_prompt); generate() throws
   bool round_timesteps = true;   // feed the DiT bf16-rounded timesteps in bf16, as the reference does
+  // Checking the parallel split on one device: that many ranks in this process on --device (a LocalCommunicator,
+  // engine/parallel/local_communicator.h) instead of one per GPU; they share the loaded weights. 0 = off.
+  int parallel_local = 0;
   // Calibration (engine/calibration.h): sees the float input of every DiT block linear in every step, under
   // the weight's checkpoint name (ErnieDit::set_input_observer).
   std::function<void(const std::string& weight, const Tensor& x)> observe_dit_inputs;

@@ -4,14 +4,15 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "engine/parallel/communicator.h"
 #include "ops/ops.h"
 
 namespace ernie {
 
-TextBatch pad_text(const std::vector<Tensor>& hiddens, Device device, DType act) {
+TextBatch pad_text(const std::vector<Tensor>& hiddens, Device device, DType act, int64_t min_len) {
   ERNIE_CHECK(!hiddens.empty(), "pad_text: no text");
   const int64_t C = hiddens[0].dim(-1);
-  int64_t tmax = 0;
+  int64_t tmax = min_len;
   for (const Tensor& h : hiddens) {
     ERNIE_CHECK(h.ndim() == 2 && h.dim(1) == C && h.dim(0) >= 1, "pad_text: text hidden states ", shape_str(h.shape()),
                 " are not [T, ", std::to_string(C), "]");
@@ -31,7 +32,8 @@ TextBatch pad_text(const std::vector<Tensor>& hiddens, Device device, DType act)
 }
 
 Tensor sample_cfg(const ErnieDit& dit, FlowSolver& solver, Device device, DType act, const SamplerInput& in,
-                  const std::function<void(int, const Tensor&)>& on_step, const std::atomic<bool>* cancel) {
+                  const std::function<void(int, const Tensor&)>& on_step, const std::atomic<bool>* cancel,
+                  Communicator* cfg_split, Communicator* seq_split) {
   const int N = solver.num_steps();
   ERNIE_CHECK(N >= 1, "sampler: the solver has no timesteps");
   const int64_t B = in.latents.dim(0);
@@ -43,7 +45,17 @@ Tensor sample_cfg(const ErnieDit& dit, FlowSolver& solver, Device device, DType 
   std::vector<Tensor> rows;
   if (do_cfg) rows.insert(rows.end(), in.uncond.begin(), in.uncond.end());
   rows.insert(rows.end(), in.cond.begin(), in.cond.end());
-  const TextBatch text = pad_text(rows, device, act);
+  // CFG-parallel: this rank's half of the rows, padded as all of them are.
+  const bool split = cfg_split != nullptr;
+  ERNIE_CHECK(!split || (do_cfg && cfg_split->size() == 2), "sampler: the CFG split needs cfg > 1 and 2 ranks (cfg ",
+              std::to_string(in.cfg), ", ", std::to_string(split ? cfg_split->size() : 0), " ranks)");
+  ERNIE_CHECK(!split || cfg_split->device() == device, "sampler: rank on ", split ? cfg_split->device().str() : "",
+              ", the DiT's device is ", device.str());
+  ERNIE_CHECK(!split || !seq_split, "sampler: the CFG split and the sequence split do not combine");
+  int64_t tmax = 0;
+  for (const Tensor& r : rows) tmax = std::max(tmax, r.dim(0));
+  if (split) rows = cfg_split->rank() == 0 ? in.uncond : in.cond;
+  const TextBatch text = pad_text(rows, device, act, tmax);
 
   auto f32_on_device = [&](const Tensor& t) {
     Tensor d = t.to(device);
@@ -73,13 +85,21 @@ Tensor sample_cfg(const ErnieDit& dit, FlowSolver& solver, Device device, DType 
   for (int i = in.first_step; i < N; ++i) {
     if (cancel && cancel->load()) throw Cancelled();
     Tensor x = act == DType::F32 ? latents : ops::cast(latents, act);
-    Tensor model_input = do_cfg ? ops::concat({x, x}, 0) : x;
+    Tensor model_input = do_cfg && !split ? ops::concat({x, x}, 0) : x;
     // t_batch = full((rows,), t, dtype=transformer.dtype): bf16 rounds 994.92 to 996.
     std::vector<float> t_batch(size_t(model_input.dim(0)),
                                dit_timestep(solver.timesteps()[size_t(i)], in.round_timesteps ? act : DType::F32));
 
-    Tensor pred = dit.forward(model_input, t_batch, text.text_bth, text.text_lens);
+    Tensor pred = seq_split ? dit.forward_seq_parallel(*seq_split, model_input, t_batch, text.text_bth, text.text_lens)
+                            : dit.forward(model_input, t_batch, text.text_bth, text.text_lens);
     if (pred.dtype() != DType::F32) pred = ops::cast(pred, DType::F32);
+    if (split) {  // every rank gets [uncond..., cond...] as one device computes it
+      Shape all = pred.shape();
+      all[0] *= 2;
+      Tensor both = Tensor::empty(all, DType::F32, device);
+      cfg_split->all_gather(pred, both);
+      pred = both;
+    }
     if (do_cfg) {
       Tensor pred_uncond = pred.narrow(0, B), pred_cond = pred.narrow(B, B);
       // pred_uncond + guidance_scale * (pred_cond - pred_uncond)

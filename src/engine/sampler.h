@@ -15,12 +15,15 @@
 namespace ernie {
 
 // _pad_text: text hidden states [T_i, C] (any device, float) zero-padded into one [B, Tmax, C] tensor on
-// `device` in `act`, with the per-row lengths.
+// `device` in `act`, with the per-row lengths; Tmax is at least `min_len` (a CFG-parallel rank pads its rows
+// to the length of all rows, so its DiT input is exactly its rows of the single-device input).
 struct TextBatch {
   Tensor text_bth;
   std::vector<int64_t> text_lens;
 };
-TextBatch pad_text(const std::vector<Tensor>& hiddens, Device device, DType act);
+TextBatch pad_text(const std::vector<Tensor>& hiddens, Device device, DType act, int64_t min_len = 0);
+
+class Communicator;
 
 struct SamplerInput {
   Tensor latents;                 // [B, C, h, w] initial noise, any float dtype/device
@@ -42,7 +45,14 @@ struct SamplerInput {
 // stay F32 between steps (the reference keeps them in the model dtype). `on_step(k, latents)` is called after the k-th
 // step run (1-based) with the latents after it (on the device, valid during the call); `cancel` is polled before
 // every step (throws Cancelled).
+// CFG-parallel (engine/parallel/, --parallel cfg): with `cfg_split` (2 ranks) and cfg > 1, this rank runs only its
+// rows through its `dit` on `device` (rank 0 the unconditional, rank 1 the conditional ones), the ranks all-gather
+// the velocities into [uncond..., cond...], and every rank then runs the guidance and the solver's step
+// identically: each returns the same latents the single-device loop does. Each rank passes its own solver.
+// Ulysses (--parallel ulysses): with `seq_split`, every rank runs every row, each DiT forward split over the ranks'
+// tokens (ErnieDit::forward_seq_parallel), and every rank gets the whole velocity.
 Tensor sample_cfg(const ErnieDit& dit, FlowSolver& solver, Device device, DType act, const SamplerInput& in,
-                  const std::function<void(int, const Tensor&)>& on_step = {}, const std::atomic<bool>* cancel = nullptr);
+                  const std::function<void(int, const Tensor&)>& on_step = {}, const std::atomic<bool>* cancel = nullptr,
+                  Communicator* cfg_split = nullptr, Communicator* seq_split = nullptr);
 
 }  // namespace ernie

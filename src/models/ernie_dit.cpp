@@ -1,6 +1,8 @@
 // ErnieImageTransformer2DModel forward (diffusers transformer_ernie_image.py), against the op set.
 #include "models/ernie_dit.h"
 
+#include "engine/parallel/communicator.h"
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -395,14 +397,46 @@ static Tensor gated_residual(const Tensor& x, const Tensor& gate, const Tensor& 
 // ErnieImageAttention with ErnieImageSingleStreamAttnProcessor: per-head RMSNorm on q and k, rotate-half
 // RoPE, joint attention over image + valid text keys; to_out.0 is applied by layer() together with the
 // gated residual.
+namespace {
+
+// Ulysses' exchanges (ErnieDit::forward_seq_parallel), n ranks, B rows. Token split -> head split:
+// [B, s, H, D] (this rank's s tokens, every head) -> [B, n·s, H/n, D] (every token, this rank's heads).
+Tensor tokens_to_heads(Communicator& c, const Tensor& t) {
+  const int n = c.size();
+  const int64_t B = t.dim(0), H = t.dim(2), Hn = H / n;
+  std::vector<Tensor> parts;  // chunk j: rank j's heads of my tokens
+  for (int j = 0; j < n; ++j) parts.push_back(ops::slice(t, 2, j * Hn, Hn));
+  const Tensor in = ops::concat(parts, 0);  // [n·B, s, H/n, D]
+  Tensor out = Tensor::empty(in.shape(), in.dtype(), in.device());
+  c.all_to_all(in, out);  // chunk j: rank j's tokens of my heads
+  std::vector<Tensor> seq;
+  for (int j = 0; j < n; ++j) seq.push_back(out.narrow(j * B, B));
+  return ops::concat(seq, 1);
+}
+// Head split -> token split: [B, n·s, H/n, D] -> [B, s, H, D].
+Tensor heads_to_tokens(Communicator& c, const Tensor& t) {
+  const int n = c.size();
+  const int64_t B = t.dim(0), s = t.dim(1) / n;
+  std::vector<Tensor> parts;  // chunk j: rank j's tokens of my heads
+  for (int j = 0; j < n; ++j) parts.push_back(ops::slice(t, 1, j * s, s));
+  const Tensor in = ops::concat(parts, 0);
+  Tensor out = Tensor::empty(in.shape(), in.dtype(), in.device());
+  c.all_to_all(in, out);  // chunk j: rank j's heads of my tokens
+  std::vector<Tensor> heads;
+  for (int j = 0; j < n; ++j) heads.push_back(out.narrow(j * B, B));
+  return ops::concat(heads, 2);
+}
+
+}  // namespace
+
 Tensor ErnieDit::self_attention(const Block& blk, const LinearInput& x, const Rotary& rope,
-                                const ops::AttentionMask& mask) const {
+                                const ops::AttentionMask& mask, Communicator* seq) const {
   const int64_t B = x.B, S = x.S, heads = cfg_.num_attention_heads, D = cfg_.head_dim();
   const float scale = 1.0f / std::sqrt(float(D));
   Tensor query, key, value;
   if (blk.to_qkv.defined()) {  // one GEMM, then the split, the norms and RoPE in one pass
     const Tensor qkv = linear(x, blk.to_qkv, blk.lora.to_qkv);
-    if (attention_fp8_ && blk.to_qkv.w.dtype() == DType::F8_E4M3 && ops::attention_fp8_supported(qkv, D)) {
+    if (!seq && attention_fp8_ && blk.to_qkv.w.dtype() == DType::F8_E4M3 && ops::attention_fp8_supported(qkv, D)) {
       auto inputs = [&](const Tensor& rows, const Tensor& cos, const Tensor& sin) {
         return ops::qkv_norm_rope_fp8(rows, heads, blk.norm_q, blk.norm_k, cfg_.eps, cos, sin);
       };
@@ -427,6 +461,11 @@ Tensor ErnieDit::self_attention(const Block& blk, const LinearInput& x, const Ro
     query = ops::rope(query, rope.cos, rope.sin);
     key = ops::rope(key, rope.cos, rope.sin);
   }
+  if (seq) {  // Ulysses: attention over every token with this rank's heads
+    const Tensor o = ops::attention(tokens_to_heads(*seq, query), tokens_to_heads(*seq, key),
+                                    tokens_to_heads(*seq, value), scale, mask);
+    return heads_to_tokens(*seq, o).reshape({B, S, heads * D});
+  }
   return ops::attention(query, key, value, scale, mask).reshape({B, S, heads * D});
 }
 
@@ -442,7 +481,7 @@ ErnieDit::LinearInput ErnieDit::mlp(const Block& blk, const LinearInput& x) cons
 // ErnieImageSharedAdaLNBlock: x + gate_msa · to_out(attention), then + gate_mlp · linear_fc2(mlp), each
 // projection and its gated residual in one op (linear_gated_residual: inside the fp8 GEMM on CUDA).
 Tensor ErnieDit::layer(int index, const Block& blk, const Tensor& x, const Rotary& rope, const Modulation& mod,
-                       const ops::AttentionMask& mask) const {
+                       const ops::AttentionMask& mask, Communicator* seq) const {
   // The calibration observer sees each linear's float input under the weight's checkpoint name (with it set,
   // no producer writes fp8 codes in place of the float input).
   auto observe = [&](const Tensor& in, std::initializer_list<const char*> weights) {
@@ -455,7 +494,7 @@ Tensor ErnieDit::layer(int index, const Block& blk, const Tensor& x, const Rotar
                       : norm_modulate(x, blk.adaLN_sa_ln, mod.shift_msa, mod.scale_msa, {&blk.to_q, &blk.to_k, &blk.to_v},
                                       codes);
   observe(h.x, {"self_attention.to_q.weight", "self_attention.to_k.weight", "self_attention.to_v.weight"});
-  const Tensor attn = self_attention(blk, h, rope, mask);
+  const Tensor attn = self_attention(blk, h, rope, mask, seq);
   observe(attn, {"self_attention.to_out.0.weight"});
   Tensor y = gated_residual(x, mod.gate_msa, attn, blk.to_out, blk.lora.to_out);
   h = norm_modulate(y, blk.adaLN_mlp_ln, mod.shift_mlp, mod.scale_mlp, {&blk.gate_proj, &blk.up_proj}, codes);
@@ -479,6 +518,21 @@ Tensor ErnieDit::final_norm(const Tensor& x, const Tensor& c) const {
 
 Tensor ErnieDit::forward(const Tensor& hidden_states, const std::vector<float>& timestep, const Tensor& text_bth,
                          const std::vector<int64_t>& text_lens, const LayerObserver& observe) const {
+  return forward_impl(hidden_states, timestep, text_bth, text_lens, observe, nullptr);
+}
+
+Tensor ErnieDit::forward_seq_parallel(Communicator& seq, const Tensor& hidden_states, const std::vector<float>& timestep,
+                                      const Tensor& text_bth, const std::vector<int64_t>& text_lens) const {
+  ERNIE_CHECK(cfg_.num_attention_heads % seq.size() == 0, "--parallel ulysses: ", str(cfg_.num_attention_heads),
+              " attention heads do not split over ", str(seq.size()), " ranks");
+  ERNIE_CHECK(seq.device() == device_, "--parallel ulysses: rank on ", seq.device().str(), ", the DiT on ",
+              device_.str());
+  return forward_impl(hidden_states, timestep, text_bth, text_lens, {}, &seq);
+}
+
+Tensor ErnieDit::forward_impl(const Tensor& hidden_states, const std::vector<float>& timestep, const Tensor& text_bth,
+                              const std::vector<int64_t>& text_lens, const LayerObserver& observe,
+                              Communicator* seq) const {
   const char* where = "ErnieDit::forward: ";
   ERNIE_CHECK(hidden_states.defined() && hidden_states.ndim() == 4 && dtype_is_float(hidden_states.dtype()), where,
               "hidden_states must be a float [B, C, H, W] tensor, got ", shape_str(hidden_states.shape()));
@@ -513,7 +567,7 @@ Tensor ErnieDit::forward(const Tensor& hidden_states, const std::vector<float>& 
   // tokens and valid text, the rows one after another in one sequence [1, ΣS_b, hidden], attention
   // block-diagonal over them (mask.segments) and every other op per token, so no padding row is computed.
   // This needs the shared modulation; with `observe` set the rows stay padded ([B, S, hidden] per layer).
-  const bool packed = B > 1 && shared_t && !observe &&
+  const bool packed = B > 1 && shared_t && !observe && !seq &&
                       std::any_of(text_lens.begin(), text_lens.end(), [&](int64_t len) { return len < Tmax; });
 
   Tensor img = x_embedder(to_act(hidden_states));
@@ -521,6 +575,16 @@ Tensor ErnieDit::forward(const Tensor& hidden_states, const std::vector<float>& 
   if (Tmax > 0) {
     text = to_act(text_bth);
     if (text_proj.defined()) text = ops::linear(text, text_proj);
+  }
+  // Ulysses: the text padded (masked keys, discarded outputs) so that the ranks split the sequence evenly.
+  int64_t T = Tmax;
+  if (seq) {
+    const int64_t pad = (seq->size() - (N_img + Tmax) % seq->size()) % seq->size();
+    if (pad > 0) {
+      const Tensor zeros = Tensor::zeros({B, pad, img.dim(2)}, img.dtype(), img.device());
+      text = Tmax > 0 ? ops::concat({text, zeros}, 1) : zeros;
+      T = Tmax + pad;
+    }
   }
   Tensor x = img;
   ops::AttentionMask mask;
@@ -534,20 +598,35 @@ Tensor ErnieDit::forward(const Tensor& hidden_states, const std::vector<float>& 
     }
     x = ops::concat(rows, 1);
   } else {
-    if (Tmax > 0) x = ops::concat({img, text}, 1);
+    if (T > 0) x = ops::concat({img, text}, 1);
     mask.kv_len = kv_len;
   }
-  const Rotary rotary_pos_emb = cached_pos_embed(text_lens, Hp, Wp, Tmax, packed);
+  Rotary rotary_pos_emb = cached_pos_embed(text_lens, Hp, Wp, T, packed);
+  const int64_t S_all = N_img + T, s_local = seq ? S_all / seq->size() : S_all;
+  if (seq) {  // this rank's tokens and their RoPE tables
+    const int64_t at = seq->rank() * s_local;
+    x = ops::slice(x, 1, at, s_local);
+    rotary_pos_emb = {ops::slice(rotary_pos_emb.cos, 1, at, s_local), ops::slice(rotary_pos_emb.sin, 1, at, s_local)};
+  }
   const Tensor c = time_embedding(time_proj(shared_t ? std::vector<float>{timestep[0]} : timestep));
   const Modulation mod = adaLN_modulation(c);
   for (int l = 0; l < cfg_.num_layers; ++l) {
     if (streamer_) streamer_->acquire(l);
     const Block& blk = streamer_ ? streamed_[size_t(l)] : layers_[size_t(l)];
-    x = layer(l, blk, x, rotary_pos_emb, mod, mask);
+    x = layer(l, blk, x, rotary_pos_emb, mod, mask, seq);
     if (streamer_) streamer_->release(l);
     if (observe) observe(l, x);
   }
 
+  if (seq) {  // per token on this rank's share, then every rank gathers the whole sequence's output
+    const Tensor mine = ops::linear(final_norm(x, c), final_linear_w, final_linear_b);  // [B, s, out]
+    Tensor all = Tensor::empty({seq->size() * B, s_local, mine.dim(2)}, mine.dtype(), mine.device());
+    seq->all_gather(mine, all);
+    std::vector<Tensor> chunks;
+    for (int j = 0; j < seq->size(); ++j) chunks.push_back(all.narrow(j * B, B));
+    const Tensor patches = ops::slice(ops::concat(chunks, 1), 1, 0, N_img);
+    return ops::permute(patches.reshape({B, Hp, Wp, cfg_.out_channels}), {0, 3, 1, 2});
+  }
   // Per token from here: keep only the image tokens.
   if (packed) {
     std::vector<Tensor> imgs;

@@ -22,6 +22,8 @@
 
 namespace ernie {
 
+class Communicator;
+
 class ErnieDit {
  public:
   // Weights from transformer/ (checked against the config first). On the CPU they stay the mmap'd views
@@ -64,6 +66,12 @@ class ErnieDit {
   using LayerObserver = std::function<void(int layer, const Tensor& hidden)>;
   Tensor forward(const Tensor& hidden_states, const std::vector<float>& timestep, const Tensor& text_bth,
                  const std::vector<int64_t>& text_lens, const LayerObserver& observe = {}) const;
+  // Ulysses sequence parallelism (--parallel ulysses, engine/parallel/): every rank of `seq` passes the same
+  // inputs and runs the per-token work of its 1/n of the sequence (image tokens, then the text padded so n
+  // divides the length; rows padded, never packed); around each attention an all-to-all turns the token split into
+  // a head split (heads % n == 0) and another turns it back. Returns forward()'s result on every rank.
+  Tensor forward_seq_parallel(Communicator& seq, const Tensor& hidden_states, const std::vector<float>& timestep,
+                              const Tensor& text_bth, const std::vector<int64_t>& text_lens) const;
 
   // Calibration (convert --calibrate): `f(weight name, x)` sees the float input x of every block linear
   // (name as in the checkpoint, e.g. "layers.3.mlp.gate_proj.weight") in each forward. Empty: off.
@@ -140,11 +148,14 @@ class ErnieDit {
   LinearInput norm_modulate(const Tensor& x, const Tensor& weight, const Tensor& shift, const Tensor& scale,
                             std::initializer_list<const ops::Weight*> readers, bool codes) const;
   Tensor linear(const LinearInput& in, const ops::Weight& w, const LoraSide& side = {}) const;
-  Tensor self_attention(const Block& blk, const LinearInput& x, const Rotary& rope,
-                        const ops::AttentionMask& mask) const;
+  // `seq`: Ulysses, x holds this rank's tokens (see forward_seq_parallel).
+  Tensor self_attention(const Block& blk, const LinearInput& x, const Rotary& rope, const ops::AttentionMask& mask,
+                        Communicator* seq) const;
   LinearInput mlp(const Block& blk, const LinearInput& x) const;  // linear_fc2's input
   Tensor layer(int index, const Block& blk, const Tensor& x, const Rotary& rope, const Modulation& mod,
-               const ops::AttentionMask& mask) const;
+               const ops::AttentionMask& mask, Communicator* seq = nullptr) const;
+  Tensor forward_impl(const Tensor& hidden_states, const std::vector<float>& timestep, const Tensor& text_bth,
+                      const std::vector<int64_t>& text_lens, const LayerObserver& observe, Communicator* seq) const;
   Tensor final_norm(const Tensor& x, const Tensor& c) const;
 
   DitConfig cfg_;

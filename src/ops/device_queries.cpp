@@ -2,6 +2,7 @@
 #include "core/error.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/ops.h"
+#include "ops/peer_access.h"
 #ifdef ERNIE_HAVE_CUDA
 #include "ops/cuda/cuda_ops.h"
 #endif
@@ -9,6 +10,7 @@
 namespace ernie::ops {
 
 #ifdef ERNIE_HAVE_CUDA
+int peer_access(int from, int to) { return cuda::can_access_peer(from, to); }
 bool cuda_built() { return true; }
 int cuda_device_count() { return cuda::device_count(); }
 std::string device_name(Device d) { return d.is_cuda() ? cuda::device_name(d.index) : "cpu"; }
@@ -33,6 +35,7 @@ void set_memory_limit(Device d, size_t bytes) {
   if (d.is_cuda()) cuda::set_memory_limit(d.index, bytes);
 }
 #else
+int peer_access(int, int) { return -1; }
 bool cuda_built() { return false; }
 int cuda_device_count() { return 0; }
 std::string device_name(Device d) {

@@ -34,6 +34,10 @@
 #include "engine/lora_library.h"
 #include "engine/memory_plan.h"
 #include "engine/options.h"
+#include "engine/parallel/communicator.h"
+#include "engine/parallel/local_communicator.h"
+#include "engine/parallel/nccl_communicator.h"
+#include "engine/parallel/parallel_plan.h"
 #include "engine/vae_tiling.h"
 #include "engine_flags.h"
 #include "io/model_folder.h"
@@ -202,7 +206,12 @@ int run(Opts& o) {
               "bench: --strength must be in (0, 1] and leave a step to run");
   ERNIE_CHECK(o.steps >= 1 && o.repeat >= 1 && o.prompt_tokens >= 1 && o.cfg >= 0, "bench: steps, repeat and "
               "prompt-tokens must be >= 1 and cfg >= 0");
-  const Device dev = o.device = parse_device_option(o.engine.device);
+  Device planned = kCPU;  // --gpus: the first GPU
+  const ParallelPlan plan = plan_parallel(o.engine.gpus, o.engine.parallel, o.engine.parallel_local, o.engine.device,
+                                          ops::cuda_device_count(), nccl_built(), planned);
+  ERNIE_CHECK(!plan.split() || plan.mode != ParallelMode::Cfg || o.cfg > 1.f,
+              "bench: --parallel cfg splits the two guidance rows: give --cfg > 1");
+  const Device dev = o.device = o.engine.gpus.empty() ? parse_device_option(o.engine.device) : planned;
   ERNIE_CHECK(dev.is_cpu() || ops::cuda_device_count() > dev.index, "bench: no CUDA device ", dev.str());
   const DType act = o.act = parse_dtype_option(o.engine.dtype, dev);
   ERNIE_CHECK(!dev.is_cpu() || act == DType::F32, "bench: the CPU computes in f32 (--dtype f32)");
@@ -227,6 +236,8 @@ int run(Opts& o) {
   j["cfg"] = o.cfg;
   j["prompt_tokens"] = o.prompt_tokens;
   j["weights"] = o.random ? "random" : o.engine.model;
+  j["parallel"] = parallel_mode_name(plan.split() ? plan.mode : ParallelMode::None);
+  if (plan.split()) j["parallel_comm"] = plan.local_ranks ? "local" : "nccl";
 
   // ---- low-VRAM mode: as given, or the least offloading whose estimate fits --max-vram ----
   const int rows = o.cfg > 1.f ? 2 : 1;
@@ -350,6 +361,18 @@ int run(Opts& o) {
     if (base_weights) j["pinned_base_gib"] = double(base_weights->bytes()) / double(size_t(1) << 30);
   }
   ErnieDit& dit = *dit_slot;
+  // --parallel cfg: the other GPUs' copies (NCCL), loaded after the timed load; local ranks share `dit`.
+  std::vector<std::optional<ErnieDit>> rank_dits(plan.gpus.empty() ? 0 : plan.gpus.size() - 1);
+  for (size_t r = 0; r < rank_dits.size(); ++r) {
+    const Device d{DeviceKind::CUDA, plan.gpus[r + 1]};
+    rank_dits[r].emplace(o.random ? ErnieDit::random(cfg, d, act, o.seed, stream, quantize, QuantPolicy{}, loras,
+                                                     lora_at_runtime)
+                                  : ErnieDit::load(*folder, d, act, stream, quantize, QuantPolicy{}, loras,
+                                                   lora_at_runtime));
+    rank_dits[r]->set_attention_fp8(attention_fp8);
+  }
+  std::unique_ptr<CommGroup> group;
+  if (plan.split()) group = plan.local_ranks ? make_local_group(plan.local_ranks, dev) : make_nccl_group(plan.gpus);
   device_bytes += device_in_use(dev) - in_use;
   dit.set_attention_fp8(attention_fp8);
   j["dit_device_gib"] = double(dit.weight_bytes()) / double(size_t(1) << 30);
@@ -399,7 +422,43 @@ int run(Opts& o) {
     }
     j["vae_encode_s"] = median(e);
   }
+  // --parallel cfg: each rank its row through its DiT, the velocities all-gathered, the same combine and step on
+  // every rank (as sample_cfg's split); --parallel ulysses: every row on every rank, each forward split over the
+  // ranks' tokens. Rank 0's latents are the result.
+  auto denoise_split = [&](int steps) {
+    Tensor result;
+    sync(dev);  // x0 and the text are complete before another GPU's stream copies them
+    run_ranks(*group, [&](Communicator& c) {
+      const ErnieDit& d = c.rank() == 0 || rank_dits.empty() ? dit : *rank_dits[size_t(c.rank() - 1)];
+      const bool seq = plan.mode == ParallelMode::Ulysses;
+      const Tensor my_text = seq ? text.to(c.device()) : text.narrow(c.rank(), 1).to(c.device());
+      const std::vector<int64_t> my_lens = seq ? lens : std::vector<int64_t>{lens[size_t(c.rank())]};
+      Tensor x = x0.to(c.device());
+      for (int i = first; i < first + steps; ++i) {
+        const float t = sig[size_t(i)] * 1000.f;
+        Tensor v;
+        if (seq) {
+          v = d.forward_seq_parallel(c, rows == 2 ? ops::concat({x, x}, 0) : x, std::vector<float>(size_t(rows), t),
+                                     my_text, my_lens);
+        } else {
+          const Tensor mine = d.forward(x, {t}, my_text, my_lens);
+          Shape both_shape = mine.shape();
+          both_shape[0] = 2;
+          v = Tensor::empty(both_shape, mine.dtype(), c.device());
+          c.all_gather(mine, v);
+        }
+        if (rows == 2) {
+          Tensor cond = ops::slice(v, 0, 0, 1), uncond = ops::slice(v, 0, 1, 1);
+          v = ops::add(uncond, ops::scale(ops::add(cond, ops::scale(uncond, -1.f)), o.cfg));
+        }
+        x = ops::add(x, ops::scale(v, sig[size_t(i) + 1] - sig[size_t(i)]));
+      }
+      if (c.rank() == 0) result = x;
+    });
+    return result;
+  };
   auto denoise = [&](int steps) {
+    if (group) return denoise_split(steps);
     Tensor x = x0;
     for (int i = first; i < first + steps; ++i) {
       const float t = sig[size_t(i)] * 1000.f;

@@ -169,6 +169,7 @@ int run(Opts& o, const CLI::App& c) {
                             {"s_per_step", ms(res.denoise_s / run_steps)}}}};
     if (r.use_pe) done["revised_prompt"] = res.revised_prompt;
     done["truncated"] = res.prompt_truncated;  // as the HTTP API's: the prompt was cut to the tokenizer's limit
+    if (!res.parallel.empty()) done["parallel"] = res.parallel;  // the rows ran split over the --gpus
     printer.event(done);
   } else if (!o.quiet) {
     if (r.use_pe) std::fprintf(stderr, "revised prompt: %s\n", res.revised_prompt.c_str());
@@ -179,6 +180,10 @@ int run(Opts& o, const CLI::App& c) {
                    run_steps, r.steps, res.vae_encode_s);
     std::fprintf(stderr, "encode %.2fs, denoise %.2fs (%.2f s/step), decode %.2fs\n", res.encode_s, res.denoise_s,
                  res.denoise_s / run_steps, res.decode_s);
+    if (!res.parallel.empty())
+      std::fprintf(stderr, "parallel: %s (the two guidance rows on two ranks)\n", res.parallel.c_str());
+    else if (o.engine.parallel == "cfg")
+      std::fprintf(stderr, "note: --parallel cfg: cfg %g has one row, which ran on the first GPU alone\n", double(r.cfg));
   }
   return 0;
 }

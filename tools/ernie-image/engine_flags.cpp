@@ -55,6 +55,18 @@ void add_engine_flags(CLI::App& cmd, EngineOptions& o, const std::string& defaul
   cmd.add_flag_function(
       "--vae-tiling", [&o](int64_t) { o.vae_tiling = VaeTilingMode::On; },
       "decode images in tiles (less memory; on CUDA it is automatic when the whole decode would not fit)");
+  cmd.add_option("--gpus", o.gpus,
+                 "CUDA devices for --parallel, one rank each, e.g. 0,1; the first also runs the text encoder and the "
+                 "VAE (default: --device alone; one id: that GPU)");
+  cmd.add_option("--parallel", o.parallel,
+                 "none (default), cfg (the unconditional and the conditional rows on the two --gpus, each with its own "
+                 "copy of the weights, exchanging each step's velocity through NCCL; a request at cfg <= 1 runs on the "
+                 "first alone), ulysses (each DiT forward's tokens split over the --gpus, an all-to-all around "
+                 "attention; for cfg 1), data (one whole engine per GPU; serve's batches of requests split over them) "
+                 "or auto (cfg with two GPUs)");
+  cmd.add_option("--parallel-local", o.parallel_local,
+                 "checking the split on one device: run --parallel's N ranks as threads on --device, exchanging through "
+                 "its memory (same images as without --parallel, not faster)");
   cmd.add_option("--vae-tile", o.vae_tile, "tile side in pixels when tiling, a multiple of the VAE's 8 (default: 512 "
                                            "or less to fit)");
 }

@@ -106,6 +106,7 @@ size_t available_bytes(int device);
 void synchronize(int device);  // waits for the device's stream
 void set_poison_allocations(bool on);  // tests: new device memory is filled with NaN bytes
 int device_count();            // 0 when no driver or no device
+int can_access_peer(int from, int to);  // cudaDeviceCanAccessPeer: 1 or 0; -1 when CUDA cannot say
 std::string device_name(int device);
 // Why the backend cannot run on `device` (compute capability below 8.0, or no code in this binary for it);
 // "" when it can. Using such a device throws this message.

@@ -260,6 +260,15 @@ void set_poison_allocations(bool on) { g_poison = on; }
 
 void synchronize(int device) { ERNIE_CUDA_CHECK(cudaStreamSynchronize(stream(device))); }
 
+int can_access_peer(int from, int to) {
+  int v = 0;
+  if (cudaDeviceCanAccessPeer(&v, from, to) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  return v;
+}
+
 int device_count() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {
