@@ -21,10 +21,10 @@ echo "## GPU tests: CudaParallel.*"
   grep -E "^\[  (FAILED|PASSED|SKIPPED|     OK) |Failure|full-size|NCCL|rel_l2|Skipped" | head -40
 TINY=tests/data/tiny-ernie-image/model
 rm -rf "$DIR" && mkdir -p "$DIR"
-common=(--prompt "a lighthouse at dusk" --seed 5 --steps 6 --cfg 4 -W 64 -H 64 -q)
+common=(--prompt "a lighthouse at dusk" --seed 5 --steps 6 -W 64 -H 64 -q)
 echo "## tiny: generate plain vs --parallel cfg --parallel-local 2 (cuda)"
-$B generate -m $TINY "${common[@]}" -o "$DIR/tiny-one.png" || echo "error: tiny plain"
-$B generate -m $TINY "${common[@]}" --parallel cfg --parallel-local 2 -o "$DIR/tiny-split.png" || echo "error: tiny split"
+$B generate -m $TINY "${common[@]}" --cfg 4 -o "$DIR/tiny-one.png" || echo "error: tiny plain"
+$B generate -m $TINY "${common[@]}" --cfg 4 --parallel cfg --parallel-local 2 -o "$DIR/tiny-split.png" || echo "error: tiny split"
 python3 bench/compare_png.py "$DIR/tiny-one.png" "$DIR/tiny-split.png"
 $B generate -m $TINY "${common[@]}" --cfg 1 -o "$DIR/tiny-one-cfg1.png" || echo "error: tiny plain cfg 1"
 $B generate -m $TINY "${common[@]}" --cfg 1 --parallel ulysses --parallel-local 2 -o "$DIR/tiny-ulysses.png" ||

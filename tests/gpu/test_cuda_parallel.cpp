@@ -280,14 +280,19 @@ TEST(CudaParallel, DISABLED_FullSizeUlyssesForward1024) {
 }
 
 // Full size, random weights, one H200: 4 Euler steps at 512² (1024 image tokens, text 64/1) in bf16, the CFG split
-// on 2 local ranks sharing the weights against the single-device loop.
+// on 2 local ranks sharing the weights against the single-device loop. Random full-size weights make bf16 chaotic:
+// any change in summation order grows over the steps (H200, generate at 512², 8 steps, cfg 4: the first image of
+// -n 2 against -n 1 on one device, PSNR 26.4 dB; bf16 against f32, 13.4 dB; the split against one device, 32.0 dB;
+// BENCHMARKS.md, sixteenth session). So this checks what such weights can show: the split is deterministic and close
+// (cosine 0.9953 measured), where a wrong row or a wrong exchange decorrelates it (cosine near 0.16, as f32 vs bf16).
+// The tiny model's split is exact (TinyCfgSplitEqualsSingleDevice).
 TEST(CudaParallel, DISABLED_FullSizeCfgSplit512) {
   ERNIE_REQUIRE_GPU();
   const DitConfig dc{};
   const ErnieDit dit = ErnieDit::random(dc, kGPU, DType::BF16, 31);
   const SamplerInput in = split_input(dc, 1, 32, 32, 64);
   const std::vector<Tensor> r = single_and_split(dit, DType::BF16, SamplerKind::Euler, 4, in, 1024);
-  const auto c = tensors_close(r[1], r[0], 1e-2, 0.9999);
+  const auto c = tensors_close(r[1], r[0], 0.2, 0.99);
   std::printf("full-size CFG split (2 local ranks, bf16, 4 steps at 512²) vs single: %s\n", c.message());
   EXPECT_TRUE(c);
   EXPECT_EQ(r[1].to_vector(), r[2].to_vector());
