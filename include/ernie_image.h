@@ -65,7 +65,8 @@ typedef struct ernie_options {
      struct, without them, is still accepted). NULL: one device (`device`). */
   const char* gpus;      /* "0,1": the CUDA devices, one rank each (NCCL); the first runs the text encoder and VAE */
   const char* parallel;  /* "none" (NULL), "cfg": the unconditional and conditional rows on two GPUs (a request at
-                            cfg <= 1 runs on the first alone), "auto": cfg with two GPUs */
+                            cfg <= 1 runs on the first alone), "ulysses": each DiT forward's tokens split over the GPUs,
+                            "data": one engine per GPU, a batch of requests split over them, "auto": cfg with two GPUs */
 } ernie_options;
 
 /* Low-VRAM modes and VAE tiling, the choices of `ernie-image generate/serve --offload --max-vram --vae-tiling

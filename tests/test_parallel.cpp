@@ -437,6 +437,12 @@ TEST(Parallel, SplitBatchBalancesImages) {
   EXPECT_EQ(split_batch(std::vector<int>(32, 1), 2, 16), (V{0, 16}));
   EXPECT_EQ(split_batch(std::vector<int>(8, 1), 4, 16), (V{0, 2, 4, 6}));
   EXPECT_EQ(split_batch({}, 2, 16), V{});
+  // A group larger than one engine's batch runs in pieces.
+  EXPECT_EQ(split_batch({15, 2, 15}, 2, 16), (V{0, 1}));
+  EXPECT_EQ(engine_batches({15, 2, 15}, 1, 3, 16), (V{1, 2}));
+  EXPECT_EQ(engine_batches({15, 2, 15}, 0, 1, 16), (V{0}));
+  EXPECT_EQ(engine_batches({1, 1, 1, 1}, 0, 4, 2), (V{0, 2}));
+  EXPECT_EQ(engine_batches({20, 1}, 0, 2, 16), (V{0, 1}));  // one request over the limit runs alone
 }
 
 TEST(Parallel, EngineDataSplitsABatch) {

@@ -26,6 +26,19 @@ std::vector<size_t> split_batch(const std::vector<int>& images, int groups, int 
   return starts;
 }
 
+std::vector<size_t> engine_batches(const std::vector<int>& images, size_t begin, size_t end, int per_group) {
+  std::vector<size_t> starts;
+  int n = 0;
+  for (size_t i = begin; i < end; ++i) {
+    if (starts.empty() || n + images[i] > per_group) {
+      starts.push_back(i);
+      n = 0;
+    }
+    n += images[i];
+  }
+  return starts;
+}
+
 namespace {
 
 class DataParallelEngine final : public Engine {
@@ -70,14 +83,20 @@ class DataParallelEngine final : public Engine {
     ERNIE_CHECK(!reqs.empty(), "generate_batch: no requests");
     std::vector<int> images;
     for (const GenerateRequest& r : reqs) images.push_back(engines_[0]->resolve(r).num_images);
-    const std::vector<size_t> starts = split_batch(images, int(engines_.size()), engines_[0]->max_batch_images());
+    const int per_engine = engines_[0]->max_batch_images();
+    const std::vector<size_t> starts = split_batch(images, int(engines_.size()), per_engine);
     std::vector<std::vector<GenerateResult>> out(starts.size());
     std::vector<std::exception_ptr> errors(starts.size());
     auto run = [&](size_t k) {
       try {
         const size_t end = k + 1 < starts.size() ? starts[k + 1] : reqs.size();
-        const std::vector<GenerateRequest> group(reqs.begin() + ptrdiff_t(starts[k]), reqs.begin() + ptrdiff_t(end));
-        out[k] = engines_[k]->generate_batch(group, k == 0 ? progress : ProgressFn{}, cancel);
+        const std::vector<size_t> pieces = engine_batches(images, starts[k], end, per_engine);
+        for (size_t p = 0; p < pieces.size(); ++p) {
+          const size_t to = p + 1 < pieces.size() ? pieces[p + 1] : end;
+          const std::vector<GenerateRequest> batch(reqs.begin() + ptrdiff_t(pieces[p]), reqs.begin() + ptrdiff_t(to));
+          for (GenerateResult& r : engines_[k]->generate_batch(batch, k == 0 ? progress : ProgressFn{}, cancel))
+            out[k].push_back(std::move(r));
+        }
       } catch (...) {
         errors[k] = std::current_exception();
       }

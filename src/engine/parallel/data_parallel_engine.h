@@ -17,5 +17,9 @@ std::unique_ptr<Engine> open_data_parallel(const EngineOptions& o, const Paralle
 // images where possible, balanced by images (a request's num_images stays together). Returns each group's first
 // request index (ascending, starting at 0).
 std::vector<size_t> split_batch(const std::vector<int>& images, int groups, int per_group);
+// A group's requests [begin, end) as the batches one engine runs one after another: contiguous, each of at most
+// `per_group` images (a request larger than that alone). Returns each batch's first request index. A group can
+// exceed one engine's batch ([15, 2, 15] over 2 engines of 16), so the engine runs it in these pieces.
+std::vector<size_t> engine_batches(const std::vector<int>& images, size_t begin, size_t end, int per_group);
 
 }  // namespace ernie
