@@ -294,17 +294,21 @@ json SharedServer::describe(const RedisJobStatus& s) const {
   return o;
 }
 
-std::vector<std::string> SharedServer::images(const std::string& id, int index) {
-  auto q = pool_->get();
-  const auto s = q->status(id);
+RedisJobStatus SharedServer::job(const std::string& id) {
+  auto s = pool_->get()->status(id);
   if (!s) throw ApiException{not_found("no job '" + id + "' (unknown, or its record expired)")};
+  return *s;
+}
+
+std::vector<std::string> SharedServer::images(const RedisJobStatus& st, int index) {
+  const std::string& id = st.id;
   auto conflict = [&](const std::string& msg, const std::string& code) {
     throw ApiException{ApiError{409, msg, "invalid_request_error", "", code}};
   };
-  if (!terminal_status(s->status)) conflict("job " + id + " is still " + s->status + "; wait for it to finish", "not_ready");
-  if (s->status == "failed") conflict("job " + id + " failed: " + s->error, "job_failed");
-  if (s->status == "cancelled") conflict("job " + id + " was cancelled", "job_cancelled");
-  auto r = q->result(id);
+  if (!terminal_status(st.status)) conflict("job " + id + " is still " + st.status + "; wait for it to finish", "not_ready");
+  if (st.status == "failed") conflict("job " + id + " failed: " + st.error, "job_failed");
+  if (st.status == "cancelled") conflict("job " + id + " was cancelled", "job_cancelled");
+  auto r = pool_->get()->result(id);
   if (!r)
     throw ApiException{ApiError{410, "the images of job " + id + " are gone: expired (results are kept " +
                                          std::to_string(opt_.queue.result_ttl.count()) + " s)",
@@ -335,7 +339,7 @@ void SharedServer::handle_generations(const httplib::Request& req, httplib::Resp
   if (!s) return send_error(res, not_found("job " + id + " expired while it ran"));
   if (s->status != "succeeded") return send_error(res, job_error(*s));
   const json info = json::parse(s->info, nullptr, false);
-  const std::vector<std::string> pngs = images(id, -1);
+  const std::vector<std::string> pngs = images(*s, -1);
   json data = json::array();
   for (size_t i = 0; i < pngs.size(); ++i) {
     json d = {{"revised_prompt", info.value("revised_prompt", "")}};
@@ -351,7 +355,7 @@ void SharedServer::handle_generations(const httplib::Request& req, httplib::Resp
 }
 
 void SharedServer::handle_events(const httplib::Request& req, httplib::Response& res, const std::string& id) {
-  if (!pool_->get()->status(id)) return send_error(res, not_found("no job '" + id + "' (unknown, or its record expired)"));
+  job(id);  // 404 before the stream opens
   // Last-Event-ID is a stream entry id ("1733300000000-0") of the job's events, from any node.
   static const std::regex entry_id(R"([0-9]{1,20}-[0-9]{1,20})");
   std::string after = req.get_header_value("Last-Event-ID");
@@ -441,21 +445,21 @@ void SharedServer::api_routes() {
       if (auto st = q->status(id)) data.push_back(describe(*st));
     send_json(res, 200, {{"object", "list"}, {"data", std::move(data)}});
   }));
-  s.Get(R"(/v1/files/(job_[a-z0-9]{1,60})-([0-9]{1,4})\.png)", job_route([this](auto& req, auto& res, const std::string& id) {
-    auto png = images(id, std::stoi(req.matches[2]));
+  // One image as image/png: GET /v1/files/{id}-{i}.png and GET /v1/jobs/{id}/images/{i}.
+  auto png_route = job_route([this](auto& req, auto& res, const std::string& id) {
+    auto png = images(job(id), std::stoi(req.matches[2]));
     res.set_header("Cache-Control", "private, max-age=86400, immutable");
     res.set_header("Content-Disposition", "inline; filename=\"" + id + "-" + std::string(req.matches[2]) + ".png\"");
     res.status = 200;
     res.set_content(std::move(png[0]), "image/png");
+  });
+  s.Get(R"(/v1/files/(job_[a-z0-9]{1,60})-([0-9]{1,4})\.png)", png_route);
+  const std::string job_path = R"(/v1/jobs/([A-Za-z0-9_]{1,64}))";
+  s.Get(job_path, job_route([this](auto&, auto& res, const std::string& id) {
+    send_json(res, 200, describe(job(id)));
   }));
-  const std::string job = R"(/v1/jobs/([A-Za-z0-9_]{1,64}))";
-  s.Get(job, job_route([this](auto&, auto& res, const std::string& id) {
-    auto st = pool_->get()->status(id);
-    if (!st) return send_error(res, not_found("no job '" + id + "' (unknown, or its record expired)"));
-    send_json(res, 200, describe(*st));
-  }));
-  s.Get(job + "/events", job_route([this](auto& req, auto& res, const std::string& id) { handle_events(req, res, id); }));
-  s.Delete(job, job_route([this](auto&, auto& res, const std::string& id) {
+  s.Get(job_path + "/events", job_route([this](auto& req, auto& res, const std::string& id) { handle_events(req, res, id); }));
+  s.Delete(job_path, job_route([this](auto&, auto& res, const std::string& id) {
     auto q = pool_->get();
     switch (q->cancel(id)) {
       case RedisQueue::CancelResult::NotFound:
@@ -468,10 +472,10 @@ void SharedServer::api_routes() {
         return send_error(res, not_found("no job '" + id + "'"));
     }
   }));
-  s.Get(job + "/images", job_route([this](auto&, auto& res, const std::string& id) {
-    const auto st = pool_->get()->status(id);
-    const json info = st ? json::parse(st->info, nullptr, false) : json();
-    const auto pngs = images(id, -1);
+  s.Get(job_path + "/images", job_route([this](auto&, auto& res, const std::string& id) {
+    const RedisJobStatus st = job(id);
+    const json info = json::parse(st.info, nullptr, false);
+    const auto pngs = images(st, -1);
     json data = json::array();
     for (size_t i = 0; i < pngs.size(); ++i) {
       json d = {{"index", i}, {"b64_json", base64_encode(pngs[i])}};
@@ -481,15 +485,9 @@ void SharedServer::api_routes() {
       }
       data.push_back(std::move(d));
     }
-    send_json(res, 200, {{"created", st ? st->created_ms / 1000 : 0}, {"id", id}, {"data", std::move(data)}});
+    send_json(res, 200, {{"created", st.created_ms / 1000}, {"id", id}, {"data", std::move(data)}});
   }));
-  s.Get(job + R"(/images/([0-9]{1,4}))", job_route([this](auto& req, auto& res, const std::string& id) {
-    auto png = images(id, std::stoi(req.matches[2]));
-    res.set_header("Cache-Control", "private, max-age=86400, immutable");
-    res.set_header("Content-Disposition", "inline; filename=\"" + id + "-" + std::string(req.matches[2]) + ".png\"");
-    res.status = 200;
-    res.set_content(std::move(png[0]), "image/png");
-  }));
+  s.Get(job_path + R"(/images/([0-9]{1,4}))", png_route);
   // The model's description: from this node's worker, or what the workers published.
   auto model_or_503 = [this]() {
     json m = published_model();

@@ -62,7 +62,9 @@ class SharedServer {
   nlohmann::json describe(const RedisJobStatus& s) const;
   void handle_generations(const httplib::Request& req, httplib::Response& res, const ParsedRequest& p);
   std::string submit(ParsedRequest p);
-  std::vector<std::string> images(const std::string& id, int index);
+  RedisJobStatus job(const std::string& id);  // its status, or a 404
+  // A finished job's images (index < 0: all): 409 while it runs or when it failed, 410 once they expired.
+  std::vector<std::string> images(const RedisJobStatus& s, int index);
   void handle_events(const httplib::Request& req, httplib::Response& res, const std::string& id);
   bool authorized(const httplib::Request& req) const { return bearer_ok(req, opt_.api_key); }
 
