@@ -61,32 +61,45 @@ class Server:
         s, h, b = self.request(method, path, body, headers, timeout)
         return s, json.loads(b) if b else None
 
-    def events(self, job_id, headers=None, timeout=120, on_event=None):
-        """Reads /v1/jobs/{id}/events to its end: a list of (id, type, data)."""
+    def events(self, job_id, headers=None, timeout=120, on_event=None, last_id=None, stop_after=None, on_open=None):
+        """Reads /v1/jobs/{id}/events to its end: a list of (id, type, data), ids as numbers where they are (the
+        shared queue's are Redis stream ids, kept as text). `last_id` is sent as Last-Event-ID; `stop_after(events)`
+        true stops reading; `on_open(headers)` sees the response headers; a connection that breaks ends the list."""
         c = self.conn(timeout)
-        c.request("GET", f"/v1/jobs/{job_id}/events", headers=headers or {})
+        h = dict(headers or {})
+        if last_id:
+            h["Last-Event-ID"] = last_id
+        c.request("GET", f"/v1/jobs/{job_id}/events", headers=h)
         r = c.getresponse()
         if r.status != 200:
             raise AssertionError(f"events: HTTP {r.status}: {r.read()[:300]!r}")
         assert r.getheader("Content-Type", "").startswith("text/event-stream"), r.getheaders()
+        if on_open:
+            on_open({k.lower(): v for k, v in r.getheaders()})
         out, cur = [], {}
-        while True:
-            line = r.readline()
-            if not line:
-                break
-            line = line.decode().rstrip("\r\n")
-            if line == "":
-                if "event" in cur:
-                    ev = (int(cur.get("id", 0)), cur["event"], json.loads(cur.get("data", "null")))
-                    out.append(ev)
-                    if on_event:
-                        on_event(ev)
-                cur = {}
-            elif line.startswith(":"):
-                continue
-            else:
-                k, _, v = line.partition(": ")
-                cur[k] = v
+        try:
+            while True:
+                line = r.readline()
+                if not line:
+                    break
+                line = line.decode().rstrip("\r\n")
+                if line == "":
+                    if "event" in cur:
+                        i = cur.get("id", "0")
+                        ev = (int(i) if i.isdigit() else i, cur["event"], json.loads(cur.get("data", "null")))
+                        out.append(ev)
+                        if on_event:
+                            on_event(ev)
+                        if stop_after and stop_after(out):
+                            break
+                    cur = {}
+                elif line.startswith(":"):
+                    continue
+                else:
+                    k, _, v = line.partition(": ")
+                    cur[k] = v
+        except (OSError, http.client.HTTPException):
+            pass  # the server behind the stream went away
         c.close()
         return out
 

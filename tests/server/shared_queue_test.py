@@ -156,37 +156,6 @@ def wait_until(cond, what, timeout):
     raise AssertionError(f"{what}: not within {timeout} s")
 
 
-def read_events(front, job, last_id=None, stop_after=None, on_open=None):
-    """Follows /v1/jobs/{job}/events through `front`: [(id, type, data)] until the stream ends (or breaks), or
-    until `stop_after(events)` is true. `on_open(headers)` sees the response headers."""
-    c = http.client.HTTPConnection(front.host, front.port, timeout=60)
-    c.request("GET", f"/v1/jobs/{job}/events", headers={"Last-Event-ID": last_id} if last_id else {})
-    r = c.getresponse()
-    assert r.status == 200, (r.status, r.read()[:300])
-    if on_open:
-        on_open({k.lower(): v for k, v in r.getheaders()})
-    out, cur = [], {}
-    try:
-        while True:
-            line = r.readline()
-            if not line:
-                break
-            line = line.decode().rstrip("\r\n")
-            if line == "":
-                if "event" in cur:
-                    out.append((cur.get("id"), cur["event"], json.loads(cur.get("data", "null"))))
-                    if stop_after and stop_after(out):
-                        break
-                cur = {}
-            elif not line.startswith(":"):
-                k, _, v = line.partition(": ")
-                cur[k] = v
-    except (OSError, http.client.HTTPException):
-        pass  # the node behind the stream went away
-    c.close()
-    return out
-
-
 def main():
     binary, data = sys.argv[1], sys.argv[2]
     for tool in ("redis-server", "nginx"):
@@ -277,7 +246,7 @@ def main():
         lj = final[long_id]
         run_s = sum(lj.get("timings", {}).values())
         s, _, _ = front.request("GET", f"/v1/jobs/{long_id}")
-        done_at = max(float(e[0].split("-")[0]) / 1000 for e in read_events(front, long_id) if e[1] == "done")
+        done_at = max(float(e[0].split("-")[0]) / 1000 for e in front.events(long_id) if e[1] == "done")
         took = done_at - t_kill
         # Twice at least: a third claim is right too when the Redis restart cut its second worker's lease.
         check(2 <= lj["attempts"] <= 3, f"the long job was taken over (attempts {lj['attempts']})")
@@ -296,21 +265,21 @@ def main():
         check(results == JOBS + 1, f"result sets written: {results}, jobs: {JOBS + 1} (none lost, none twice)")
         check(redis.depth() == (0, 0), f"the stream is empty at the end: {redis.depth()}")
         for i in ids + [long_id]:
-            ends = [e[1] for e in read_events(front, i) if e[1] in ("done", "error", "cancelled")]
+            ends = [e[1] for e in front.events(i) if e[1] in ("done", "error", "cancelled")]
             check(ends == ["done"], f"job {i}: final events {ends}")
 
         # ---- an api node dies while a client follows a job's events -------------------------------------------
         s, sj = front.json("POST", "/v1/jobs", {"prompt": "followed", "steps": 200, "seed": 3, "size": "32x32"})
         check(s == 202, f"submit: {s}")
         served_by = {}
-        first = read_events(front, sj["id"], stop_after=lambda evs: sum(e[1] == "progress" for e in evs) >= 3,
+        first = front.events(sj["id"], stop_after=lambda evs: sum(e[1] == "progress" for e in evs) >= 3,
                             on_open=served_by.update)
         pid = int(served_by["x-served-by"].rsplit("-", 1)[1])
         gone = [a for a in apis if a.proc.pid == pid]
         check(len(gone) == 1, f"the stream came from an api node ({served_by['x-served-by']})")
         gone[0].proc.send_signal(signal.SIGKILL)
         gone[0].proc.wait()
-        rest = read_events(front, sj["id"], last_id=first[-1][0])
+        rest = front.events(sj["id"], last_id=first[-1][0])
         got = [e[0] for e in first + rest]
         every = [e[0] for e in redis.command("XRANGE", f"ernie:job:{sj['id']}:events", "-", "+")]
         check(got == every, f"events across the reconnect: {len(first)} + {len(rest)}, exactly once and in order "
