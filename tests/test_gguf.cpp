@@ -13,7 +13,7 @@
 #include "gguf_builder.h"
 #include "io/checkpoint.h"
 #include "io/gguf.h"
-#include "io/gguf_quants.h"
+#include "core/ggml_types.h"
 #include "io/model_folder.h"
 #include "io/safetensors.h"
 #include "ops/ops.h"

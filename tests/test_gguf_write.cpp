@@ -11,7 +11,7 @@
 #include "golden.h"
 #include "io/gguf.h"
 #include "io/gguf_encode.h"
-#include "io/gguf_quants.h"
+#include "core/ggml_types.h"
 #include "io/model_folder.h"
 #include "io/safetensors.h"
 

@@ -8,10 +8,10 @@
 #include <cstdio>
 
 #include "engine/engine.h"
-#include "engine/parallel/communicator.h"
+#include "ops/collectives/communicator.h"
 #include "engine/parallel/data_parallel_engine.h"
-#include "engine/parallel/local_communicator.h"
-#include "engine/parallel/nccl_communicator.h"
+#include "ops/collectives/local_communicator.h"
+#include "ops/collectives/nccl_communicator.h"
 #include "engine/parallel/parallel_plan.h"
 #include "engine/sampler.h"
 #include "engine/samplers/flow_solver.h"

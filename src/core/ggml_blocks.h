@@ -1,5 +1,5 @@
 // The GGML block-quantized formats, one 32-element group at a time: each type's block geometry and its
-// de-quantizer, written once for the host (io/gguf_quants.cpp, the reference) and the GPU
+// de-quantizer, written once for the host (core/ggml_types.cpp, the reference) and the GPU
 // (ops/cuda/ggml_dequantize.cu). Layouts as ggml defines them (ggml-common.h); each decoder multiplies in
 // the order of ggml's reference de-quantizer (ggml-quants.c), and both users compile it without FMA
 // contraction, so the two agree bit for bit.

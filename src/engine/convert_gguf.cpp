@@ -6,7 +6,7 @@
 #include "core/error.h"
 #include "engine/convert.h"
 #include "io/gguf_encode.h"
-#include "io/gguf_quants.h"
+#include "core/ggml_types.h"
 #include "io/gguf_writer.h"
 #include "io/safetensors.h"
 

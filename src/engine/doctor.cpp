@@ -10,7 +10,7 @@
 #include "engine/doctor_gpu.h"
 #include "engine/doctor_topology.h"
 #include "engine/memory_plan.h"
-#include "io/gguf_quants.h"
+#include "core/ggml_types.h"
 #include "io/model_folder.h"
 #include "io/model_tokenizer.h"
 #include "io/safetensors.h"

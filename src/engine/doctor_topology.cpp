@@ -1,7 +1,7 @@
 #include "engine/doctor_topology.h"
 
 #include "core/gpu_topology.h"
-#include "engine/parallel/nccl_communicator.h"
+#include "ops/collectives/nccl_communicator.h"
 #include "ops/peer_access.h"
 
 using json = nlohmann::json;

@@ -48,8 +48,9 @@ struct EngineOptions {
   std::string lora_apply = "auto";
   std::string lora_dir;  // where LoRAs named by requests and prompt tags are (engine/lora_library.h); "" = none
   // Several GPUs in one host (engine/parallel/parallel_plan.h): the CUDA devices, one rank each ("0,1"; "" = the one
-  // --device), and the mode: none, cfg (the unconditional and conditional rows on two ranks), auto (cfg with two GPUs);
-  // ulysses and data are not built yet.
+  // --device), and the mode: none, cfg (the unconditional and conditional rows on two ranks), ulysses (each DiT
+  // forward split over the ranks' tokens), data (one engine per rank, a batch split over them), auto (cfg with two
+  // GPUs).
   std::string gpus;
   std::string parallel = "none";
 
@@ -66,7 +67,7 @@ struct EngineOptions {
   bool load_denoiser = true;     // false: tokenizer and text encoder only (encode_prompt); generate() throws
   bool round_timesteps = true;   // feed the DiT bf16-rounded timesteps in bf16, as the reference does
   // Checking the parallel split on one device: that many ranks in this process on --device (a LocalCommunicator,
-  // engine/parallel/local_communicator.h) instead of one per GPU; they share the loaded weights. 0 = off.
+  // ops/collectives/local_communicator.h) instead of one per GPU; they share the loaded weights. 0 = off.
   int parallel_local = 0;
   // Calibration (engine/calibration.h): sees the float input of every DiT block linear in every step, under
   // the weight's checkpoint name (ErnieDit::set_input_observer).

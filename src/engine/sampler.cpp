@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "engine/parallel/communicator.h"
+#include "ops/collectives/communicator.h"
 #include "ops/ops.h"
 
 namespace ernie {

@@ -10,7 +10,7 @@
 
 #include "core/error.h"
 #include "core/file.h"
-#include "io/gguf_quants.h"
+#include "core/ggml_types.h"
 
 namespace ernie {
 

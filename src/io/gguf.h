@@ -1,6 +1,6 @@
 // GGUF (llama.cpp / ggml's file format, versions 2 and 3, little-endian): mmap'd and validated before anything
 // in it is trusted. Tensors stored as F32, F16 or BF16 (and I8, I32, I64) are zero-copy views; block-quantized
-// ones (Q4_0 ... Q6_K, IQ4_NL, IQ4_XS: io/gguf_quants.h) come back de-quantized to F32 on the host.
+// ones (Q4_0 ... Q6_K, IQ4_NL, IQ4_XS: core/ggml_types.h) come back de-quantized to F32 on the host.
 #pragma once
 #include <map>
 #include <memory>

@@ -7,7 +7,7 @@
 #include <fstream>
 
 #include "core/error.h"
-#include "io/gguf_quants.h"
+#include "core/ggml_types.h"
 
 namespace ernie {
 

@@ -15,7 +15,7 @@
 #include "io/component_configs.h"
 #include "io/gguf.h"
 #include "io/gguf_llm.h"
-#include "io/gguf_quants.h"
+#include "core/ggml_types.h"
 #include "io/gguf_tokenizer.h"
 #include "io/key_layouts.h"
 #include "io/model_file.h"

@@ -14,7 +14,7 @@ struct TensorInfo {
   Shape shape;  // torch order (outermost first), whatever order the file stores
   size_t begin = 0, end = 0;  // byte span of the stored data inside the file's data section
   std::string file;           // which file holds it
-  int ggml_type = -1;         // GGUF: the GGML type id as stored (io/gguf_quants.h); -1 elsewhere
+  int ggml_type = -1;         // GGUF: the GGML type id as stored (core/ggml_types.h); -1 elsewhere
 };
 
 class TensorFile {

@@ -1,7 +1,7 @@
 // ErnieImageTransformer2DModel forward (diffusers transformer_ernie_image.py), against the op set.
 #include "models/ernie_dit.h"
 
-#include "engine/parallel/communicator.h"
+#include "ops/collectives/communicator.h"
 
 #include <algorithm>
 #include <cmath>

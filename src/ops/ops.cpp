@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "io/gguf_quants.h"
+#include "core/ggml_types.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/shape_rules.h"
 #ifdef ERNIE_HAVE_CUDA

@@ -28,7 +28,7 @@ struct Weight {
   // quantizes its input with this one scale for every row instead of a dynamic scale per row.
   Tensor input_scale;
   // GGML blocks (a GGUF weight kept quantized): `w` holds the stored bytes as U8 [rows, row bytes], `ggml` the
-  // GGML type id (io/gguf_quants.h) and `cols` the row length in elements. linear() and dequantize() expand
+  // GGML type id (core/ggml_types.h) and `cols` the row length in elements. linear() and dequantize() expand
   // them to a float [rows, cols] as they run (on CUDA, right before the GEMM), so memory holds the blocks.
   int ggml = -1;
   int64_t cols = 0;

@@ -54,7 +54,7 @@ INSTANTIATE_TEST_SUITE_P(Tiny256, CudaGguf,
                                             ::testing::Values(DType::F32, DType::BF16),
                                             ::testing::Values("none", "blocks")));
 
-// The GPU's de-quantizer against the CPU's (the host decoding of io/gguf_quants, ComfyUI-GGUF's values):
+// The GPU's de-quantizer against the CPU's (the host decoding of core/ggml_types, ComfyUI-GGUF's values):
 // every block type of blocks.gguf, F32 bit for bit, BF16 the F32 values rounded once.
 TEST(CudaGgufBlocks, DequantizeEqualsTheCpu) {
   ERNIE_REQUIRE_GPU();

@@ -6,9 +6,9 @@
 #include <cstdio>
 
 #include "engine/engine.h"
-#include "engine/parallel/communicator.h"
-#include "engine/parallel/local_communicator.h"
-#include "engine/parallel/nccl_communicator.h"
+#include "ops/collectives/communicator.h"
+#include "ops/collectives/local_communicator.h"
+#include "ops/collectives/nccl_communicator.h"
 #include "engine/sampler.h"
 #include "engine/samplers/flow_solver.h"
 #include "gpu_util.h"

@@ -1,7 +1,7 @@
 // GGML block-quantized weights to F32 on the host: the reference the GPU's de-quantizer
-// (ops/cuda/ggml_dequantize.cu) is tested against. The decoding is io/gguf_quants' (core/ggml_blocks.h).
+// (ops/cuda/ggml_dequantize.cu) is tested against. The decoding is core/ggml_types' (core/ggml_blocks.h).
 #include "core/error.h"
-#include "io/gguf_quants.h"
+#include "core/ggml_types.h"
 #include "ops/cpu/cpu_ops.h"
 
 namespace ernie::cpu {

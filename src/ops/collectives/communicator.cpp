@@ -1,4 +1,4 @@
-#include "engine/parallel/communicator.h"
+#include "ops/collectives/communicator.h"
 
 #include <exception>
 #include <mutex>

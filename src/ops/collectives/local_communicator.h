@@ -5,7 +5,7 @@
 #pragma once
 #include <memory>
 
-#include "engine/parallel/communicator.h"
+#include "ops/collectives/communicator.h"
 
 namespace ernie {
 

@@ -1,8 +1,8 @@
-#include "engine/parallel/nccl_communicator.h"
+// The NCCL group (ops/collectives/nccl_communicator.h); a build without NCCL has ops/collectives/nccl_unavailable.cpp.
+#ifdef ERNIE_HAVE_NCCL
+#include "ops/collectives/nccl_communicator.h"
 
 #include "core/error.h"
-
-#ifdef ERNIE_HAVE_NCCL
 #include <nccl.h>
 
 #include <atomic>
@@ -11,19 +11,8 @@
 
 #include "ops/cuda/common.h"
 #include "ops/cuda/cuda_ops.h"
-#endif
 
 namespace ernie {
-
-#ifndef ERNIE_HAVE_NCCL
-
-bool nccl_built() { return false; }
-std::string linked_nccl_version() { return ""; }
-std::unique_ptr<CommGroup> make_nccl_group(const std::vector<int>&) {
-  throw Error("--gpus: this build has no NCCL (rebuild with CUDA and NCCL's nccl.h and libnccl found by CMake)");
-}
-
-#else
 
 namespace {
 
@@ -158,6 +147,5 @@ std::unique_ptr<CommGroup> make_nccl_group(const std::vector<int>& gpus) {
   return std::make_unique<NcclGroup>(gpus);
 }
 
-#endif
-
 }  // namespace ernie
+#endif

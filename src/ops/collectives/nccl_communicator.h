@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/parallel/communicator.h"
+#include "ops/collectives/communicator.h"
 
 namespace ernie {
 

@@ -1,4 +1,4 @@
-#include "engine/parallel/local_communicator.h"
+#include "ops/collectives/local_communicator.h"
 
 #include <condition_variable>
 #include <cstring>

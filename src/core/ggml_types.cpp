@@ -2,7 +2,7 @@
 // same order as ggml's reference de-quantizer (the scale times the quant, then minus the minimum), so results
 // are bit-exact; the file is built with FP contraction off (CMakeLists) so no compiler turns a
 // multiply-subtract into an FMA.
-#include "io/gguf_quants.h"
+#include "core/ggml_types.h"
 
 #include <algorithm>
 #include <cstring>
