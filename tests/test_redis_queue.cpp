@@ -100,7 +100,7 @@ struct FakeWorker {
         bool cancel = false, lost = false;
         for (int s = 1; s <= steps && !cancel && !lost; ++s) {
           std::this_thread::sleep_for(std::chrono::milliseconds(step_ms));
-          cancel = q.progress(*c, s, steps) || keeper.cancel_seen();
+          cancel = q.progress(*c, s, steps).cancelled || keeper.cancel_seen();
           lost = keeper.lost();
           if (die_after_steps >= 0 && s == die_after_steps) {
             keeper.release();  // the process is gone: no more heartbeats, no ack
@@ -182,6 +182,73 @@ TEST_F(RedisQueueTest, ClientRepliesErrorsAndGivesUpOnADeadServer) {
   ASSERT_TRUE(server_->restart(true));
   RedisClient bad({"127.0.0.1", server_->port(), 60000}, o);
   EXPECT_THROW(bad.command({"PING"}), RedisError);
+  // /health's probe selects the configured database: /16 and /65535 do not exist on a 16-database server.
+  EXPECT_FALSE(bad.ping_once());
+  EXPECT_FALSE(RedisClient({"127.0.0.1", server_->port(), 16}, o).ping_once());
+  EXPECT_TRUE(RedisClient({"127.0.0.1", server_->port(), 15}, o).ping_once());
+}
+
+// Issue 45, item 11: Redis restarted without persistence while a worker held a job. Its progress writes must
+// not recreate the job (a hash with no status and no TTL, an event stream that never ends); a record left
+// without its status reads as failed; the worker stops and ends nothing.
+TEST_F(RedisQueueTest, ProgressNeverRecreatesAJobThatIsGone) {
+  start();
+  RedisQueue api(url_, options("api"));
+  RedisQueue w(url_, options("w1"));
+  const std::string id = api.submit(fake_request("a"));
+  auto c = w.claim(1s);
+  ASSERT_TRUE(c);
+  EXPECT_TRUE(w.progress(*c, 1, 4).owned);
+  raw({"FLUSHALL"});  // what a restart without persistence leaves
+  const RedisQueue::Beat b = w.progress(*c, 2, 4);
+  EXPECT_FALSE(b.owned);
+  EXPECT_EQ(raw({"EXISTS", "ernie:job:" + id, "ernie:job:" + id + ":events"}).as_int(), 0);
+  EXPECT_FALSE(api.status(id));  // 404, not a zombie
+  EXPECT_EQ(w.complete(*c, {"img"}), RedisQueue::Finish::AlreadyEnded);
+  EXPECT_EQ(raw({"EXISTS", "ernie:job:" + id, "ernie:job:" + id + ":result"}).as_int(), 0);
+
+  // Another worker's job: no progress is written into it.
+  const std::string other = api.submit(fake_request("b"));
+  auto c2 = w.claim(1s);
+  ASSERT_TRUE(c2);
+  RedisClaim stranger = *c2;
+  RedisQueue w2(url_, options("w2"));
+  EXPECT_FALSE(w2.progress(stranger, 1, 4).owned);
+  EXPECT_EQ(api.status(other)->step, 0);
+
+  // A hash that lost its status (written by a worker of an older build) is a failed job to the client.
+  raw({"HSET", "ernie:job:zombie", "step", "20", "total", "20"});
+  const auto z = api.status("zombie");
+  ASSERT_TRUE(z);
+  EXPECT_EQ(z->status, "failed");
+  EXPECT_NE(z->error.find("Redis lost it"), std::string::npos) << z->error;
+}
+
+// The worker loop with Redis flushed mid-run: the runner is told to stop, and the job is neither recreated
+// nor counted as succeeded.
+TEST_F(RedisQueueTest, WorkerStopsOnAJobThatIsGone) {
+  start();
+  RedisQueue api(url_, options("api"));
+  std::atomic<int> stopped_at{0};
+  RedisWorker worker(url_, options("w1"), [&](const RedisClaim&, const RedisWorker::Progress& progress) {
+    for (int s = 1; s <= 200; ++s) {
+      std::this_thread::sleep_for(10ms);
+      if (s == 3) raw({"FLUSHALL"});
+      if (progress(s, 200)) {
+        stopped_at = s;
+        return RedisResult{};
+      }
+    }
+    return RedisResult{{"img"}};
+  });
+  const std::string id = api.submit(fake_request("a"));
+  worker.start();
+  ASSERT_TRUE(wait_for([&] { return worker.lost.load() == 1; }, 5s));
+  EXPECT_EQ(stopped_at.load(), 3);
+  EXPECT_EQ(worker.succeeded.load(), 0u);
+  EXPECT_EQ(raw({"EXISTS", "ernie:job:" + id, "ernie:job:" + id + ":events", "ernie:job:" + id + ":result"}).as_int(),
+            0);
+  worker.stop();
 }
 
 TEST_F(RedisQueueTest, OneJobEndToEnd) {
@@ -204,7 +271,7 @@ TEST_F(RedisQueueTest, OneJobEndToEnd) {
   EXPECT_FALSE(c->reclaimed);
   EXPECT_EQ(api.status(id)->status, "running");
   EXPECT_EQ(api.status(id)->owner, "w1");
-  EXPECT_FALSE(w.progress(*c, 1, 2));
+  EXPECT_FALSE(w.progress(*c, 1, 2).cancelled);
   EXPECT_TRUE(w.heartbeat(*c).owned);
   EXPECT_EQ(w.complete(*c, {std::string("\x89PNG\0x", 6), "second"}), RedisQueue::Finish::Stored);
   EXPECT_EQ(w.complete(*c, {"again"}), RedisQueue::Finish::AlreadyEnded);  // one result set
@@ -320,11 +387,11 @@ TEST_F(RedisQueueTest, CancelQueuedAndRunning) {
   auto c = w.claim(1s);
   ASSERT_TRUE(c);
   EXPECT_EQ(c->id, second);  // the cancelled one is not run
-  EXPECT_FALSE(w.progress(*c, 1, 3));
+  EXPECT_FALSE(w.progress(*c, 1, 3).cancelled);
   EXPECT_EQ(api.cancel(second), RedisQueue::CancelResult::Requested);
   EXPECT_EQ(api.status(second)->status, "running");
   EXPECT_TRUE(api.status(second)->cancel_requested);
-  EXPECT_TRUE(w.progress(*c, 2, 3));  // seen between steps
+  EXPECT_TRUE(w.progress(*c, 2, 3).cancelled);  // seen between steps
   EXPECT_TRUE(w.heartbeat(*c).cancelled);
   EXPECT_EQ(w.cancelled(*c), RedisQueue::Finish::Stored);
   EXPECT_EQ(api.status(second)->status, "cancelled");

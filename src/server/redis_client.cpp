@@ -225,10 +225,17 @@ bool RedisClient::ping_once() {
   bool ok = false;
   if (!c->err) {
     redisSetTimeout(c, to_timeval(opt_.connect_timeout));
-    if (auto* r = static_cast<redisReply*>(redisCommand(c, "PING"))) {
-      ok = r->type == REDIS_REPLY_STATUS && std::string(r->str, r->len) == "PONG";
-      freeReplyObject(r);
+    // The configured database must answer too: SELECT 16 on a server of 16 databases is an error, and then
+    // every request would fail while PING alone says ok.
+    ok = true;
+    if (url_.db != 0) {
+      auto* r = static_cast<redisReply*>(redisCommand(c, "SELECT %d", url_.db));
+      ok = r && r->type == REDIS_REPLY_STATUS;
+      if (r) freeReplyObject(r);
     }
+    auto* r = ok ? static_cast<redisReply*>(redisCommand(c, "PING")) : nullptr;
+    ok = r && r->type == REDIS_REPLY_STATUS && std::string(r->str, r->len) == "PONG";
+    if (r) freeReplyObject(r);
   }
   redisFree(c);
   return ok;

@@ -123,8 +123,8 @@ class RedisClient {
     return retrying([&](Conn& c) { return c.command(args); });
   }
 
-  // One PING on the current or a new connection, no retries, bounded by the connect and command
-  // timeouts; false when Redis cannot be reached (for /health).
+  // SELECT of the configured database and one PING on a new connection, no retries, bounded by the connect
+  // and command timeouts; false when Redis cannot be reached or that database does not answer (for /health).
   bool ping_once();
 
   bool connected() const { return connected_.load(); }  // the last command reached the server

@@ -154,6 +154,10 @@ std::optional<RedisJobStatus> RedisQueue::status(const std::string& id) {
   s.finished_ms = num("finished_ms");
   s.cancel_requested = field(h, "cancel") == "1";
   s.has_result = int_or(r[1]) != 0;
+  if (s.status.empty()) {  // a hash without its status (written by an old worker after Redis lost the job)
+    s.status = "failed";
+    s.error = "the job's record is incomplete (Redis lost it, e.g. a restart without persistence); submit it again";
+  }
   return s;
 }
 
@@ -436,15 +440,30 @@ RedisQueue::Beat RedisQueue::heartbeat(const RedisClaim& cl) {
   });
 }
 
-bool RedisQueue::progress(const RedisClaim& cl, int step, int total) {
-  auto r = client_.retrying([&](RedisClient::Conn& c) {
-    return c.pipeline({event_cmd(cl.id, "progress",
-                                 nlohmann::json{{"phase", "denoise"}, {"step", step}, {"total", total},
-                                                {"attempt", cl.attempt}}.dump()),
-                       {"HGET", key_job(cl.id), "cancel"},
-                       {"HSET", key_job(cl.id), "step", std::to_string(step), "total", std::to_string(total)}});
+// One script, so a progress write never recreates a job that is gone (Redis restarted without persistence, the
+// record expired or was deleted) or writes into a job another worker holds now: the event and the step are
+// written only while the hash says `running` by this worker.
+constexpr const char* kProgressScript = R"lua(
+local h = redis.call('HMGET', KEYS[1], 'status', 'owner', 'cancel')
+if h[1] ~= 'running' or h[2] ~= ARGV[1] then return -1 end
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '*', 'type', 'progress', 'data', ARGV[3])
+redis.call('HSET', KEYS[1], 'step', ARGV[4], 'total', ARGV[5])
+if h[3] == '1' then return 1 end
+return 0
+)lua";
+
+RedisQueue::Beat RedisQueue::progress(const RedisClaim& cl, int step, int total) {
+  const std::string data =
+      nlohmann::json{{"phase", "denoise"}, {"step", step}, {"total", total}, {"attempt", cl.attempt}}.dump();
+  const long long r = client_.retrying([&](RedisClient::Conn& c) {
+    return c.command({"EVAL", kProgressScript, "2", key_job(cl.id), key_events(cl.id), opt_.consumer,
+                      std::to_string(opt_.max_events), data, std::to_string(step), std::to_string(total)})
+        .as_int();
   });
-  return str_or(r[1]) == "1";
+  Beat b;
+  b.owned = r >= 0;
+  b.cancelled = r == 1;
+  return b;
 }
 
 RedisQueue::Finish RedisQueue::end_job(const RedisClaim& cl, const std::string& status,
@@ -594,10 +613,12 @@ void RedisWorker::run_one(const RedisClaim& c) {
     ~NotBusy() { b = false; }
   } not_busy{busy_};
   RedisLeaseKeeper keeper(url_, q_.options(), c);
-  bool cancel = false, told_to_stop = false;
+  bool cancel = false, gone = false, told_to_stop = false;
   auto progress = [&](int step, int total) {
-    if (q_.progress(c, step, total) || keeper.cancel_seen()) cancel = true;
-    if (cancel || keeper.lost()) told_to_stop = true;
+    const RedisQueue::Beat b = q_.progress(c, step, total);
+    if (b.cancelled || keeper.cancel_seen()) cancel = true;
+    if (!b.owned) gone = true;  // taken over, or the job is gone: never end it from here
+    if (cancel || gone || keeper.lost()) told_to_stop = true;
     return told_to_stop;
   };
   if (c.reclaimed) ++claims_reclaimed;
@@ -620,6 +641,10 @@ void RedisWorker::run_one(const RedisClaim& c) {
     return;
   }
   keeper.release();
+  if (gone) {
+    ++lost;
+    return;
+  }
   if (cancel) {
     if (q_.cancelled(c) == RedisQueue::Finish::Stored) ++cancelled;
     return;

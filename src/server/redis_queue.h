@@ -131,8 +131,9 @@ class RedisQueue {
   };
   // Refreshes the lease of a held job.
   Beat heartbeat(const RedisClaim& c);
-  // A progress event (step of total); returns whether the job's cancel flag is set.
-  bool progress(const RedisClaim& c, int step, int total);
+  // A progress event (step of total), written only while the job is running on this worker (one Lua script:
+  // a job that is gone is never recreated). owned false: the job is gone or another worker holds it; stop.
+  Beat progress(const RedisClaim& c, int step, int total);
   // Stored: this call ended the job. Requeued: fail(retryable) put it back for another attempt.
   // AlreadyEnded: the job had ended before (another run of it); the call only acknowledged.
   enum class Finish { Stored, Requeued, AlreadyEnded };
