@@ -4,7 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <fstream>
+#include <map>
 #include <random>
+#include <set>
 
 #include "engine/convert.h"
 #include "engine/engine.h"
@@ -24,6 +28,77 @@ double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
   double num = 0, den = 0;
   for (size_t i = 0; i < a.size(); ++i) num += double(a[i] - b[i]) * (a[i] - b[i]), den += double(b[i]) * b[i];
   return std::sqrt(num / den);
+}
+
+// A minimal GGUF v3 reader of the test's own (not io/gguf.h), after the format's specification
+// (ggml docs/gguf.md): the metadata's strings and integers, the tensor infos, where the data begins.
+struct RawGguf {
+  std::vector<uint8_t> bytes;
+  std::map<std::string, std::string> strings;
+  std::map<std::string, uint64_t> ints;
+  struct Info {
+    std::string name;
+    std::vector<uint64_t> ne;
+    uint32_t type;
+    uint64_t offset;
+  };
+  std::vector<Info> infos;
+  size_t data = 0, alignment = 32;
+
+  explicit RawGguf(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(f), {});
+    size_t at = 0;
+    auto take = [&](size_t n) {
+      if (at + n > bytes.size()) throw std::runtime_error("truncated at " + std::to_string(at));
+      const uint8_t* p = bytes.data() + at;
+      at += n;
+      return p;
+    };
+    auto u32 = [&] { uint32_t v; std::memcpy(&v, take(4), 4); return v; };
+    auto u64 = [&] { uint64_t v; std::memcpy(&v, take(8), 8); return v; };
+    auto str = [&] { const uint64_t n = u64(); const uint8_t* p = take(n); return std::string(p, p + n); };
+    if (std::string(reinterpret_cast<const char*>(take(4)), 4) != "GGUF") throw std::runtime_error("no magic");
+    if (u32() != 3) throw std::runtime_error("not version 3");
+    const uint64_t n_tensors = u64(), n_kv = u64();
+    const size_t scalar[13] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};  // by GGUF value type; 8 string, 9 array
+    for (uint64_t i = 0; i < n_kv; ++i) {
+      const std::string key = str();
+      const uint32_t type = u32();
+      if (type == 8) strings[key] = str();
+      else if (type == 4) ints[key] = u32();
+      else if (type == 10) ints[key] = u64();
+      else if (type == 9) {
+        const uint32_t et = u32();
+        const uint64_t n = u64();
+        for (uint64_t j = 0; j < n; ++j) et == 8 ? (void)str() : (void)take(scalar[et]);
+      } else if (type < 13) take(scalar[type]);
+      else throw std::runtime_error(key + ": value type " + std::to_string(type));
+    }
+    for (uint64_t i = 0; i < n_tensors; ++i) {
+      Info t;
+      t.name = str();
+      const uint32_t nd = u32();
+      for (uint32_t d = 0; d < nd; ++d) t.ne.push_back(u64());
+      t.type = u32();
+      t.offset = u64();
+      infos.push_back(t);
+    }
+    if (ints.count("general.alignment")) alignment = ints["general.alignment"];
+    data = (at + alignment - 1) / alignment * alignment;
+  }
+  const Info* find(const std::string& name) const {
+    for (const Info& t : infos)
+      if (t.name == name) return &t;
+    return nullptr;
+  }
+};
+
+// IEEE half to float, for the Q8_0 scales.
+float half_to_float(uint16_t h) {
+  const int e = (h >> 10) & 31, m = h & 1023;
+  const float v = e == 0 ? std::ldexp(float(m), -24) : std::ldexp(float(m | 1024), e - 25);
+  return (h & 0x8000) ? -v : v;
 }
 
 GenerateResult run(const std::string& dit) {
@@ -110,7 +185,7 @@ TEST(GgufWrite, ConvertedDitReadsBackAndGenerates) {
     const ConvertStats st = convert_dit_gguf(m, out, id, all);
     auto f = GgufFile::open(out);
     EXPECT_EQ(f->version(), 3u);
-    EXPECT_EQ(f->meta_string("general.architecture"), "ernie_image");
+    EXPECT_EQ(f->meta_string("general.architecture"), "wan");
     EXPECT_EQ(f->tensors().size(), st.tensors);
     size_t of_type = 0;
     for (const TensorInfo& ti : f->tensors()) {
@@ -132,4 +207,73 @@ TEST(GgufWrite, ConvertedDitReadsBackAndGenerates) {
   test::expect_error([&] { convert_dit_gguf(m, d.str() + "/x.gguf", 16, all); }, "no GGUF output type 16");
   const std::string shard = m.transformer_c.ckpt.files()[0]->path();
   test::expect_error([&] { convert_dit_gguf(m, shard, 8, all); }, "resolves to the model's own input file");
+}
+
+// ComfyUI-GGUF's loader.py IMG_ARCH_LIST at city96/ComfyUI-GGUF 795e45156ece99afbc3efef911e63fcb46e6a20d: the
+// architectures its UNet loader accepts ("Unexpected architecture type in GGUF file" otherwise).
+const std::set<std::string> kComfyGgufImgArchs = {"flux", "sd1",  "sdxl", "sd3", "aura",    "hidream",
+                                                  "cosmos", "ltxv", "hyvid", "wan", "lumina2", "qwen_image"};
+
+// The written file as a reader of its own sees it: an architecture ComfyUI-GGUF accepts, every DiT tensor under
+// its bare diffusers name and torch shape (x_embedder.proj.weight 4-D, F32), data aligned to 32 bytes,
+// llama.cpp's file type, and the Q8_0 blocks decoding to the folder's values within half a quantization step.
+TEST(GgufWrite, WrittenDitParsesWithAnIndependentReader) {
+  test::TempDir d;
+  const ModelFolder m = ModelFolder::open(tiny256(), false);
+  QuantPolicy all;
+  all.keep_first_last_dit_blocks = false;
+  const std::string out = d.str() + "/dit-q8_0.gguf";
+  convert_dit_gguf(m, out, ggml_output_type("q8_0"), all);
+  const RawGguf g(out);
+  ASSERT_TRUE(g.strings.count("general.architecture"));
+  EXPECT_TRUE(kComfyGgufImgArchs.count(g.strings.at("general.architecture"))) << g.strings.at("general.architecture");
+  EXPECT_EQ(g.ints.at("general.file_type"), 7u);  // LLAMA_FTYPE_MOSTLY_Q8_0
+  EXPECT_EQ(g.ints.at("general.quantization_version"), 2u);
+  EXPECT_EQ(g.data % 32, 0u);
+  std::set<std::string> want;
+  for (const TensorSpec& s : m.transformer_c.specs)
+    if (m.transformer_c.ckpt.find(m.transformer_c.stored_name(s.name))) want.insert(s.name);
+  std::set<std::string> got;
+  size_t q8 = 0;
+  for (const RawGguf::Info& t : g.infos) {
+    SCOPED_TRACE(t.name);
+    got.insert(t.name);
+    EXPECT_EQ(t.offset % 32, 0u);
+    const Tensor src = m.transformer_c.tensor(t.name).to_f32();
+    Shape shape(t.ne.rbegin(), t.ne.rend());
+    ASSERT_EQ(shape, src.shape());
+    if (t.type != 8) continue;
+    ++q8;
+    const std::vector<float> x = src.to_vector();
+    ASSERT_LE(g.data + t.offset + x.size() / 32 * 34, g.bytes.size());
+    const uint8_t* b = g.bytes.data() + g.data + t.offset;
+    double worst = 0;
+    for (size_t blk = 0; blk < x.size() / 32; ++blk, b += 34) {
+      uint16_t h;
+      std::memcpy(&h, b, 2);
+      const float scale = half_to_float(h);
+      float amax = 0;
+      for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[blk * 32 + size_t(i)]));
+      ASSERT_NEAR(scale, amax / 127, amax / 127 * 1e-3 + 6e-8) << "block " << blk;
+      for (int i = 0; i < 32; ++i) {
+        const float v = scale * float(int8_t(b[2 + i])), ref = x[blk * 32 + size_t(i)];
+        ASSERT_LE(std::fabs(v - ref), 0.51f * scale + 1e-7f) << "block " << blk << " element " << i;
+        worst = std::max(worst, double(std::fabs(v - ref)));
+      }
+    }
+  }
+  EXPECT_EQ(got, want);
+  EXPECT_GE(q8, 14u);
+  const RawGguf::Info* patch = g.find("x_embedder.proj.weight");
+  ASSERT_TRUE(patch);
+  EXPECT_EQ(patch->ne.size(), 4u);
+  EXPECT_EQ(patch->type, 0u);  // F32
+  // The model's own name, for the tools that want it; and a name that is no GGUF architecture refused.
+  const std::string own = d.str() + "/dit-own.gguf";
+  convert_dit_gguf(m, own, ggml_output_type("q4_k"), all, "ernie_image");
+  const RawGguf o(own);
+  EXPECT_EQ(o.strings.at("general.architecture"), "ernie_image");
+  EXPECT_EQ(o.ints.at("general.file_type"), 15u);  // LLAMA_FTYPE_MOSTLY_Q4_K_M
+  test::expect_error([&] { convert_dit_gguf(m, d.str() + "/x.gguf", 8, all, "Ernie Image"); },
+                     "--gguf-arch 'Ernie Image': expected a lower-case GGUF architecture name");
 }

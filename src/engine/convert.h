@@ -43,11 +43,16 @@ void check_convert_output(const ModelFolder& m, const std::string& out);
 ConvertStats convert_model(const ModelFolder& m, const std::string& out, const ConvertOptions& opt,
                            const std::function<void(size_t, size_t)>& progress = {});
 
-// `convert -o x.gguf`: the DiT alone as a GGUF that llama.cpp's conventions, ComfyUI-GGUF and
-// stable-diffusion.cpp read: the diffusers tensor names bare, general.architecture "ernie_image". The block
-// linears that `policy` quantizes take `ggml_type` (io/gguf_encode.h: Q8_0, Q4_K, Q5_K, Q6_K; or BF16, F16,
-// F32 for every weight); the other 2-D weights BF16 (F32 when ggml_type is F32), 1-D and 4-D tensors F32.
+// `convert -o x.gguf`: the DiT alone as a GGUF laid out as llama.cpp's gguf library writes it (v3, 32-byte
+// alignment, general.file_type), the diffusers tensor names bare, x_embedder.proj.weight 4-D.
+// general.architecture is `arch`: kDefaultDitGgufArch ("wan") by default, the value unsloth's ERNIE-Image GGUFs
+// carry and one that ComfyUI-GGUF's loader accepts (its IMG_ARCH_LIST has no ERNIE entry;
+// tests/test_gguf_write.cpp checks the value against that list). The block linears that `policy` quantizes take
+// `ggml_type` (io/gguf_encode.h: Q8_0, Q4_K, Q5_K, Q6_K; or BF16, F16, F32 for every weight); the other 2-D
+// weights BF16 (F32 when ggml_type is F32), 1-D and 4-D tensors F32.
+inline constexpr const char* kDefaultDitGgufArch = "wan";
 ConvertStats convert_dit_gguf(const ModelFolder& m, const std::string& out, int ggml_type, const QuantPolicy& policy,
+                              const std::string& arch = kDefaultDitGgufArch,
                               const std::function<void(size_t, size_t)>& progress = {});
 
 // `convert --model x.gguf -o y.safetensors --dtype f32|bf16|f16`: every tensor of any GGUF (block types

@@ -1,4 +1,5 @@
 // convert -o x.gguf: the DiT as a GGUF (engine/convert.h).
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -43,8 +44,12 @@ std::vector<uint8_t> encode_tensor(const Tensor& t, int type) {
 }  // namespace
 
 ConvertStats convert_dit_gguf(const ModelFolder& m, const std::string& out, int ggml_out, const QuantPolicy& policy,
-                              const std::function<void(size_t, size_t)>& progress) {
+                              const std::string& arch, const std::function<void(size_t, size_t)>& progress) {
   const auto t0 = std::chrono::steady_clock::now();
+  ERNIE_CHECK(!arch.empty() && arch.size() <= 64 &&
+                  std::all_of(arch.begin(), arch.end(),
+                              [](char ch) { return (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '_'; }),
+              "--gguf-arch '", arch, "': expected a lower-case GGUF architecture name such as wan or ernie_image");
   const GgmlType* want = ggml_type(uint32_t(ggml_out));
   ERNIE_CHECK(want && (want->decode || want->plain), "convert: no GGUF output type ", std::to_string(ggml_out));
   check_convert_output(m, out);
@@ -68,7 +73,7 @@ ConvertStats convert_dit_gguf(const ModelFolder& m, const std::string& out, int 
   st.tensors = tensors.size();
   const std::string source = std::filesystem::path(m.root.empty() ? out : m.root).filename().string();
   write_gguf(out,
-             {{"general.architecture", std::string("ernie_image")},
+             {{"general.architecture", arch},
               {"general.name", source},
               {"general.quantization_version", uint32_t(2)},
               {"general.file_type", file_type(ggml_out)}},

@@ -1,6 +1,6 @@
 // ernie-image convert --model DIR -o FILE [--dtype bf16|fp8|int8] [--keep PATTERN]... [--no-pe] [--threads N]
 //   [--calibrate PROMPTS.txt [--calibrate-steps N] [--calibrate-size WxH] [--device D] [--act-dtype f32|bf16]]
-// ernie-image convert --model DIR -o DIT.gguf --dtype q8_0|q4_k|q5_k|q6_k|bf16|f16|f32 [--keep PATTERN]...
+// ernie-image convert --model DIR -o DIT.gguf --dtype q8_0|q4_k|q5_k|q6_k|bf16|f16|f32 [--keep PATTERN]... [--gguf-arch NAME]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -20,7 +20,7 @@
 namespace ernie::cli {
 namespace {
 struct Opts {
-  std::string model, out, dtype = "bf16", calibrate, calibrate_size, device = "cpu", act;
+  std::string model, out, dtype = "bf16", calibrate, calibrate_size, device = "cpu", act, gguf_arch;
   int calibrate_steps = 0;
   std::vector<std::string> keep;
   bool no_pe = false, quantize_all_blocks = false, keep_text_encoder = false, quiet = false;
@@ -53,7 +53,8 @@ int convert_to_gguf(const Opts& o) {
   for (auto& k : o.keep) policy.keep.push_back(k);
   policy.keep_first_last_dit_blocks = !o.quantize_all_blocks;
   Progress progress{o.quiet};
-  const ConvertStats st = convert_dit_gguf(m, o.out, type, policy, std::ref(progress));
+  const ConvertStats st =
+      convert_dit_gguf(m, o.out, type, policy, o.gguf_arch.empty() ? kDefaultDitGgufArch : o.gguf_arch, std::ref(progress));
   progress.finish();
   std::printf("wrote %s: the DiT, %zu tensors (%zu as %s), %.2f GiB in %.2f s\n", o.out.c_str(), st.tensors, st.ggml,
               o.dtype.c_str(), double(st.bytes) / (1 << 30), st.seconds);
@@ -73,6 +74,9 @@ Register reg(70, [](CLI::App& app) {
                 "q5_k, q6_k, bf16, f16 or f32")
       ->check(CLI::IsMember({"bf16", "fp8", "int8", "q8_0", "q4_k", "q5_k", "q6_k", "f16", "f32"}));
   c->add_option("--keep", o->keep, "also keep weights whose name contains PATTERN in bf16 (repeatable)");
+  c->add_option("--gguf-arch", o->gguf_arch,
+                 "for .gguf: general.architecture to write (default wan, what unsloth's ERNIE-Image GGUFs carry and "
+                 "ComfyUI-GGUF accepts; ernie_image for tools that want the model's own name)");
   c->add_flag("--quantize-all-blocks", o->quantize_all_blocks, "quantize the first and last DiT blocks too");
   c->add_flag("--keep-text-encoder", o->keep_text_encoder, "keep the text encoder and prompt enhancer in bf16");
   c->add_flag("--no-pe", o->no_pe, "leave the prompt enhancer out");
@@ -89,6 +93,7 @@ Register reg(70, [](CLI::App& app) {
   return std::function<int()>([o] {
     const bool gguf = o->out.size() > 5 && o->out.compare(o->out.size() - 5, 5, ".gguf") == 0;
     if (gguf) return convert_to_gguf(*o);
+    ERNIE_CHECK(o->gguf_arch.empty(), "--gguf-arch is for a .gguf output (-o NAME.gguf)");
     if (!o->model.empty() && std::filesystem::is_regular_file(o->model) && read_file_head(o->model, 4) == "GGUF") {
       // Any GGUF to safetensors, de-quantized.
       ERNIE_CHECK(o->dtype == "f32" || o->dtype == "bf16" || o->dtype == "f16", "--dtype ", o->dtype,

@@ -1,4 +1,4 @@
-// ernie-image tokenize --model DIR [--component tokenizer|pe_tokenizer] --text TEXT [--no-special]
+// ernie-image tokenize --model DIR|TE.gguf [--component tokenizer|pe_tokenizer] --text TEXT [--no-special]
 // ernie-image tokenize --model DIR --decode [--text "[1, 2, 3]" | < ids.json] [--skip-special]
 #include <cstdio>
 #include <filesystem>
@@ -9,6 +9,9 @@
 
 #include "commands.h"
 #include "core/error.h"
+#include "core/file.h"
+#include "io/gguf.h"
+#include "io/gguf_tokenizer.h"
 #include "text/tokenizer.h"
 
 namespace ernie::cli {
@@ -37,7 +40,7 @@ std::vector<int64_t> parse_ids(const std::string& s) {
 Register reg(40, [](CLI::App& app) {
   auto o = std::make_shared<Opts>();
   auto* c = app.add_subcommand("tokenize", "Tokenize text to ids (JSON array), or decode ids to text");
-  c->add_option("--model,-m", o->model, "model folder (diffusers layout) or a folder with tokenizer.json")->required();
+  c->add_option("--model,-m", o->model, "model folder (diffusers layout), a folder with tokenizer.json, or a text encoder GGUF (its tokenizer.ggml.*)")->required();
   c->add_option("--component", o->component, "which tokenizer: tokenizer or pe_tokenizer")
       ->check(CLI::IsMember({"tokenizer", "pe_tokenizer"}));
   c->add_option("--text,-t", o->text, "text to tokenize; with --decode, the ids (else read from stdin)");
@@ -47,9 +50,17 @@ Register reg(40, [](CLI::App& app) {
   c->add_flag("--no-truncation", o->no_truncation, "do not cut at model_max_length");
   return std::function<int()>([o, c] {
     namespace fs = std::filesystem;
-    std::string dir = o->model;
-    if (!fs::exists(fs::path(dir) / "tokenizer.json")) dir = (fs::path(o->model) / o->component).string();
-    Tokenizer tok = Tokenizer::load(dir);
+    Tokenizer tok = [&] {
+      if (fs::is_regular_file(o->model)) {  // a llama.cpp GGUF's own tokenizer (tokenizer.ggml.*)
+        ERNIE_CHECK(read_file_head(o->model, 4) == "GGUF", o->model, ": not a GGUF file; --model takes a model folder, ",
+                    "a folder with tokenizer.json, or a text encoder GGUF carrying tokenizer.ggml.*");
+        ERNIE_CHECK(c->count("--component") == 0, "--component: a GGUF carries one tokenizer; leave it out");
+        return tokenizer_from_gguf(*GgufFile::open(o->model));
+      }
+      std::string dir = o->model;
+      if (!fs::exists(fs::path(dir) / "tokenizer.json")) dir = (fs::path(o->model) / o->component).string();
+      return Tokenizer::load(dir);
+    }();
     std::string input = o->text;
     if (c->count("--text") == 0) input.assign(std::istreambuf_iterator<char>(std::cin), {});
     if (o->decode) {
