@@ -224,7 +224,7 @@ std::string SharedServer::submit(ParsedRequest p) {
   const json m = published_model();
   if (!m.is_null()) {
     try {
-      resolve_request(p.req, limits_of(m));
+      p.req = resolve_request(p.req, limits_of(m));  // stored resolved: the job's params show what runs
     } catch (const Error& e) {
       bad_request(e.what(), param_of(e.what()), "invalid_value");
     }
@@ -238,13 +238,7 @@ std::string SharedServer::submit(ParsedRequest p) {
 }
 
 json SharedServer::describe(const RedisJobStatus& s) const {
-  json req = json::parse(s.request, nullptr, false);
-  json params = req.is_object() ? req : json::object();
-  if (params.contains("image")) {  // the images themselves are not repeated in every status
-    params["img2img"] = {{"strength", params.value("strength", json(nullptr))}, {"mask", params.contains("mask")}};
-    params.erase("image");
-    params.erase("mask");
-  }
+  const json params = job_params(json::parse(s.request, nullptr, false));
   json o = {{"id", s.id},           {"object", "image.job"},       {"status", s.status},
             {"created", s.created_ms / 1000}, {"step", s.step}, {"total", s.total},
             {"attempts", s.attempts}, {"params", params}};
