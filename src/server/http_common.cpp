@@ -114,6 +114,14 @@ bool read_form(const httplib::ContentReader& reader, size_t limit, std::vector<F
 
 std::string size_str(int w, int h) { return std::to_string(w) + "x" + std::to_string(h); }
 
+std::string file_url(const httplib::Request& req, const std::string& bound_host, int port, const std::string& job_id,
+                     int index) {
+  std::string host = req.get_header_value("Host");
+  if (host.empty() || host.find_first_of(" /\\\"<>") != std::string::npos)
+    host = (bound_host.find(':') != std::string::npos ? "[" + bound_host + "]" : bound_host) + ":" + std::to_string(port);
+  return "http://" + host + "/v1/files/" + job_id + "-" + std::to_string(index) + ".png";
+}
+
 
 namespace {
 // Why `host:port` cannot be bound: cpp-httplib only says that it failed, so a plain socket tries the same bind

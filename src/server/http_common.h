@@ -26,6 +26,10 @@ std::string param_of(const std::string& msg);
 // How the engine was loaded (serve --offload / --max-vram / --vae-tiling), for /health and /v1/info.
 nlohmann::json memory_json(const EngineInfo& e);
 std::string size_str(int w, int h);  // "1024x768"
+// The absolute URL of /v1/files/{job_id}-{index}.png, from the request's Host (what the client reached us by);
+// a missing or malformed Host falls back to the bound host:port.
+std::string file_url(const httplib::Request& req, const std::string& bound_host, int port, const std::string& job_id,
+                     int index);
 
 // GET /v1/jobs's ?limit=N: 1 to 1000, 100 when absent; anything else is a 400 naming `limit`.
 size_t list_limit(const httplib::Request& req);

@@ -1,5 +1,7 @@
 #include "server/job_queue.h"
 
+#include "server/request_json.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <ctime>
@@ -15,6 +17,7 @@
 #include "engine/metadata.h"
 #include "engine/noise.h"
 #include "server/form_data.h"
+#include "server/request_json.h"
 
 namespace ernie::server {
 namespace {
@@ -115,27 +118,7 @@ void JobQueue::push_event(Job& j, const std::string& type, json data) {
   change_cv_.notify_all();
 }
 
-json JobQueue::params_json(const Job& j) const {
-  const GenerateRequest& r = j.req;
-  return {{"prompt", r.prompt},
-          {"negative_prompt", r.negative_prompt},
-          {"size", std::to_string(r.width) + "x" + std::to_string(r.height)},
-          {"n", r.num_images},
-          {"steps", r.steps},
-          {"guidance_scale", r.cfg},
-          {"seed", r.seed},
-          {"use_pe", r.use_pe},
-          {"sampler", sampler_id(r.sampler)},
-          {"shift", r.shift},
-          {"rng", rng_name(r.rng)},
-          {"loras", [&] {
-             json l = json::array();
-             for (const LoraRef& x : r.loras)
-               if (!x.from_tag) l.push_back({{"name", x.name}, {"scale", x.scale}});  // tags stay in the prompt
-             return l;
-           }()},
-          {"img2img", r.init_image ? json{{"strength", r.strength}, {"mask", r.mask.has_value()}} : json()}};
-}
+json JobQueue::params_json(const Job& j) const { return request_to_json({j.req, true, false}, false); }
 
 int JobQueue::position(const Job& j) const {
   for (size_t i = 0; i < waiting_.size(); ++i)

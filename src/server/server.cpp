@@ -6,6 +6,7 @@
 #include "engine/metadata.h"
 #include "engine/noise.h"
 #include "server/http_common.h"
+#include "server/model_info.h"
 
 namespace ernie::server {
 using nlohmann::json;
@@ -60,42 +61,21 @@ GenerateRequest Server::resolve_parsed(ParsedRequest p) const {
 }
 
 json Server::model_info() const {
-  const Engine& p = queue_->pipeline();
-  GenerateRequest probe;
-  probe.prompt = "x";
-  GenerateRequest d = p.resolve(probe);
-  json sizes = json::array();
-  for (auto [w, h] : p.supported_sizes()) sizes.push_back(size_str(w, h));
-  return {{"model", model_name_},
-          {"engine", engine_version()},
-          {"turbo", p.turbo()},
-          {"scale_factor", p.scale_factor()},
-          {"supported_sizes", sizes},
-          {"defaults", {{"size", size_str(d.width, d.height)}, {"steps", d.steps}, {"guidance_scale", d.cfg}}},
-          {"limits",
-           {{"max_images", opt_.limits.max_images},
-            {"max_steps", opt_.limits.max_steps},
-            {"max_side", opt_.limits.max_side},
-            {"max_queue", opt_.queue.max_queue},
-            {"max_body_bytes", opt_.max_body_bytes}}},
-          {"max_batch_images", queue_->max_batch_images()},
-          {"memory", memory_json(info_)},
-          // What the page may offer: the prompt enhancer (the model's pe/, loaded), the samplers, LoRAs
-          // (GET /v1/loras lists them), live previews, and the history's bounds.
-          {"prompt_enhancer", info_.pe_loaded},
-          {"samplers", {"euler", "dpmpp_2m", "unipc"}},
-          {"loras", !p.available_loras().empty()},
-          {"preview", opt_.queue.preview ? "fast" : "none"},
-          {"history", {{"max_jobs", opt_.queue.history}, {"max_bytes", opt_.queue.history_bytes}}},
-          {"api_key_required", !opt_.api_key.empty()}};
-}
-
-// The absolute URL of a file under /v1/files/, from the request's Host (what the client reached us by).
-std::string Server::file_url(const httplib::Request& req, const std::string& job_id, int index) const {
-  std::string host = req.get_header_value("Host");
-  if (host.empty() || host.find_first_of(" /\\\"<>") != std::string::npos)
-    host = (opt_.host.find(':') != std::string::npos ? "[" + opt_.host + "]" : opt_.host) + ":" + std::to_string(port_);
-  return "http://" + host + "/v1/files/" + file_name(job_id, index);
+  json m = engine_json(queue_->pipeline(), model_name_);
+  m["loras"] = !m["lora_list"].empty();
+  m.erase("lora_list");
+  m.erase("model_limits");
+  m["limits"] = {{"max_images", opt_.limits.max_images},
+                 {"max_steps", opt_.limits.max_steps},
+                 {"max_side", opt_.limits.max_side},
+                 {"max_queue", opt_.queue.max_queue},
+                 {"max_body_bytes", opt_.max_body_bytes}};
+  m["max_batch_images"] = queue_->max_batch_images();
+  // What the page may offer besides: live previews, and the history's bounds.
+  m["preview"] = opt_.queue.preview ? "fast" : "none";
+  m["history"] = {{"max_jobs", opt_.queue.history}, {"max_bytes", opt_.queue.history_bytes}};
+  m["api_key_required"] = !opt_.api_key.empty();
+  return m;
 }
 
 void Server::handle_generations(const httplib::Request& req, httplib::Response& res,
@@ -124,7 +104,7 @@ void Server::handle_generations(const httplib::Request& req, httplib::Response& 
   json data = json::array();
   for (auto& [i, png] : queue_->images(job, -1)) {
     json d = {{"revised_prompt", job->revised_prompt}, {"seed", image_seed(job->req.seed, i, job->req.rng)}};
-    if (url) d["url"] = file_url(req, job->id, i);
+    if (url) d["url"] = file_url(req, opt_.host, port_, job->id, i);
     else d["b64_json"] = base64_encode(png);
     data.push_back(std::move(d));
   }
@@ -280,7 +260,8 @@ void Server::routes() {
     QueueGauges g = queue_->gauges();
     send_json(res, g.shutting_down ? 503 : 200,
               {{"status", g.shutting_down ? "shutting_down" : "ok"}, {"model", model_name_}, {"queued", g.queued},
-               {"running", g.running}, {"offload", offload_name(info_.memory.mode)}});
+               {"running", g.running}, {"offload", offload_name(info_.memory.mode)},
+               {"device", device_label(info_)}, {"dtype", dtype_label(info_)}});
   }));
   s.Get("/metrics", guard([this](auto&, auto& res) {
     res.status = 200;

@@ -70,7 +70,6 @@ class Server {
                           const std::function<ParsedRequest()>& parse);
   void handle_submit(const httplib::Request& req, httplib::Response& res, const std::string& body);
   void handle_events(const httplib::Request& req, httplib::Response& res, const JobPtr& job);
-  std::string file_url(const httplib::Request& req, const std::string& job_id, int index) const;
   // A parsed request with its seed drawn (when not given) and resolved by the engine; errors are 400s.
   GenerateRequest resolve_parsed(ParsedRequest p) const;
   nlohmann::json model_info() const;

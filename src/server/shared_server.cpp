@@ -10,6 +10,7 @@
 #include "engine/metadata.h"
 #include "engine/noise.h"
 #include "server/engine_runner.h"
+#include "server/model_info.h"
 #include "server/redis_metrics.h"
 #include "server/request_json.h"
 
@@ -134,30 +135,8 @@ SharedServer::SharedServer(std::unique_ptr<Engine> engine, SharedServerOptions o
   ping.connect_timeout = ping.command_timeout = milliseconds(1000);
   health_ = std::make_unique<RedisClient>(opt_.redis, ping);
   if (works) {
-    const Engine& e = *engine_;
-    const std::string name = model_display_name(e.model_dir());
-    GenerateRequest probe;
-    probe.prompt = "x";
-    const GenerateRequest d = e.resolve(probe);
-    const ModelLimits& l = e.limits();
-    json sizes = json::array(), loras = json::array();
-    for (auto [w, h] : e.supported_sizes()) sizes.push_back(size_str(w, h));
-    for (const LoraLibrary::Available& a : e.available_loras())
-      loras.push_back({{"name", a.name}, {"bytes", a.bytes}, {"tag", "<lora:" + a.name + ":1>"}});
-    model_json_ = {{"model", name},
-                   {"engine", engine_version()},
-                   {"turbo", e.turbo()},
-                   {"scale_factor", e.scale_factor()},
-                   {"supported_sizes", sizes},
-                   {"defaults", {{"size", size_str(d.width, d.height)}, {"steps", d.steps}, {"guidance_scale", d.cfg}}},
-                   {"memory", memory_json(e.info())},
-                   {"prompt_enhancer", e.info().pe_loaded},
-                   {"samplers", {"euler", "dpmpp_2m", "unipc"}},
-                   {"lora_list", loras},
-                   {"model_limits",
-                    {{"scale_factor", l.scale_factor}, {"latent_channels", l.latent_channels}, {"turbo", l.turbo},
-                     {"max_side", l.max_side}, {"max_pixels", l.max_pixels}, {"max_steps", l.max_steps},
-                     {"max_images", l.max_images}, {"shift", l.shift}}}};
+    const std::string name = model_display_name(engine_->model_dir());
+    model_json_ = engine_json(*engine_, name);
     worker_ = std::make_unique<RedisWorker>(
         opt_.redis, opt_.queue, engine_runner(*engine_, {name, opt_.limits, &abandon_, opt_.log_jobs}));
   }
@@ -245,7 +224,7 @@ std::string SharedServer::submit(ParsedRequest p) {
   const json m = published_model();
   if (!m.is_null()) {
     try {
-      resolve_request(p.req, limits_of(m));
+      p.req = resolve_request(p.req, limits_of(m));  // stored resolved: the job's params show what runs
     } catch (const Error& e) {
       bad_request(e.what(), param_of(e.what()), "invalid_value");
     }
@@ -259,13 +238,7 @@ std::string SharedServer::submit(ParsedRequest p) {
 }
 
 json SharedServer::describe(const RedisJobStatus& s) const {
-  json req = json::parse(s.request, nullptr, false);
-  json params = req.is_object() ? req : json::object();
-  if (params.contains("image")) {  // the images themselves are not repeated in every status
-    params["img2img"] = {{"strength", params.value("strength", json(nullptr))}, {"mask", params.contains("mask")}};
-    params.erase("image");
-    params.erase("mask");
-  }
+  const json params = job_params(json::parse(s.request, nullptr, false));
   json o = {{"id", s.id},           {"object", "image.job"},       {"status", s.status},
             {"created", s.created_ms / 1000}, {"step", s.step}, {"total", s.total},
             {"attempts", s.attempts}, {"params", params}};
@@ -344,7 +317,7 @@ void SharedServer::handle_generations(const httplib::Request& req, httplib::Resp
   for (size_t i = 0; i < pngs.size(); ++i) {
     json d = {{"revised_prompt", info.value("revised_prompt", "")}};
     if (info.contains("seeds") && i < info["seeds"].size()) d["seed"] = info["seeds"][i];
-    if (url) d["url"] = "http://" + req.get_header_value("Host") + "/v1/files/" + id + "-" + std::to_string(i) + ".png";
+    if (url) d["url"] = file_url(req, opt_.http.host, port_, id, int(i));
     else d["b64_json"] = base64_encode(pngs[i]);
     data.push_back(std::move(d));
   }
@@ -453,7 +426,7 @@ void SharedServer::api_routes() {
     res.status = 200;
     res.set_content(std::move(png[0]), "image/png");
   });
-  s.Get(R"(/v1/files/(job_[a-z0-9]{1,60})-([0-9]{1,4})\.png)", png_route);
+  s.Get(R"(/v1/files/(job_[A-Za-z0-9]{1,60})-([0-9]{1,4})\.png)", png_route);
   const std::string job_path = R"(/v1/jobs/([A-Za-z0-9_]{1,64}))";
   s.Get(job_path, job_route([this](auto&, auto& res, const std::string& id) {
     send_json(res, 200, describe(job(id)));
@@ -541,7 +514,11 @@ void SharedServer::common_routes() {
   s.Get("/health", guarded([this](const httplib::Request&, httplib::Response& res) {
     const bool redis = health_->ping_once();
     json h = {{"role", role_name(opt_.role)}, {"redis", redis ? "up" : "down"}};
-    if (!model_json_.is_null()) h["model"] = model_json_["model"];
+    if (!model_json_.is_null()) {  // this node's worker: what it runs on (an api node loads no model)
+      h["model"] = model_json_["model"];
+      h["device"] = model_json_["device"];
+      h["dtype"] = model_json_["dtype"];
+    }
     if (worker_) h["worker"] = {{"name", worker_->consumer()}, {"busy", worker_->busy()}};
     const char* status = stopping_ ? "shutting_down" : redis ? "ok" : "redis_down";
     h["status"] = status;
