@@ -34,6 +34,8 @@ rule "convert/ and doctor/ include engine/ and below" \
 allowed=(
   "tools/ernie-image/main.cpp ops/ops.h"                       # --threads and the backend's name before any engine
   "tools/ernie-image/cmd_tokenize.cpp text/tokenizer.h"        # tokenize: the tokenizer alone, no model loaded
+  "tools/ernie-image/cmd_tokenize.cpp io/gguf.h"                # tokenize: a text-encoder GGUF's header alone
+  "tools/ernie-image/cmd_tokenize.cpp io/gguf_tokenizer.h"      # tokenize: the tokenizer that GGUF embeds
   "tools/ernie-image/cmd_encode.cpp io/safetensors.h"          # encode --out: writes the embeddings file
   "tools/ernie-image/cmd_generate.cpp io/png.h"                # writes the PNG files
   "tools/ernie-image/cmd_generate.cpp io/safetensors.h"        # --save-latents
