@@ -58,7 +58,7 @@ TEST(CudaFusedFp8, RmsNormModulateFp8) {
       EXPECT_TRUE(tensors_close(down(y), ref, tol(dt), min_cos(dt)));
       const ops::Weight cq = cpu::rms_norm_modulate_fp8(x, w, 1e-6f, shift, scl, Tensor());
       expect_tracks_cpu(got, cq, dt);
-      if (vb == 2) EXPECT_EQ(got.scale.to(kCPU).f32()[S], 1.f);  // an all-zero row
+      if (vb == 2) { EXPECT_EQ(got.scale.to(kCPU).f32()[S], 1.f); }  // an all-zero row
       // A static scale (saturating the largest values): quantize(y, F8_E4M3, scale) bit for bit.
       const Tensor fixed = Tensor::from_vector({0.004f}, {1});
       EXPECT_TRUE(same_bits(ops::rms_norm_modulate_fp8(gx, gw, 1e-6f, gsh, gsc, fixed.to(kGPU)),
