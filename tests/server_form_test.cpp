@@ -83,10 +83,10 @@ TEST(EditRequest, SeedsAreTheCommandLinesSeeds) {
            {"-1", false, 0}, {"0", true, 0}, {"42", true, 42}, {"18446744073709551615", true, UINT64_MAX}}) {
     const ParsedRequest j = parse_generation_request("{\"prompt\": \"x\", \"seed\": " + v + "}");
     EXPECT_EQ(j.seed_given, given) << v;
-    if (given) EXPECT_EQ(j.req.seed, seed) << v;
+    if (given) { EXPECT_EQ(j.req.seed, seed) << v; }
     const ParsedRequest f = parse_edit_form(part("image", input_png(), "in.png") + part("prompt", "x") + part("seed", v));
     EXPECT_EQ(f.seed_given, given) << v;
-    if (given) EXPECT_EQ(f.req.seed, seed) << v;
+    if (given) { EXPECT_EQ(f.req.seed, seed) << v; }
   }
   EXPECT_FALSE(parse_generation_request("{\"prompt\": \"x\"}").seed_given);
   for (const std::string bad : {"-2", "18446744073709551616", "1.5", "\"abc\"", "\"7\"", "true"}) {

@@ -56,8 +56,9 @@ TEST(Fp8Attention, InputsAreTheCodesOfQkvNormRope) {
   }
   // Positions past S of the last 32: keys >= S are zero.
   for (int64_t pos = 288; pos < 320; ++pos)
-    if (pos / 32 * 32 + ops::fp8_key_order(int(pos % 32)) >= S)
+    if (pos / 32 * 32 + ops::fp8_key_order(int(pos % 32)) >= S) {
       for (int64_t c = 0; c < 128; ++c) ASSERT_EQ(got.vt.data<uint8_t>()[c * 320 + pos], 0) << pos;
+    }
 }
 
 TEST(Fp8Attention, TracksFloatAttention) {

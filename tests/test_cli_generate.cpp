@@ -556,8 +556,9 @@ TEST(CliMessages, VersionAndVerbose) {
   EXPECT_EQ(v.out.rfind(std::string("ernie-image ") + ERNIE_VERSION + " (", 0), 0u) << v.out;
   EXPECT_NE(v.out.find(ernie::ops::cuda_built() ? "CUDA built in)\n" : "CPU only: built without CUDA)\n"),
             std::string::npos) << v.out;
-  if (std::system("git -C '" ERNIE_TEST_DATA "' rev-parse HEAD >/dev/null 2>&1") == 0)
+  if (std::system("git -C '" ERNIE_TEST_DATA "' rev-parse HEAD >/dev/null 2>&1") == 0) {
     EXPECT_NE(v.out.find("(commit "), std::string::npos) << v.out;
+  }
   TempDir d;
   auto r = run_cli(tiny_gen("-v --seed 7 -o '" + d.str() + "/a.png'"));
   ASSERT_EQ(r.status, 0) << r.out;

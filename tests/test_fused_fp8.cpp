@@ -53,7 +53,7 @@ TEST(FusedFp8, RmsNormModulateIsQuantizeOfTheUnfusedOp) {
         const ops::Weight got = ops::rms_norm_modulate_fp8(x, w, 1e-6f, shift, scale);
         const Tensor y = ops::rms_norm_modulate(x, w, 1e-6f, shift, scale);
         EXPECT_TRUE(same_bits(got, ops::quantize(y.reshape({B * S, C}), DType::F8_E4M3)));
-        if (vb == 2) EXPECT_EQ(got.scale.f32()[S], 1.f);  // an all-zero row
+        if (vb == 2) { EXPECT_EQ(got.scale.f32()[S], 1.f); }  // an all-zero row
         // and it is the op's result, to fp8 precision
         EXPECT_TRUE(tensors_close(ops::dequantize(got), y.reshape({B * S, C}), 0.05, 0.998));
         // a static scale (small enough to saturate the largest values) instead of one per row
@@ -72,7 +72,7 @@ TEST(FusedFp8, GegluIsQuantizeOfTheUnfusedOp) {
     const ops::Weight got = ops::geglu_fp8(gate, up);
     const Tensor y = ops::geglu(gate, up).reshape({rows, C});
     EXPECT_TRUE(same_bits(got, ops::quantize(y, DType::F8_E4M3)));
-    if (rows > 2) EXPECT_EQ(got.scale.f32()[1], 1.f);
+    if (rows > 2) { EXPECT_EQ(got.scale.f32()[1], 1.f); }
     EXPECT_TRUE(tensors_close(ops::dequantize(got), y, 0.05, 0.998));
     const Tensor fixed = Tensor::from_vector({0.01f}, {1});
     EXPECT_TRUE(same_bits(ops::geglu_fp8(gate, up, fixed), ops::quantize(y, DType::F8_E4M3, fixed)));

@@ -92,7 +92,7 @@ TEST(GgufWrite, AnyGgufBecomesF32Safetensors) {
     EXPECT_EQ(o->shape, ti.shape);
     EXPECT_EQ(o->dtype, DType::F32);
     const std::string ref = "blocks." + ti.name.substr(2);  // t.<TYPE>
-    if (golden->find(ref)) EXPECT_TRUE(test::tensors_close(dst->tensor(ti.name), golden->tensor(ref), 1e-6));
+    if (golden->find(ref)) { EXPECT_TRUE(test::tensors_close(dst->tensor(ti.name), golden->tensor(ref), 1e-6)); }
   }
   test::expect_error([&] { convert_gguf_tensors(in, in, DType::F32); }, "is the input file itself");
 }
@@ -119,7 +119,7 @@ TEST(GgufWrite, ConvertedDitReadsBackAndGenerates) {
       EXPECT_EQ(ti.shape, src->shape) << ti.name;
       EXPECT_EQ(ti.begin % 32, 0u) << ti.name;
       of_type += ti.ggml_type == id;
-      if (ti.shape.size() == 1) EXPECT_EQ(ti.ggml_type, 0) << ti.name << ": 1-D tensors stay F32";
+      if (ti.shape.size() == 1) { EXPECT_EQ(ti.ggml_type, 0) << ti.name << ": 1-D tensors stay F32"; }
     }
     EXPECT_GE(of_type, 14u);  // every block linear of the 2 layers (and the other 2-D weights for bf16)
     const GenerateResult r = run(out);

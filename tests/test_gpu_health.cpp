@@ -200,7 +200,7 @@ TEST(CardRecipes, BySizeAndCapability) {
   EXPECT_NE(describe(card_recipe(5.8, 89)).find("may not fit"), std::string::npos);
   for (double gib : {6.0, 8.0, 12.0, 16.0, 24.0, 80.0})
     for (int cc : {80, 89})  // every recipe fits the card it is for
-      if (const CardRecipe r = card_recipe(gib, cc); r.card_gib) EXPECT_LE(r.peak_gib, r.card_gib) << gib << " " << cc;
+      if (const CardRecipe r = card_recipe(gib, cc); r.card_gib) { EXPECT_LE(r.peak_gib, r.card_gib) << gib << " " << cc; }
 }
 
 }  // namespace

@@ -123,7 +123,7 @@ TEST(Img2img, InpaintKeepsTheUnmaskedLatentsAndCompositePastesPixels) {
         EXPECT_EQ(c.images[0].rgb[i * 3 + k], r.init_image->rgb[i * 3 + k]);
         ++pasted;
       }
-      if (w[i] == 1) EXPECT_EQ(c.images[0].rgb[i * 3 + k], res.images[0].rgb[i * 3 + k]);
+      if (w[i] == 1) { EXPECT_EQ(c.images[0].rgb[i * 3 + k], res.images[0].rgb[i * 3 + k]); }
       differ += c.images[0].rgb[i * 3 + k] != res.images[0].rgb[i * 3 + k];
     }
   EXPECT_GT(pasted, 0);

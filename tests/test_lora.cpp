@@ -535,3 +535,47 @@ TEST(HostWeightCache, PastItsBudgetReadsTheFile) {
   EXPECT_EQ(cache.bytes(), size_t(0));
   EXPECT_GT(HostWeightCache::default_budget(), size_t(0));  // Linux: /proc/meminfo
 }
+
+// ---- issue 45: merges that overflow, non-decimal scales, stacked tags past the cap ----
+
+TEST(LoraBadInput, MergeThatOverflowsIsAnError) {  // A = B = 1e38: finite factors, an infinite product
+  auto a = std::make_shared<LoraAdapter>();
+  a->path = "/loras/huge.safetensors";
+  LoraFactors f;
+  f.up = Tensor::from_vector(std::vector<float>(4, 1e38f), {4, 1});
+  f.down = Tensor::from_vector(std::vector<float>(4, 1e38f), {1, 4});
+  f.alpha = 1, f.rank = 1;
+  a->weights["layers.0.mlp.up_proj.weight"] = f;
+  const LoraSet set = {{a, 1.f}};
+  try {
+    merge_lora(Tensor::zeros({4, 4}, DType::F32), set, "layers.0.mlp.up_proj.weight", kCPU);
+    ADD_FAILURE() << "an overflowing merge was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("huge.safetensors"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("layers.0.mlp.up_proj.weight"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("non-finite"), std::string::npos) << e.what();
+  }
+  a->weights.begin()->second.up = Tensor::from_vector(std::vector<float>(4, 1e-3f), {4, 1});  // the same, finite
+  a->weights.begin()->second.down = Tensor::from_vector(std::vector<float>(4, 1e-3f), {1, 4});
+  EXPECT_NO_THROW(merge_lora(Tensor::zeros({4, 4}, DType::F32), set, "layers.0.mlp.up_proj.weight", kCPU));
+}
+
+TEST(LoraBadInput, ScalesAreDecimalOnly) {  // strtof would read 0x10 as 16, inf and nan as themselves
+  for (const char* bad : {"y.safetensors:0x10", "y.safetensors:1e", "y.safetensors:inf", "y.safetensors:nan"})
+    EXPECT_THROW(parse_lora_flag(bad), Error) << bad;
+  for (const char* bad : {"<lora:x:0x10>", "<lora:x:inf>", "<lora:x:1e>", "<lora:x:.>"})
+    EXPECT_THROW(strip_lora_tags(bad), Error) << bad;
+  EXPECT_FLOAT_EQ(parse_lora_flag("y.safetensors:1.5e-1").scale, 0.15f);
+  EXPECT_FLOAT_EQ(parse_lora_flag("y.safetensors:.5").scale, 0.5f);
+  EXPECT_EQ(parse_lora_flag("C:/loras/y.safetensors").path, "C:/loras/y.safetensors");
+}
+
+TEST(LoraBadInput, StackedPastTheCap) {  // 64 tags or flags of 1 would merge at 64: the sum is what is capped
+  GenerateRequest r = lora_request(std::vector<LoraRef>(17, lora_ref(tiny_lora(), 1.f)));
+  try {
+    tiny_engine().generate(r);
+    ADD_FAILURE() << "17 stacked adapters of scale 1 were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("added up"), std::string::npos) << e.what();
+  }
+}

@@ -163,8 +163,9 @@ TEST(RandomFolder, BytesDoNotDependOnThreadsAndConvertAgrees) {
   o.threads = 4;
   write_random_folder(d.str() + "/b", o);
   for (const auto& e : fs::recursive_directory_iterator(d.path / "a"))
-    if (e.is_regular_file())
+    if (e.is_regular_file()) {
       EXPECT_EQ(read_all(e.path()), read_all(d.path / "b" / fs::relative(e.path(), d.path / "a"))) << e.path();
+    }
 
   // convert: one thread or several, the same file.
   const ModelFolder m = ModelFolder::open(d.str() + "/a");
@@ -184,7 +185,7 @@ TEST(RandomFolder, BytesDoNotDependOnThreadsAndConvertAgrees) {
     EXPECT_EQ(s1.bytes, s4.bytes);
     EXPECT_EQ(last, s4.bytes);
     EXPECT_EQ(calls, s4.tensors);
-    if (f == WeightFormat::FP8) EXPECT_GT(s4.fp8, 0u);
+    if (f == WeightFormat::FP8) { EXPECT_GT(s4.fp8, 0u); }
     EXPECT_EQ(read_all(one), read_all(many)) << weight_format_name(f);
     EXPECT_EQ(test::fatal_problems(ModelFolder::open(many)), "");
   }

@@ -51,7 +51,7 @@ std::vector<int64_t> prompt_ids(size_t n) {
   std::vector<int64_t> ids = tok.encode(prompt);
   const auto& cases = j["tokenizer_cases"];
   for (size_t i = 0; i < cases.size(); ++i)
-    if (cases[i].get<std::string>() == prompt) EXPECT_EQ(ids, golden_ids("tok." + std::to_string(i) + ".ids"));
+    if (cases[i].get<std::string>() == prompt) { EXPECT_EQ(ids, golden_ids("tok." + std::to_string(i) + ".ids")); }
   return ids;
 }
 

@@ -95,7 +95,7 @@ TEST(TorchCudaRng, StreamAndLayout) {
           bad += got[i] != want[i];
         }
         EXPECT_LE(m, d == DType::F32 ? 4e-6 : 1.0) << k;
-        if (d == DType::BF16) EXPECT_LE(bad, int(got.size() / 1000)) << k;  // rounding flips only
+        if (d == DType::BF16) { EXPECT_LE(bad, int(got.size() / 1000)) << k; }  // rounding flips only
       }
     const std::string k = "cuda." + std::to_string(seed) + ".1x128x64x64.float32";
     std::vector<float> got = torch_cuda_randn(128 * 64 * 64, seed, DType::F32);

@@ -5,9 +5,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 
 #include "core/error.h"
 #include "core/file.h"
@@ -23,11 +25,28 @@ constexpr size_t kMaxCached = 8;  // adapters kept loaded (a rank-32 adapter on 
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
+// A decimal number as A1111 writes it: [+-] digits [. digits] [e [+-] digits]; never hex (0x10), inf or nan,
+// which strtof would take.
+bool is_decimal(const std::string& s) {
+  size_t i = 0, digits = 0;
+  if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
+  for (; i < s.size() && std::isdigit(static_cast<unsigned char>(s[i])); ++i) ++digits;
+  if (i < s.size() && s[i] == '.')
+    for (++i; i < s.size() && std::isdigit(static_cast<unsigned char>(s[i])); ++i) ++digits;
+  if (digits == 0) return false;
+  if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+    ++i;
+    if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
+    size_t e = 0;
+    for (; i < s.size() && std::isdigit(static_cast<unsigned char>(s[i])); ++i) ++e;
+    if (e == 0) return false;
+  }
+  return i == s.size();
+}
+
 float parse_scale(const std::string& s, const std::string& tag) {
-  char* end = nullptr;
-  const float v = s.empty() ? NAN : std::strtof(s.c_str(), &end);
-  ERNIE_CHECK(!s.empty() && end == s.c_str() + s.size() && std::isfinite(v), "prompt tag ", tag, ": the scale '", s,
-              "' is not a number");
+  const float v = is_decimal(s) ? std::strtof(s.c_str(), nullptr) : NAN;
+  ERNIE_CHECK(std::isfinite(v), "prompt tag ", tag, ": the scale '", s, "' is not a decimal number");
   return v;
 }
 
@@ -97,9 +116,16 @@ LoraRef parse_lora_flag(const std::string& arg) {
   const size_t colon = arg.rfind(':');
   if (colon != std::string::npos) {
     const std::string tail = arg.substr(colon + 1);
-    char* end = nullptr;
-    const float v = std::strtof(tail.c_str(), &end);
-    if (!tail.empty() && end == tail.c_str() + tail.size()) r.path = arg.substr(0, colon), r.scale = v;
+    if (is_decimal(tail)) {
+      r.path = arg.substr(0, colon), r.scale = std::strtof(tail.c_str(), nullptr);
+    } else {
+      // A ':' before a path (C:/loras/x) is the path's; one before something number-like (0x10, 1e, .5x) is a
+      // scale that is not decimal.
+      char* end = nullptr;
+      std::strtof(tail.c_str(), &end);
+      ERNIE_CHECK(end == tail.c_str() || tail[0] == '/' || tail[0] == '\\', "--lora '", arg, "': the scale '", tail,
+                  "' is not a decimal number (write FILE:0.8)");
+    }
   }
   ERNIE_CHECK(!r.path.empty(), "--lora '", arg, "': no file given (write --lora FILE or --lora FILE:SCALE)");
   return r;
@@ -201,6 +227,11 @@ std::vector<LoraRef> LoraLibrary::resolve(const std::vector<LoraRef>& refs, cons
     r.hash = c.hash;
     r.skipped = int(c.adapter->skipped.size());
   }
+  // Each adapter's scales add up (stacked tags of one LoRA): the sum, the scale it is merged at, stays in range.
+  std::map<std::string, float> sums;
+  for (const LoraRef& r : all) sums[r.path] += r.scale;
+  for (const auto& [path, sum] : sums)
+    check_lora_scale(sum, "LoRA " + fs::path(path).stem().string() + " (its tags and flags added up)");
   return all;
 }
 

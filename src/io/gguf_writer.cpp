@@ -1,11 +1,6 @@
 #include "io/gguf_writer.h"
 
-#include <unistd.h>
-
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
-
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "io/gguf_quants.h"
 
@@ -17,12 +12,10 @@ constexpr size_t kAlign = 32;  // GGUF's default general.alignment
 constexpr uint32_t kString = 8, kU32 = 4;
 
 struct Out {
-  std::ofstream f;
-  std::string path;
+  AtomicFile& f;
   size_t at = 0;
   void raw(const void* p, size_t n) {
-    f.write(static_cast<const char*>(p), std::streamsize(n));
-    ERNIE_CHECK(f.good(), path, ": write failed");
+    f.write(p, n);
     at += n;
   }
   void u32(uint32_t v) { raw(&v, 4); }  // the host is little-endian (x86-64, aarch64)
@@ -51,10 +44,9 @@ size_t ggml_nbytes(int type, const Shape& shape, const std::string& name) {
 
 void write_gguf(const std::string& path, const std::vector<std::pair<std::string, GgufMetaValue>>& metadata,
                 const std::vector<GgufOutTensor>& tensors, const std::function<void(size_t, size_t)>& progress) {
-  const std::string tmp = path + ".tmp" + std::to_string(::getpid());
-  Out o{std::ofstream(tmp, std::ios::binary | std::ios::trunc), tmp};
-  ERNIE_CHECK(o.f.is_open(), path, ": cannot write");
-  try {
+  AtomicFile file(path);  // removes its temp file on any error
+  Out o{file};
+  {
     o.raw("GGUF", 4);
     o.u32(3);
     o.u64(tensors.size());
@@ -92,16 +84,8 @@ void write_gguf(const std::string& path, const std::vector<std::pair<std::string
       done += b.size();
       if (progress) progress(done, total);
     }
-    o.f.close();
-    ERNIE_CHECK(!o.f.fail(), path, ": write failed");
-    std::error_code ec;
-    std::filesystem::rename(tmp, path, ec);
-    ERNIE_CHECK(!ec, path, ": cannot write (", ec.message(), ")");
-  } catch (...) {
-    std::error_code ec;
-    std::filesystem::remove(tmp, ec);
-    throw;
   }
+  file.commit();
 }
 
 }  // namespace ernie

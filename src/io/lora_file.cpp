@@ -156,7 +156,7 @@ LoraLayout lora_layout(const std::vector<TensorInfo>& tensors, const DitConfig& 
   for (const auto& [module, p] : modules) {
     ERNIE_CHECK(!p.down.empty() && !p.up.empty(), what, ": ", module, " has ", p.down.empty() ? "no down (A)" : "no up (B)",
                 " tensor", p.down.empty() && p.up.empty() ? " (only an alpha)" : "");
-    int64_t out_dim, in_dim, dr, dc, ur, uc;
+    int64_t out_dim = 0, in_dim = 0, dr = 0, dc = 0, ur = 0, uc = 0;
     as_matrix(linears.at(module), out_dim, in_dim);
     const TensorInfo &down = *by_name.at(p.down), &up = *by_name.at(p.up);
     ERNIE_CHECK(as_matrix(down.shape, dr, dc) && as_matrix(up.shape, ur, uc), what, ": ", module,

@@ -14,6 +14,7 @@
 
 #include <unistd.h>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/file.h"
 
@@ -226,23 +227,7 @@ std::vector<uint8_t> encode_png(int width, int height, const std::vector<uint8_t
 void write_png(const std::string& path, int width, int height, const std::vector<uint8_t>& rgb,
                const std::vector<std::pair<std::string, std::string>>& text) {
   std::vector<uint8_t> bytes = encode_png(width, height, rgb, text);
-  std::string tmp = path + ".tmp-" + std::to_string(::getpid());
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    ERNIE_CHECK(f.good(), path, ": cannot open for writing (", std::strerror(errno), ")");
-    f.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
-    f.close();
-    if (!f.good()) {
-      std::filesystem::remove(tmp);
-      fail(path, ": write failed (disk full?)");
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp);
-    fail(path, ": cannot write (", ec.message(), ")");
-  }
+  write_file_atomic(path, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
 }
 
 namespace {

@@ -10,16 +10,15 @@
 #include <atomic>
 #include <bit>
 #include <cerrno>
-#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <limits>
 #include <mutex>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <unordered_set>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "io/safetensors_spec.h"
 
@@ -37,15 +36,6 @@ uint64_t read_u64le(const uint8_t* p) {
   return v;
 }
 
-const char* file_kind(mode_t m) {
-  return S_ISREG(m)    ? "a regular file"
-         : S_ISDIR(m)  ? "a folder"
-         : S_ISFIFO(m) ? "a FIFO"
-         : S_ISCHR(m)  ? "a character device"
-         : S_ISBLK(m)  ? "a block device"
-         : S_ISSOCK(m) ? "a socket"
-                       : "a special file";
-}
 
 // Opens `path` read-only without blocking (a FIFO would block a plain open) and checks it is a regular file;
 // the descriptor and the size. Throws Error naming the path and what it is instead.
@@ -60,7 +50,7 @@ int open_regular(const std::string& path, size_t* size) {
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    fail(path, ": is ", file_kind(st.st_mode), ", not a regular file");
+    fail(path, ": is ", file_kind_name(st.st_mode), ", not a regular file");
   }
   *size = size_t(st.st_size);
   return fd;
@@ -291,151 +281,6 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
 }
 
 namespace {
-// Writes all of [p, p + n) at `off`; false on any error (errno set).
-bool pwrite_all(int fd, const void* p, size_t n, size_t off) {
-  const char* c = static_cast<const char*>(p);
-  while (n > 0) {
-    const ssize_t k = ::pwrite(fd, c, std::min<size_t>(n, size_t(1) << 30), off_t(off));
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return false;
-    c += k, n -= size_t(k), off += size_t(k);
-  }
-  return true;
-}
-
-// ---- temp files removed on SIGINT / SIGTERM / SIGHUP ----------------------------------------------------
-// A fixed table the signal handler walks without locks or allocation: each armed slot holds one temp file's
-// path. The handler unlinks them, restores the default action and re-raises the signal.
-constexpr int kTempSlots = 64;
-struct TempSlot {
-  std::atomic<int> armed{0};
-  char path[4096];
-};
-TempSlot g_temp_slots[kTempSlots];
-constexpr int kCleanupSignals[] = {SIGINT, SIGTERM, SIGHUP};
-constexpr int kNumCleanupSignals = int(sizeof(kCleanupSignals) / sizeof(kCleanupSignals[0]));
-std::mutex g_temp_mu;  // slot claims and the handlers' installation
-int g_temp_users = 0;
-bool g_handler_ours[kNumCleanupSignals] = {};
-
-void remove_temps_and_reraise(int sig) {
-  for (TempSlot& s : g_temp_slots)
-    if (s.armed.load(std::memory_order_acquire) == 1) ::unlink(s.path);
-  ::signal(sig, SIG_DFL);
-  ::raise(sig);  // blocked while this handler runs; delivered with the default action when it returns
-}
-
-// Arms signal cleanup for `path`: the slot, or -1 when the table is full or the path too long (the file is
-// then still removed on errors, only not on a signal).
-int arm_temp_cleanup(const std::string& path) {
-  std::lock_guard<std::mutex> lock(g_temp_mu);
-  int slot = -1;
-  if (path.size() < sizeof(g_temp_slots[0].path))
-    for (int i = 0; i < kTempSlots && slot < 0; ++i)
-      if (g_temp_slots[i].armed.load(std::memory_order_relaxed) == 0) slot = i;
-  if (slot < 0) return -1;
-  std::memcpy(g_temp_slots[slot].path, path.c_str(), path.size() + 1);
-  g_temp_slots[slot].armed.store(1, std::memory_order_release);
-  if (g_temp_users++ == 0)
-    for (int k = 0; k < kNumCleanupSignals; ++k) {
-      // Only where the process left the default action: a program with its own handler (serve drains on
-      // SIGTERM) or one that ignores the signal (nohup) keeps its choice.
-      struct sigaction old {};
-      g_handler_ours[k] = false;
-      if (::sigaction(kCleanupSignals[k], nullptr, &old) != 0 || (old.sa_flags & SA_SIGINFO) ||
-          old.sa_handler != SIG_DFL)
-        continue;
-      struct sigaction sa {};
-      sa.sa_handler = remove_temps_and_reraise;
-      sigemptyset(&sa.sa_mask);
-      for (int sig : kCleanupSignals) sigaddset(&sa.sa_mask, sig);
-      g_handler_ours[k] = ::sigaction(kCleanupSignals[k], &sa, nullptr) == 0;
-    }
-  return slot;
-}
-
-void disarm_temp_cleanup(int slot) {
-  if (slot < 0) return;
-  std::lock_guard<std::mutex> lock(g_temp_mu);
-  g_temp_slots[slot].armed.store(0, std::memory_order_release);
-  if (--g_temp_users > 0) return;
-  for (int k = 0; k < kNumCleanupSignals; ++k) {
-    struct sigaction cur {};
-    // The default back, unless another handler was installed since.
-    if (g_handler_ours[k] && ::sigaction(kCleanupSignals[k], nullptr, &cur) == 0 && !(cur.sa_flags & SA_SIGINFO) &&
-        cur.sa_handler == remove_temps_and_reraise)
-      ::signal(kCleanupSignals[k], SIG_DFL);
-    g_handler_ours[k] = false;
-  }
-}
-
-// The temp file a write goes to: `<path>.tmp.<12 random hex digits>` beside `path`, created exclusively (never
-// an existing file, never through a symlink). The destructor removes it unless commit() renamed it.
-class TempOutput {
- public:
-  explicit TempOutput(const std::string& path) : path_(path) {
-    const fs::path p(path);
-    std::string base = p.filename().string();
-    if (base.size() > 200) base.resize(200);  // room for the suffix within a file name's 255 bytes
-    std::random_device rd;
-    int err = 0;
-    for (int attempt = 0; attempt < 16 && fd_ < 0; ++attempt) {
-      const uint64_t r = ((uint64_t(rd()) << 32) ^ rd() ^ (uint64_t(::getpid()) << 20)) & 0xffffffffffffull;
-      char suffix[32];
-      std::snprintf(suffix, sizeof suffix, ".tmp.%012llx", static_cast<unsigned long long>(r));
-      tmp_ = (p.parent_path() / (base + suffix)).string();
-      fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-      err = errno;
-      if (fd_ < 0 && err != EEXIST) break;
-    }
-    if (fd_ < 0) {
-      tmp_.clear();
-      fail(path, ": cannot create a temp file beside it (", std::strerror(err), ")");
-    }
-    slot_ = arm_temp_cleanup(tmp_);
-  }
-  ~TempOutput() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!tmp_.empty()) ::unlink(tmp_.c_str());
-    disarm_temp_cleanup(slot_);
-  }
-  TempOutput(const TempOutput&) = delete;
-  TempOutput& operator=(const TempOutput&) = delete;
-  int fd() const { return fd_; }
-  const std::string& temp_path() const { return tmp_; }
-
-  // The data durable (fsync), then renamed over `path`, then the rename durable (the folder fsync'd). Throws
-  // Error, the temp file then removed by the destructor.
-  void commit() {
-    if (::fsync(fd_) != 0) {
-      const int e = errno;
-      fail(path_, ": fsync of the temp file failed (", std::strerror(e), "; disk full or failing?)");
-    }
-    const int fd = fd_;
-    fd_ = -1;
-    if (::close(fd) != 0) {
-      const int e = errno;
-      fail(path_, ": write failed (", std::strerror(e), "; disk full?)");
-    }
-    if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
-      const int e = errno;
-      fail(path_, ": cannot rename the temp file over it (", std::strerror(e), ")");
-    }
-    tmp_.clear();
-    // Best effort: some file systems refuse to fsync a folder; the data itself is already on disk.
-    const std::string dir = fs::path(path_).parent_path().empty() ? "." : fs::path(path_).parent_path().string();
-    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-      ::fsync(dfd);
-      ::close(dfd);
-    }
-  }
-
- private:
-  std::string path_, tmp_;
-  int fd_ = -1, slot_ = -1;
-};
-
 std::string hex64(uint64_t v) {
   char b[17];
   std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(v));
@@ -458,12 +303,6 @@ void save_safetensors_streamed(const std::string& path, const std::vector<Pendin
                                const std::function<void(size_t, size_t)>& progress, int threads) {
   ERNIE_CHECK(align >= 8 && align <= 4096 && (align & (align - 1)) == 0, "save_safetensors: alignment ",
               std::to_string(align), " is not a power of two from 8 to 4096");
-  {
-    // rename() would replace a device node, a FIFO or (when empty) a folder: refuse anything but a file.
-    struct stat st {};
-    if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
-      fail(path, ": exists and is ", file_kind(st.st_mode), ", not a regular file; refusing to replace it");
-  }
   std::map<std::string, std::string> meta = metadata;
   meta[kDataChecksumKey] = kDataChecksumPending;
   json h = json::object();
@@ -496,21 +335,22 @@ void save_safetensors_streamed(const std::string& path, const std::vector<Pendin
               ": internal error: the checksum placeholder is not in the header once");
   const size_t value_at = entry_at + entry.size() - 1 - std::strlen(kDataChecksumPending);
 
-  TempOutput out(path);
-  const int fd = out.fd();
+  AtomicFile out(path);  // checks the target before anything is written
   // The final size up front: a full disk fails here (where the file system can reserve space) rather than
   // half way.
-  bool ok = ::ftruncate(fd, off_t(data_start + total)) == 0;
-  if (ok && ::fallocate(fd, 0, 0, off_t(data_start + total)) != 0)
-    ok = errno == EOPNOTSUPP || errno == ENOSYS;  // not supported by this file system: space is taken as written
-  ok = ok && pwrite_all(fd, head.data(), head.size(), 0);
+  const int fd = out.fd();
+  if (::ftruncate(fd, off_t(data_start + total)) != 0 ||
+      (::fallocate(fd, 0, 0, off_t(data_start + total)) != 0 && errno != EOPNOTSUPP && errno != ENOSYS)) {
+    const int e = errno;  // fallocate unsupported by this file system: space is taken as written
+    fail(path, ": cannot reserve ", std::to_string(data_start + total), " bytes (", std::strerror(e), "; disk full?)");
+  }
+  out.pwrite(head.data(), head.size(), 0);
   // Tensors are produced and written by `threads` workers (OpenMP threads), each taking the next tensor in
   // the caller's order and writing it at its own offset, so at most `threads` produced tensors are held at once.
-  std::atomic<bool> failed{!ok};
+  std::atomic<bool> failed{false};
   std::exception_ptr error;
   std::mutex mu;
   size_t done = 0;
-  int write_errno = ok ? 0 : errno;
   std::atomic<size_t> next{0};
   std::vector<uint64_t> hashes(tensors.size());
   auto worker = [&] {
@@ -522,13 +362,8 @@ void save_safetensors_streamed(const std::string& path, const std::vector<Pendin
                     ", announced as ", dtype_name(tensors[i].dtype), " ", shape_str(tensors[i].shape));
         Tensor c = t.device().is_cpu() ? t : t.to(kCPU);
         hashes[i] = xxh64(c.raw(), c.nbytes());
-        const bool wrote = pwrite_all(fd, c.raw(), c.nbytes(), data_start + offs[i]);
+        out.pwrite(c.raw(), c.nbytes(), data_start + offs[i]);
         std::lock_guard<std::mutex> lock(mu);
-        if (!wrote) {
-          if (!write_errno) write_errno = errno ? errno : EIO;
-          failed = true;
-          break;
-        }
         done += c.nbytes();
         if (progress) progress(done, total);
       } catch (...) {
@@ -548,18 +383,13 @@ void save_safetensors_streamed(const std::string& path, const std::vector<Pendin
       worker();
     }
   }
-  if (!failed) {
-    // All data written: the checksum replaces its placeholder, in place.
-    std::vector<std::pair<std::string_view, uint64_t>> named;
-    named.reserve(tensors.size());
-    for (size_t i = 0; i < tensors.size(); ++i) named.emplace_back(tensors[i].name, hashes[i]);
-    const std::string sum = hex64(combine_tensor_hashes(std::move(named)));
-    if (!pwrite_all(fd, sum.data(), sum.size(), value_at)) write_errno = errno ? errno : EIO, failed = true;
-  }
-  if (failed) {  // `out` removes the temp file
-    if (error) std::rethrow_exception(error);
-    fail(path, ": write failed (", std::strerror(write_errno), "; disk full?)");
-  }
+  if (error) std::rethrow_exception(error);  // `out` removes the temp file
+  // All data written: the checksum replaces its placeholder, in place.
+  std::vector<std::pair<std::string_view, uint64_t>> named;
+  named.reserve(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) named.emplace_back(tensors[i].name, hashes[i]);
+  const std::string sum = hex64(combine_tensor_hashes(std::move(named)));
+  out.pwrite(sum.data(), sum.size(), value_at);
   out.commit();
 }
 

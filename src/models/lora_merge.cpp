@@ -1,6 +1,7 @@
 #include "models/lora_merge.h"
 
 #include <cmath>
+#include <filesystem>
 
 #include "core/error.h"
 #include "ops/ops.h"
@@ -77,7 +78,17 @@ Tensor merge_lora(const Tensor& base, const LoraSet& set, const std::string& wei
   const Tensor delta = lora_delta(set, weight, device);
   ERNIE_CHECK(delta.numel() == w.numel(), "LoRA for ", weight, ": delta ", shape_str(delta.shape()),
               " does not fit the weight ", shape_str(w.shape()));
-  return ops::add(w, delta.reshape(w.shape()));
+  Tensor merged = ops::add(w, delta.reshape(w.shape()));
+  // Finite factors can still overflow (A = B = 1e38): an inf or NaN weight would make a black image, exit 0.
+  if (!std::isfinite(ops::max_abs(merged))) {
+    std::string names;
+    for (const LoraUse& u : set)
+      if (u.scale != 0 && u.adapter->weights.count(weight))
+        names += (names.empty() ? "" : ", ") + std::filesystem::path(u.adapter->path).filename().string();
+    fail("LoRA ", names, ": merging into ", weight, " gives non-finite weights (inf or NaN: its factors or scale are ",
+         "far too large); lower the scale or use another LoRA");
+  }
+  return merged;
 }
 
 }  // namespace ernie

@@ -5,10 +5,11 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/file.h"
 #include "io/model_folder.h"
 #include "io/safetensors.h"
 #include "models/random_weights.h"
@@ -56,18 +57,15 @@ json lm_json(const MistralConfig& c, const char* model_type) {
           {"rope_parameters", rope_json(c, ministral3)}};
 }
 
-void write_text(const fs::path& p, const std::string& text) {
-  std::ofstream out(p, std::ios::binary);
-  out << text;
-  ERNIE_CHECK(out.good(), p.string(), ": cannot write");
-}
+void write_text(const fs::path& p, const std::string& text) { write_file_atomic(p.string(), text); }
 
 // Copies every regular file of `from` into `to` (created).
 void copy_folder(const fs::path& from, const fs::path& to) {
   ERNIE_CHECK(fs::is_directory(from), from.string(), ": missing (needed as the template of ", to.filename().string(), "/)");
   fs::create_directories(to);
   for (const auto& e : fs::directory_iterator(from))
-    if (e.is_regular_file()) fs::copy_file(e.path(), to / e.path().filename(), fs::copy_options::overwrite_existing);
+    if (e.is_regular_file())
+      write_text(to / e.path().filename(), read_regular_file(e.path().string(), size_t(64) << 20));
 }
 
 using Rule = Tensor (*)(const std::string&, const Shape&, uint64_t);

@@ -347,7 +347,8 @@ std::vector<int64_t> argmax(const Tensor& x) {
   check_argmax_input(x);
   ERNIE_OP(argmax, x.device(), x);
 }
-Tensor torch_cuda_randn(int64_t n, uint64_t seed, DType dtype, Device device) {
+Tensor torch_cuda_randn([[maybe_unused]] int64_t n, [[maybe_unused]] uint64_t seed, [[maybe_unused]] DType dtype,
+                        Device device) {
 #ifdef ERNIE_HAVE_CUDA
   if (device.is_cuda())
     return on_cuda("torch_cuda_randn", [&] { return cuda::torch_cuda_randn(n, seed, dtype, device); });

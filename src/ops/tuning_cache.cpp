@@ -3,10 +3,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <memory>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/file.h"
 #include "core/json.h"
@@ -87,15 +87,9 @@ void Cache::store(const std::string& key, json value) {
   if (path_.empty()) return;
   std::error_code ec;
   fs::create_directories(fs::path(path_).parent_path(), ec);
-  const std::string tmp = path_ + ".tmp" + std::to_string(reinterpret_cast<uintptr_t>(this));
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    f << json{{"identity", identity_}, {"entries", entries_}}.dump(1) << "\n";
-    if (!f) ec = std::make_error_code(std::errc::io_error);
-  }
-  if (!ec) fs::rename(tmp, path_, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
+  try {
+    write_file_atomic(path_, json{{"identity", identity_}, {"entries", entries_}}.dump(1) + "\n");
+  } catch (const Error&) {
     if (!warned_) std::fprintf(stderr, "warning: cannot write the tuning cache %s; tuning is redone next run\n", path_.c_str());
     warned_ = true;
   }

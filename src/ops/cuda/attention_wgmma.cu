@@ -35,12 +35,13 @@ namespace ernie::cuda::attn {
 namespace {
 
 using bf16 = __nv_bfloat16;
-constexpr int kD = 128, kBr = 128, kBc = 128;
-constexpr int kConsumers = 256, kThreads = kConsumers + 128;  // two consumer warpgroups, one producer
-constexpr int kBoxBytes = 128 * 128;                          // [128 rows][128 bytes]: one TMA box
-constexpr int kStages = 2;
-constexpr float kLazy = 8.f;  // the softmax reference moves when a row's maximum passes it by more (log2 units)
-constexpr float kMinTileRatio = 0x1p-20f;  // fp8: the smallest f_j = sv_j / sv_max (see the softmax)
+[[maybe_unused]] constexpr int kD = 128, kBr = 128, kBc = 128;
+[[maybe_unused]] constexpr int kConsumers = 256, kThreads = kConsumers + 128;  // two consumer warpgroups, a producer
+[[maybe_unused]] constexpr int kBoxBytes = 128 * 128;                          // [128 rows][128 bytes]: one TMA box
+[[maybe_unused]] constexpr int kStages = 2;
+// The softmax reference moves when a row's maximum passes it by more (log2 units).
+[[maybe_unused]] constexpr float kLazy = 8.f;
+[[maybe_unused]] constexpr float kMinTileRatio = 0x1p-20f;  // fp8: the smallest f_j = sv_j / sv_max (see the softmax)
 // A 128x128 tile: two 64-column boxes in bf16, one box in fp8; the k-steps of its MMAs (16 or 32 elements).
 template <bool kFp8>
 struct Tiles {
