@@ -162,3 +162,56 @@ TEST(Request, NegativePromptDroppedWithoutGuidance) {
   r.cfg = 2.0f;
   EXPECT_EQ(resolve_request(r, tiny_limits()).negative_prompt, "blurry");
 }
+
+// One place for each decision: the seed is drawn once, by resolve_request, and a resolved request passes through
+// every later layer unchanged (so no layer draws again or re-decides a default).
+TEST(Request, ResolvesOnceAndDrawsTheSeedOnce) {
+  const ModelLimits l = tiny_limits();
+  GenerateRequest q = req(16, 16);
+  q.seed_random = true;
+  const GenerateRequest r = resolve_request(q, l);
+  EXPECT_TRUE(r.resolved);
+  EXPECT_FALSE(r.seed_random);
+  EXPECT_LE(r.seed, 0xffffffffull);  // 32 bits: exact in JavaScript
+  const GenerateRequest again = resolve_request(r, l);
+  EXPECT_EQ(again.seed, r.seed);
+  bool differs = false;  // unresolved, each resolve draws anew (2^-32 per pair to collide)
+  for (int i = 0; i < 4 && !differs; ++i) differs = resolve_request(q, l).seed != r.seed;
+  EXPECT_TRUE(differs);
+  GenerateRequest fixed = req(16, 16);
+  fixed.seed = 42;
+  EXPECT_EQ(resolve_request(fixed, l).seed, 42u);
+  GenerateRequest bad = req(18, 16);  // a request that fails draws no seed
+  bad.seed_random = true;
+  EXPECT_THROW(resolve_request(bad, l), Error);
+  GenerateRequest shared = req(16, 16);  // the shared queue fixes the seed at submission
+  shared.seed_random = true;
+  draw_seed(shared);
+  EXPECT_FALSE(shared.seed_random);
+  EXPECT_EQ(resolve_request(shared, l).seed, shared.seed);
+}
+
+TEST(Request, SizeRulesAndFirstStepAreOneFunctionEach) {
+  const ModelLimits l = tiny_limits();
+  GenerateRequest q;
+  EXPECT_EQ(request_size(q, l), std::make_pair(1024, 1024));
+  q.init_image = Image{24, 8, std::vector<uint8_t>(24 * 8 * 3, 0), {}};
+  EXPECT_EQ(request_size(q, l), std::make_pair(24, 8));  // an unset size follows the init image
+  q.width = 32;
+  EXPECT_EQ(request_size(q, l), std::make_pair(32, 8));
+  q.init_latents = Tensor::zeros({1, 32, 3, 5}, DType::F32);
+  q.width = 0;
+  EXPECT_EQ(request_size(q, l), std::make_pair(20, 12));  // then the noise's shape wins
+  EXPECT_NO_THROW(check_size(16, 16, l));
+  EXPECT_THROW(check_size(18, 16, l), Error);
+  EXPECT_THROW(check_size(16, l.max_side + 4, l), Error);
+
+  GenerateRequest t = req(16, 16);
+  t.steps = 50;
+  EXPECT_EQ(first_step(resolve_request(t, l)), 0);
+  t.init_image = Image{16, 16, std::vector<uint8_t>(16 * 16 * 3, 0), {}};
+  t.strength = 0.6f;
+  const GenerateRequest r = resolve_request(t, l);
+  EXPECT_EQ(first_step(r), 20);  // diffusers' t_start = int(N - N * strength)
+  EXPECT_EQ(steps_run(r), 30);
+}

@@ -253,7 +253,8 @@ ernie_status ernie_generate(ernie_model* model, const ernie_request* req, ernie_
     r.height = req->height;
     r.steps = req->steps;
     r.cfg = req->cfg;
-    r.seed = req->seed == ERNIE_SEED_RANDOM ? ernie::random_seed() : req->seed;  // C's -1: random
+    r.seed = req->seed;
+    r.seed_random = req->seed == ERNIE_SEED_RANDOM;  // C's -1: resolve_request draws one
     r.num_images = req->num_images == 0 ? 1 : req->num_images;
     r.use_pe = req->use_pe != 0;
     if (req->sampler && *req->sampler) r.sampler = ernie::parse_sampler(req->sampler, "sampler");
@@ -288,22 +289,20 @@ ernie_status ernie_generate(ernie_model* model, const ernie_request* req, ernie_
       r.resize = req->resize != 0;
     }
     if (req->init_latents) {
-      // The shape follows from the request; resolve() then checks it against the model.
-      ernie::GenerateRequest sized = r;
-      if (sized.width == 0) sized.width = 1024;
-      if (sized.height == 0) sized.height = 1024;
-      const int s = model->pipe->scale_factor();
-      ERNIE_CHECK(sized.width % s == 0 && sized.height % s == 0 && sized.width > 0 && sized.height > 0,
-                  "size ", std::to_string(sized.width), "x", std::to_string(sized.height), " is not a multiple of ",
-                  std::to_string(s));
-      const int64_t hw = int64_t(sized.height / s) * (sized.width / s);
-      ERNIE_CHECK(sized.num_images > 0 && req->init_latents_count % size_t(hw * sized.num_images) == 0,
+      // A flat buffer: its shape follows from the request's size (the size rules of engine/request.h, which
+      // checks it); resolve then checks the latents against the model.
+      const ernie::ModelLimits& lim = model->pipe->limits();
+      const auto [w, h] = ernie::request_size(r, lim);
+      ernie::check_size(w, h, lim);
+      const int s = lim.scale_factor;
+      const int64_t hw = int64_t(h / s) * (w / s);
+      ERNIE_CHECK(r.num_images > 0 && req->init_latents_count % size_t(hw * r.num_images) == 0,
                   "init_latents: ", std::to_string(req->init_latents_count), " floats do not fill ",
-                  std::to_string(sized.num_images), " image(s) of ", std::to_string(sized.height / s), "x",
-                  std::to_string(sized.width / s), " latents");
-      const int64_t ch = int64_t(req->init_latents_count) / (hw * sized.num_images);
+                  std::to_string(r.num_images), " image(s) of ", std::to_string(h / s), "x", std::to_string(w / s),
+                  " latents");
+      const int64_t ch = int64_t(req->init_latents_count) / (hw * r.num_images);
       std::vector<float> v(req->init_latents, req->init_latents + req->init_latents_count);
-      r.init_latents = ernie::Tensor::from_vector(v, {sized.num_images, ch, sized.height / s, sized.width / s});
+      r.init_latents = ernie::Tensor::from_vector(v, {r.num_images, ch, h / s, w / s});
     }
     ernie::ProgressFn fn;
     std::atomic<bool> cancel{false};

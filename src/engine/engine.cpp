@@ -415,7 +415,7 @@ class ErnieEngine final : public Engine {
     }
     in.x0 = x0.size() == 1 ? x0[0] : ops::concat(x0, 0);
     if (!mask.empty()) in.mask = mask.size() == 1 ? mask[0] : ops::concat(mask, 0);
-    in.first_step = img2img_start_step(res[0].resolved.steps, res[0].resolved.strength);
+    in.first_step = first_step(res[0].resolved);
     return seconds_since(t0);
   }
 
@@ -589,8 +589,10 @@ std::unique_ptr<Engine> Engine::open(const EngineOptions& o, const ProgressFn& p
   // 2. plan: the request the front end will run, or what a server plans for; the least offloading that fits
   // --max-vram, else the mode asked for or the front end's default.
   GenerationShape g;
+  std::optional<GenerateRequest> planned;
   if (o.plan_for) {
-    const GenerateRequest r = resolve_request(*o.plan_for, limits);
+    planned = resolve_request(*o.plan_for, limits);
+    const GenerateRequest& r = *planned;
     int prompt_tokens = 0;
     if (s.device.is_cuda() && mem.max_vram_gib)
       prompt_tokens = int(std::max(tok.encode(r.prompt).size(), tok.encode(r.negative_prompt).size()));
@@ -613,6 +615,7 @@ std::unique_ptr<Engine> Engine::open(const EngineOptions& o, const ProgressFn& p
   info.parallel = parallel_mode_name(s.parallel.split() ? s.parallel.mode : ParallelMode::None);
   info.parallel_comm = !s.parallel.split() ? "" : s.parallel.local_ranks > 0 ? "local" : "nccl";
   info.gpus = s.parallel.gpus;
+  info.planned = std::move(planned);
 
   // 3. load what the plan keeps resident.
   return std::make_unique<ErnieEngine>(s, std::move(m), std::move(tok), info, progress);

@@ -65,6 +65,9 @@ struct EngineInfo {
   std::string parallel = "none";   // the --parallel mode as planned ("none", "cfg")
   std::string parallel_comm;       // "nccl", "local" (ranks on one device), "" without a split
   std::vector<int> gpus;           // rank r's CUDA device with NCCL; empty otherwise
+  // EngineOptions::plan_for as resolve_request left it (defaults filled, seed drawn): the front end generates this
+  // one, so the request is resolved once. Unset without a plan_for.
+  std::optional<GenerateRequest> planned;
 };
 
 class Engine {

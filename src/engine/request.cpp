@@ -4,6 +4,7 @@
 #include <cmath>
 #include <random>
 #include <string>
+#include <tuple>
 
 #include "core/error.h"
 #include "engine/init_image.h"
@@ -45,7 +46,7 @@ void resolve_init_image(GenerateRequest& r) {
   if (r.strength == -1) r.strength = r.mask ? kDefaultInpaintStrength : kDefaultStrength;
   ERNIE_CHECK(std::isfinite(r.strength) && r.strength > 0 && r.strength <= 1, "strength ", to_string(r.strength),
               " must be in (0, 1] (1: the image is only a guide for the mask, or ignored without one)");
-  const int t_start = img2img_start_step(r.steps, r.strength);
+  const int t_start = first_step(r);
   ERNIE_CHECK(t_start < r.steps, "strength ", to_string(r.strength), " with ", to_string(r.steps),
               " steps runs no step (it starts at step ", to_string(t_start), "); raise the steps or the strength");
   const Image& im = *r.init_image;
@@ -91,30 +92,48 @@ uint64_t random_seed() {
   return rng() & 0xffffffffull;
 }
 
-GenerateRequest resolve_request(const GenerateRequest& req, const ModelLimits& l) {
-  GenerateRequest r = req;
-  // Unset sizes follow the initial noise, so its file alone reproduces a run; else the model's default.
+void draw_seed(GenerateRequest& r) {
+  if (r.seed_random) r.seed = random_seed();
+  r.seed_random = false;
+}
+
+int first_step(const GenerateRequest& r) { return r.init_image ? img2img_start_step(r.steps, r.strength) : 0; }
+int steps_run(const GenerateRequest& r) { return r.steps - first_step(r); }
+
+std::pair<int, int> request_size(const GenerateRequest& r, const ModelLimits& l) {
+  // Unset sides follow the initial noise, so its file alone reproduces a run; then the init image; else the default.
   const bool sized_latents = r.init_latents && r.init_latents->ndim() == 4;
-  auto side = [&](int axis) {  // capped past any valid side, for check_side's message
+  auto side = [&](int axis) {  // capped past any valid side, for check_size's message
     return int(std::min<int64_t>(r.init_latents->dim(axis) * l.scale_factor, int64_t(l.max_side) + 1));
   };
+  const bool sized_image = r.init_image && !sized_latents;
+  const int w = r.width != 0 ? r.width : sized_latents ? side(3) : sized_image ? r.init_image->width : kDefaultSize;
+  const int h = r.height != 0 ? r.height : sized_latents ? side(2) : sized_image ? r.init_image->height : kDefaultSize;
+  return {w, h};
+}
+
+void check_size(int width, int height, const ModelLimits& l) {
+  check_side("width", width, l);
+  check_side("height", height, l);
+  const int64_t px = int64_t(width) * height;
+  ERNIE_CHECK(px <= l.max_pixels, "size ", to_string(width), "x", to_string(height), " (", to_string(px),
+              " pixels) is beyond this engine's limit of ", to_string(l.max_pixels), " pixels per image");
+}
+
+GenerateRequest resolve_request(const GenerateRequest& req, const ModelLimits& l) {
+  if (req.resolved) return req;
+  GenerateRequest r = req;
   if (r.init_image) check_image(*r.init_image, "init image");
   if (r.mask) check_image(*r.mask, "mask");
-  const bool sized_image = r.init_image && !sized_latents;  // the image's size when nothing else says
-  if (r.width == 0) r.width = sized_latents ? side(3) : sized_image ? r.init_image->width : kDefaultSize;
-  if (r.height == 0) r.height = sized_latents ? side(2) : sized_image ? r.init_image->height : kDefaultSize;
+  std::tie(r.width, r.height) = request_size(r, l);
   if (r.steps == 0) r.steps = default_steps(l.turbo);
   if (r.cfg == kCfgDefault) r.cfg = default_cfg(l.turbo);
-  if (r.cfg <= 1.0f) r.negative_prompt.clear();
+  if (r.cfg <= 1.0f) r.negative_prompt.clear();  // guidance off: no negative row drives the image, none is recorded
   ERNIE_CHECK(std::isfinite(r.shift) && r.shift >= 0, "shift ", to_string(r.shift),
               " must be a positive number (0: the model's)");
-  if (r.shift == 0) r.shift = l.shift;  // recorded as used; stays 0 for a dynamic shift  // guidance off: no negative row drives the image, none is recorded
+  if (r.shift == 0) r.shift = l.shift;  // recorded as used; stays 0 for a dynamic shift
 
-  check_side("width", r.width, l);
-  check_side("height", r.height, l);
-  int64_t px = int64_t(r.width) * r.height;
-  ERNIE_CHECK(px <= l.max_pixels, "size ", to_string(r.width), "x", to_string(r.height), " (", to_string(px),
-              " pixels) is beyond this engine's limit of ", to_string(l.max_pixels), " pixels per image");
+  check_size(r.width, r.height, l);
   ERNIE_CHECK(r.steps >= 1, "steps ", to_string(r.steps), " must be at least 1");
   ERNIE_CHECK(r.steps <= l.max_steps, "steps ", to_string(r.steps), " is beyond the limit of ", to_string(l.max_steps));
   ERNIE_CHECK(std::isfinite(r.cfg), "cfg must be a finite number");
@@ -140,6 +159,8 @@ GenerateRequest resolve_request(const GenerateRequest& req, const ModelLimits& l
     for (float v : t.to_vector())
       ERNIE_CHECK(std::isfinite(v), "init latents: contains a non-finite value");
   }
+  draw_seed(r);  // last: a request that fails draws none
+  r.resolved = true;
   return r;
 }
 

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/tensor.h"
@@ -33,6 +34,7 @@ struct GenerateRequest {
   int steps = 0;                // 0 = model default (50, Turbo 8)
   float cfg = -1;               // -1 = model default (4.0, Turbo 1.0); other negatives are rejected
   uint64_t seed = 0;
+  bool seed_random = false;     // draw the seed in resolve_request (a "-1" seed); resolved: false, `seed` is the one drawn
   int num_images = 1;           // images per prompt (batch)
   bool use_pe = false;          // rewrite the prompt with the prompt enhancer first
   std::optional<Tensor> init_latents;  // [B, 4L, H/s, W/s] patchified initial noise (reproduce a run)
@@ -50,6 +52,10 @@ struct GenerateRequest {
   int mask_blur = 0;            // Gaussian sigma in pixels over the mask (0..256)
   bool composite = false;       // paste init_image's unmasked pixels back over the result (A1111's inpaint)
   bool resize = false;          // resize init_image to width x height instead of rejecting another size
+  // Set by resolve_request: every default is filled, the seed drawn and the fields checked. resolve_request returns
+  // such a request unchanged, so a request is resolved once however many layers it passes (front end, open's plan,
+  // generate). Code that edits a resolved request keeps it valid (the CLI only adds its own seed's noise).
+  bool resolved = false;
 };
 
 struct ModelLimits {
@@ -69,6 +75,11 @@ float default_cfg(bool turbo);   // 4.0, Turbo 1.0
 constexpr int kDefaultSize = 1024;
 constexpr float kCfgDefault = -1.0f;  // GenerateRequest::cfg meaning "the model's default"
 
+// The one place each decision about a request is made (every front end goes through resolve_request):
+// - defaults by variant: default_steps, default_cfg (ModelLimits::turbo, from detection or --variant);
+// - sizes: resolve_request (unset sides follow init_latents, then init_image, then kDefaultSize; check_side's rules);
+// - the seed: draw_seed, which resolve_request calls (a seed_random request's seed, drawn once);
+// - img2img's first step: first_step(resolved).
 // Fills the defaults of `req` (an unset width or height follows init_latents when given) and validates it; throws Error with a message a user can act on.
 // Checks init_latents' shape ([num_images, latent_channels, H/s, W/s]), dtype and values, and the img2img
 // fields: sizes, strength (at least one step must run), mask.
@@ -79,8 +90,22 @@ GenerateRequest resolve_request(const GenerateRequest& req, const ModelLimits& l
 std::optional<uint64_t> parse_seed(const std::string& s, const char* flag = "--seed");
 
 // The seed a "-1" (random) request runs with: 32 random bits, so it stays exact in JavaScript and every UI.
-// Every front end draws it here and records it (PNG, JSON, the C API's results) as the seed used.
+// resolve_request draws it for a seed_random request; the front ends record the resolved seed (PNG, JSON, the C
+// API's results) as the seed used. (`enhance` draws its sampling seed here too.)
 uint64_t random_seed();
+// Fixes a seed_random request's seed now (resolve_request does; the shared queue does at submission, so the job
+// records its seed before a worker resolves it).
+void draw_seed(GenerateRequest& req);
+
+// The first step of the schedule a resolved request runs (img2img starts late: engine/init_image.h), and the
+// number it runs.
+int first_step(const GenerateRequest& resolved);
+int steps_run(const GenerateRequest& resolved);
+
+// The size rules: the width and height a request runs at (an unset side follows init_latents, then init_image,
+// then kDefaultSize), and the check of a size against the model (multiples of the scale factor, the limits).
+std::pair<int, int> request_size(const GenerateRequest& req, const ModelLimits& lim);
+void check_size(int width, int height, const ModelLimits& lim);
 
 // [num_images, latent_channels, height/s, width/s] of a resolved request.
 Shape latent_shape(const GenerateRequest& resolved, const ModelLimits& lim);

@@ -52,7 +52,7 @@ void Server::shutdown(double grace_s) {
 bool Server::authorized(const httplib::Request& req) const { return bearer_ok(req, opt_.api_key); }
 
 GenerateRequest Server::resolve_parsed(ParsedRequest p) const {
-  if (!p.seed_given) p.req.seed = random_seed();
+  p.req.seed_random = !p.seed_given;  // resolve draws it
   try {
     return queue_->pipeline().resolve(p.req);
   } catch (const Error& e) {

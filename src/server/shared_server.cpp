@@ -218,7 +218,8 @@ json SharedServer::published_model() {
 
 std::string SharedServer::submit(ParsedRequest p) {
   if (stopping_) throw ApiException{shutting_down()};
-  if (!p.seed_given) p.req.seed = random_seed();
+  p.req.seed_random = !p.seed_given;
+  draw_seed(p.req);  // the job records its seed before a worker resolves it
   // Checked against the model's limits when a worker has published them; before that (no worker yet, as
   // when an autoscaler starts workers for queued jobs) the worker checks, and a bad request fails its job.
   const json m = published_model();

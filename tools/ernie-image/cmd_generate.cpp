@@ -11,7 +11,6 @@
 #include "commands.h"
 #include "core/error.h"
 #include "engine/engine.h"
-#include "engine/init_image.h"
 #include "engine/metadata.h"
 #include "engine/noise.h"
 #include "engine/progress.h"
@@ -83,10 +82,9 @@ int run(Opts& o, const CLI::App& c) {
     if (c.count("--batch") == 0) req.num_images = int(il.latents.dim(0));
     seed = il.seed;
     req.init_latents = il.latents;
-  } else if (!seed) {
-    seed = random_seed();  // 32 random bits
   }
   req.seed = seed.value_or(0);
+  req.seed_random = !seed && !req.init_latents;  // resolve_request draws it
 
   // Output paths: PNG only, writable, one per image, checked before anything is loaded.
   std::vector<std::string> outs = expand_output_paths(o.out, req.num_images);
@@ -103,7 +101,9 @@ int run(Opts& o, const CLI::App& c) {
     printer.message("info", "--max-vram " + gib_str(oc.limit_bytes) + ": --offload " + offload_name(oc.mode) +
                                 (oc.vae_tiling ? " with a tiled VAE decode" : "") + " (estimated peak " +
                                 gib_str(oc.estimate_bytes) + ")");
-  GenerateRequest r = engine->resolve(req);
+  // Open resolved the request it planned for (its seed drawn); generate runs that one.
+  GenerateRequest r = engine->resolve(engine->info().planned ? *engine->info().planned : req);
+  if (req.seed_random) seed = r.seed;
   if (!o.negative.empty() && r.negative_prompt.empty() && !o.quiet) {
     char cfg[32];
     std::snprintf(cfg, sizeof cfg, "%g", double(r.cfg));
@@ -156,7 +156,7 @@ int run(Opts& o, const CLI::App& c) {
     if (seed) md["seed"] = std::to_string(*seed);
     save_safetensors(o.save_final_latents, {{"latents", res.latents.to_f32()}}, md);
   }
-  const int run_steps = r.steps - (r.init_image ? img2img_start_step(r.steps, r.strength) : 0);  // img2img: fewer
+  const int run_steps = steps_run(r);  // img2img: fewer
   if (json) {
     using oj = nlohmann::ordered_json;
     oj images = oj::array();
@@ -174,7 +174,7 @@ int run(Opts& o, const CLI::App& c) {
   } else if (!o.quiet) {
     if (r.use_pe) std::fprintf(stderr, "revised prompt: %s\n", res.revised_prompt.c_str());
     for (const std::string& p : outs) std::printf("%s\n", p.c_str());
-    if (!seed_given && seed && o.init_latents.empty()) std::fprintf(stderr, "seed: %llu\n", (unsigned long long)*seed);
+    if (req.seed_random) std::fprintf(stderr, "seed: %llu\n", (unsigned long long)*seed);
     if (r.init_image)
       std::fprintf(stderr, "img2img: strength %g runs %d of %d steps; image encode %.2fs\n", double(r.strength),
                    run_steps, r.steps, res.vae_encode_s);
