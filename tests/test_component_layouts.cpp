@@ -6,7 +6,7 @@
 #include <regex>
 
 #include "ernie_image.h"
-#include "engine/convert.h"
+#include "convert/convert.h"
 #include "engine/engine.h"
 #include "golden.h"
 #include "golden_cases.h"

@@ -15,8 +15,8 @@
 
 #include "cli.h"
 #include "core/error.h"
-#include "engine/convert.h"
-#include "engine/doctor.h"
+#include "convert/convert.h"
+#include "doctor/doctor.h"
 #include "golden.h"
 #include "io/safetensors.h"
 

@@ -7,8 +7,8 @@
 
 #include "cli.h"
 #include "golden.h"
-#include "engine/doctor.h"
-#include "engine/convert.h"
+#include "doctor/doctor.h"
+#include "convert/convert.h"
 #include "io/model_folder.h"
 
 using namespace ernie;

@@ -10,7 +10,7 @@
 #include <random>
 #include <set>
 
-#include "engine/convert.h"
+#include "convert/convert.h"
 #include "engine/engine.h"
 #include "golden.h"
 #include "io/gguf.h"

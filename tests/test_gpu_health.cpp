@@ -182,7 +182,7 @@ TEST(GpuHealth, DeviceNodesAndDriverVersion) {
 }  // namespace
 }  // namespace ernie
 
-#include "engine/card_recipes.h"
+#include "doctor/card_recipes.h"
 
 namespace ernie {
 namespace {

@@ -8,7 +8,7 @@
 #include "cli.h"
 #include "core/error.h"
 #include "golden.h"
-#include "engine/convert.h"
+#include "convert/convert.h"
 #include "io/safetensors_spec.h"
 
 namespace fs = std::filesystem;

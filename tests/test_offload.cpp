@@ -10,7 +10,7 @@
 #include "core/error.h"
 #include "golden.h"
 #include "engine/memory_plan.h"
-#include "engine/convert.h"
+#include "convert/convert.h"
 #include "io/png.h"
 #include "engine/engine.h"
 

@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 #include "golden.h"
-#include "engine/convert.h"
+#include "convert/convert.h"
 #include "io/model_tokenizer.h"
 #include "engine/engine.h"
 #include "engine/memory_plan.h"

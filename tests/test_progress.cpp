@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "engine/progress.h"
+#include "ernie-image/progress.h"
 
 using namespace ernie;
 

@@ -14,7 +14,7 @@
 #include "core/json.h"
 #include "golden.h"
 #include "io/configs.h"
-#include "engine/convert.h"
+#include "convert/convert.h"
 #include "models/prompt_enhancer.h"
 #include "ops/ops.h"
 #include "text/chat_template.h"

@@ -8,11 +8,11 @@
 
 #include "core/error.h"
 #include "golden.h"
-#include "engine/convert.h"
+#include "convert/convert.h"
 #include "models/ernie_dit.h"
 #include "models/mistral.h"
 #include "ops/ops.h"
-#include "engine/calibration.h"
+#include "convert/calibration.h"
 
 namespace ernie {
 namespace {

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "engine/doctor.h"
+#include "doctor/doctor.h"
 #include "golden.h"
 #include "io/safetensors.h"
 #include "io/safetensors_spec.h"

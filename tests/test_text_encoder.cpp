@@ -12,7 +12,7 @@
 #include "core/json.h"
 #include "golden.h"
 #include "io/configs.h"
-#include "engine/convert.h"
+#include "convert/convert.h"
 #include "io/model_folder.h"
 #include "io/safetensors.h"
 #include "models/mistral.h"

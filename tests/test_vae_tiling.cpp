@@ -12,7 +12,7 @@
 #include "golden.h"
 #include "io/model_folder.h"
 #include "ops/ops.h"
-#include "engine/vae_tiling.h"
+#include "models/vae_tiling.h"
 
 using namespace ernie;
 

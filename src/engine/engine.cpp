@@ -27,7 +27,7 @@
 #include "engine/sampler.h"
 #include "engine/samplers/flow_solver.h"
 #include "engine/scheduler.h"
-#include "engine/vae_tiling.h"
+#include "models/vae_tiling.h"
 #include "text/tokenizer.h"
 
 namespace ernie {

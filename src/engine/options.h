@@ -18,7 +18,7 @@ enum class Offload { None, TextEncoder, Blocks };
 const char* offload_name(Offload o);          // "none", "text-encoder", "blocks"
 Offload parse_offload(const std::string& s);  // throws naming --offload and the choices
 
-// VAE decode tiling (engine/vae_tiling.h): Auto tiles only when the untiled decode would not fit in the
+// VAE decode tiling (models/vae_tiling.h): Auto tiles only when the untiled decode would not fit in the
 // device's free memory (never on the CPU); On always tiles; Off never does.
 enum class VaeTilingMode { Auto, On, Off };
 
@@ -69,7 +69,7 @@ struct EngineOptions {
   // Checking the parallel split on one device: that many ranks in this process on --device (a LocalCommunicator,
   // ops/collectives/local_communicator.h) instead of one per GPU; they share the loaded weights. 0 = off.
   int parallel_local = 0;
-  // Calibration (engine/calibration.h): sees the float input of every DiT block linear in every step, under
+  // Calibration (convert/calibration.h): sees the float input of every DiT block linear in every step, under
   // the weight's checkpoint name (ErnieDit::set_input_observer).
   std::function<void(const std::string& weight, const Tensor& x)> observe_dit_inputs;
 };

@@ -4,7 +4,7 @@
 // reference library's rule), every tensor whose size is a multiple of 64 bytes 64-byte aligned for direct
 // upload (all large weights), the few others aligned to their element size. Linear weights may
 // be quantized (fp8 e4m3 or int8, symmetric, one fp32 scale per output channel in "<name>_scale").
-// Writing one is engine/convert.h; which weights are 8-bit, models/quant_policy.h.
+// Writing one is convert/convert.h; which weights are 8-bit, models/quant_policy.h.
 #pragma once
 #include <string>
 #include <utility>

@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "gpu_util.h"
-#include "engine/convert.h"
+#include "convert/convert.h"
 #include "models/ernie_dit.h"
 #include "models/mistral.h"
 #include "ops/cpu/cpu_ops.h"

@@ -8,7 +8,7 @@
 
 #include "gpu_util.h"
 #include "io/model_folder.h"
-#include "engine/vae_tiling.h"
+#include "models/vae_tiling.h"
 
 namespace ernie::test {
 namespace {

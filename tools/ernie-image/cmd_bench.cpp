@@ -38,7 +38,7 @@
 #include "ops/collectives/local_communicator.h"
 #include "ops/collectives/nccl_communicator.h"
 #include "engine/parallel/parallel_plan.h"
-#include "engine/vae_tiling.h"
+#include "models/vae_tiling.h"
 #include "engine_flags.h"
 #include "io/model_folder.h"
 #include "models/ernie_dit.h"

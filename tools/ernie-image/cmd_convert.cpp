@@ -10,10 +10,10 @@
 #include "commands.h"
 #include "core/error.h"
 #include "core/file.h"
-#include "engine/convert.h"
+#include "convert/convert.h"
 #include "io/gguf_encode.h"
 #include "generate_util.h"
-#include "engine/calibration.h"
+#include "convert/calibration.h"
 #include "engine/options.h"
 #include "engine_flags.h"
 
@@ -43,7 +43,7 @@ struct Progress {
   }
 };
 
-// The DiT alone as a GGUF (engine/convert.h convert_dit_gguf).
+// The DiT alone as a GGUF (convert/convert.h convert_dit_gguf).
 int convert_to_gguf(const Opts& o) {
   const int type = ggml_output_type(o.dtype);
   ERNIE_CHECK(type >= 0, "--dtype ", o.dtype, ": a GGUF takes q8_0, q4_k, q5_k, q6_k, bf16, f16 or f32");

@@ -2,7 +2,7 @@
 #include <cstdio>
 
 #include "commands.h"
-#include "engine/doctor.h"
+#include "doctor/doctor.h"
 #include "engine_flags.h"
 
 namespace ernie::cli {

@@ -13,7 +13,7 @@
 #include "engine/engine.h"
 #include "engine/metadata.h"
 #include "engine/noise.h"
-#include "engine/progress.h"
+#include "progress.h"
 #include "engine_flags.h"
 #include "generate_util.h"
 #include "io/png.h"

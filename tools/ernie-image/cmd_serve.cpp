@@ -18,7 +18,7 @@
 #include "commands.h"
 #include "core/error.h"
 #include "engine/engine.h"
-#include "engine/progress.h"
+#include "progress.h"
 #include "engine_flags.h"
 #include "server/http_common.h"
 #include "server/server.h"

@@ -1,4 +1,4 @@
-#include "engine/vae_tiling.h"
+#include "models/vae_tiling.h"
 
 #include <algorithm>
 #include <cstring>
@@ -8,7 +8,7 @@
 
 #include "core/error.h"
 #include "ops/ops.h"
-#include "engine/tiled_group_norm.h"
+#include "models/tiled_group_norm.h"
 
 namespace ernie {
 

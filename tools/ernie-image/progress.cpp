@@ -1,4 +1,4 @@
-#include "engine/progress.h"
+#include "progress.h"
 
 #include <cmath>
 

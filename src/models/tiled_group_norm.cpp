@@ -1,4 +1,4 @@
-#include "engine/tiled_group_norm.h"
+#include "models/tiled_group_norm.h"
 
 #include <cmath>
 #include <string>

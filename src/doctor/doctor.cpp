@@ -1,4 +1,4 @@
-#include "engine/doctor.h"
+#include "doctor/doctor.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -7,8 +7,8 @@
 
 #include "core/error.h"
 #include "core/system_info.h"
-#include "engine/doctor_gpu.h"
-#include "engine/doctor_topology.h"
+#include "doctor/doctor_gpu.h"
+#include "doctor/doctor_topology.h"
 #include "engine/memory_plan.h"
 #include "core/ggml_types.h"
 #include "io/model_folder.h"

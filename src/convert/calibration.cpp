@@ -1,4 +1,4 @@
-#include "engine/calibration.h"
+#include "convert/calibration.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,9 +1,9 @@
-#include "engine/doctor_gpu.h"
+#include "doctor/doctor_gpu.h"
 
 #include <cstdio>
 
 #include "core/gpu_health.h"
-#include "engine/card_recipes.h"
+#include "doctor/card_recipes.h"
 #include "ops/ops.h"
 
 using json = nlohmann::json;

@@ -1,4 +1,4 @@
-#include "engine/doctor_topology.h"
+#include "doctor/doctor_topology.h"
 
 #include "core/gpu_topology.h"
 #include "ops/collectives/nccl_communicator.h"

@@ -1,11 +1,11 @@
-// convert -o x.gguf: the DiT as a GGUF (engine/convert.h).
+// convert -o x.gguf: the DiT as a GGUF (convert/convert.h).
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 
 #include "core/error.h"
-#include "engine/convert.h"
+#include "convert/convert.h"
 #include "io/gguf_encode.h"
 #include "core/ggml_types.h"
 #include "io/gguf_writer.h"

@@ -1,4 +1,4 @@
-#include "engine/card_recipes.h"
+#include "doctor/card_recipes.h"
 
 #include <cstdio>
 

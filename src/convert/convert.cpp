@@ -1,4 +1,4 @@
-#include "engine/convert.h"
+#include "convert/convert.h"
 
 #include <omp.h>
 
