@@ -42,14 +42,18 @@ using bf16 = __nv_bfloat16;
 // The softmax reference moves when a row's maximum passes it by more (log2 units).
 [[maybe_unused]] constexpr float kLazy = 8.f;
 [[maybe_unused]] constexpr float kMinTileRatio = 0x1p-20f;  // fp8: the smallest f_j = sv_j / sv_max (see the softmax)
-// A 128x128 tile: two 64-column boxes in bf16, one box in fp8; the k-steps of its MMAs (16 or 32 elements).
+// A 128x128 tile: two 64-column boxes in bf16, one box in fp8.
 template <bool kFp8>
 struct Tiles {
-  static constexpr int kBoxes = kFp8 ? 1 : 2, kBytes = kBoxes * kBoxBytes, kK = kFp8 ? 32 : 16;
+  static constexpr int kBoxes = kFp8 ? 1 : 2, kBytes = kBoxes * kBoxBytes;
   static constexpr int kSmem = kBytes + 2 * kStages * kBytes + 1024;  // Q, K and V stages, alignment slack
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+// The k-step of a tile's MMAs: 16 bf16 or 32 fp8 elements.
+template <bool kFp8>
+constexpr int kStepK = kFp8 ? 32 : 16;
 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
@@ -72,9 +76,9 @@ __device__ __forceinline__ uint64_t v_desc(const unsigned char* v) {
   return kFp8 ? wgmma::desc_sw128(v, 16, 1024) : wgmma::desc_sw128(v, 128 * 128, 1024);
 }
 template <bool kFp8>
-__device__ __forceinline__ void pv(float (&o)[64], const uint32_t (&pa)[kBc / Tiles<kFp8>::kK][4], uint64_t dv) {
+__device__ __forceinline__ void pv(float (&o)[64], const uint32_t (&pa)[kBc / kStepK<kFp8>][4], uint64_t dv) {
 #pragma unroll
-  for (int kk = 0; kk < kBc / Tiles<kFp8>::kK; ++kk) {
+  for (int kk = 0; kk < kBc / kStepK<kFp8>; ++kk) {
     if constexpr (kFp8) wgmma::mma_rs_m64n128k32_e4m3(o, pa[kk], desc_at(dv, kk * 32));
     else wgmma::mma_rs_m64n128k16_tb(o, pa[kk], desc_at(dv, kk * 16 * 128));
   }
@@ -155,7 +159,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // Accumulator layout of m64nN (per warp 16 rows): d[4n + 2i + j] is row g + 8i, column 8n + 2t + j.
   float o[64], s[64];
-  constexpr int kSteps = kBc / Tl::kK;  // P·V k-steps
+  constexpr int kSteps = kBc / kStepK<kFp8>;  // P·V k-steps
   uint32_t pa[kSteps][4];  // P_j-1 as A fragments (bf16: m16n8k16 layout per 16 keys; fp8: m16n8k32 per 32)
 #pragma unroll
   for (int i = 0; i < 64; ++i) o[i] = 0.f;
@@ -180,7 +184,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma::fence_regs(o);
     wgmma::fence();
 #pragma unroll
-    for (int kk = 0; kk < kD / Tl::kK; ++kk) {  // each k-step 32 bytes into the 128-byte rows
+    for (int kk = 0; kk < kD / kStepK<kFp8>; ++kk) {  // each k-step 32 bytes into the 128-byte rows
       const int at = (kk / 4) * kBoxBytes + (kk % 4) * 32;
       const uint64_t da = desc_at(dq, at), db = desc_at(dk, st * kTileBytes + at);
       if constexpr (kFp8) wgmma::mma_ss_m64n128k32_e4m3(s, da, db, kk > 0);
