@@ -1,6 +1,6 @@
 // The parsed form of a Jinja template (the subset chat templates use); internal to src/text/.
-// jinja_parse.cpp builds it (lexer with whitespace control, expression and statement parser),
-// chat_template.cpp evaluates it.
+// jinja_lex.cpp tokenises (with whitespace control), jinja_parse.cpp builds the tree,
+// jinja_render.cpp and jinja_builtins.cpp evaluate it.
 #pragma once
 #include <memory>
 #include <string>
