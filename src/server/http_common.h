@@ -41,8 +41,8 @@ bool bearer_ok(const httplib::Request& req, const std::string& api_key);
 bool read_body(const httplib::Request& req, const httplib::ContentReader& reader, size_t limit, std::string& body,
                httplib::Response& res);
 // A multipart/form-data body's parts; false after sending the error.
-bool read_form(const httplib::ContentReader& reader, size_t limit, std::vector<FormPart>& parts,
-               httplib::Response& res);
+bool read_form(const httplib::Request& req, const httplib::ContentReader& reader, size_t limit,
+               std::vector<FormPart>& parts, httplib::Response& res);
 
 // Wraps a handler: ApiException -> its error; anything else -> 500 with the message.
 template <class F>

@@ -19,6 +19,7 @@ Server::Server(std::unique_ptr<Engine> pipeline, ServerOptions opt) : opt_(std::
   // Under an allocator cap (--max-vram) the plan covers one request at a time: no batching.
   if (info_.memory.limit_bytes) opt_.queue.batching = false;
   queue_ = std::make_unique<JobQueue>(std::move(pipeline), opt_.queue, metrics_);
+  opt_.guard.api_key = opt_.api_key;  // 401 at head time, before a body is read
   http_ = make_http({opt_.host, opt_.port, opt_.max_body_bytes, opt_.http_threads, opt_.guard, opt_.log_requests},
                     metrics_);
   routes();
@@ -182,7 +183,7 @@ void Server::routes() {
                                                        const httplib::ContentReader& reader) {
     if (!req.is_multipart_form_data()) return edits_json(req, res, reader);
     std::vector<FormPart> parts;
-    if (!read_form(reader, opt_.max_body_bytes, parts, res)) return;
+    if (!read_form(req, reader, opt_.max_body_bytes, parts, res)) return;
     guard([&](const httplib::Request& rq, httplib::Response& rs) {
       handle_generations(rq, rs, [&] { return parse_edit_form(parts, opt_.limits); });
     })(req, res);

@@ -143,6 +143,7 @@ SharedServer::SharedServer(std::unique_ptr<Engine> engine, SharedServerOptions o
   char host[256] = {};
   if (gethostname(host, sizeof host - 1) != 0 || !host[0]) std::snprintf(host, sizeof host, "node");
   node_ = std::string(host) + "-" + std::to_string(getpid());
+  opt_.http.guard.api_key = opt_.api_key;  // 401 at head time, before a body is read
   http_ = make_http(opt_.http, metrics_);
   common_routes();
   if (serves_api) api_routes();
@@ -397,7 +398,7 @@ void SharedServer::api_routes() {
                                                               const httplib::ContentReader& reader) {
     if (!req.is_multipart_form_data()) return edits_json(req, res, reader);
     std::vector<FormPart> parts;
-    if (!read_form(reader, limit, parts, res)) return;
+    if (!read_form(req, reader, limit, parts, res)) return;
     route([&](const httplib::Request& rq, httplib::Response& rs) {
       if (!authorized(rq)) return send_error(rs, unauthorized());
       handle_generations(rq, rs, parse_edit_form(parts, opt_.limits));
