@@ -145,7 +145,7 @@ std::unique_ptr<GuardedHttp> make_http(const HttpOptions& o, Metrics& metrics) {
   GuardOptions g = o.guard;
   g.head.max_body_bytes = o.max_body_bytes;
   g.on_reject = [&metrics](int status) { metrics.count_request(status); };
-  auto http = std::make_unique<GuardedHttp>(g, std::max(4, o.http_threads), 15.0);
+  auto http = std::make_unique<GuardedHttp>(g, o.streams, std::max(4, o.http_threads), 15.0);
   http->set_payload_max_length(o.max_body_bytes);
   http->set_keep_alive_timeout(2);
   http->set_read_timeout(15, 0);

@@ -74,6 +74,7 @@ struct HttpOptions {
   int http_threads = 32;
   GuardOptions guard;
   bool log_requests = true;
+  StreamLimits streams;  // event streams (server/event_streams.h)
 };
 // The listener behind the connection guard, with the body limit and timeouts; rejected connections are
 // counted in `metrics`.
