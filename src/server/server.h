@@ -21,6 +21,7 @@
 
 #include "engine/engine.h"
 #include "server/connection_guard.h"
+#include "server/event_streams.h"
 #include "server/form_data.h"
 #include "server/job_queue.h"
 #include "server/request_parse.h"
