@@ -17,6 +17,7 @@ thread_local int tl_client_fd = -1;
 struct Serving {
   const GuardedRequest* r = nullptr;
   bool taken = false;
+  std::string_view body;
 };
 thread_local Serving* tl_serving = nullptr;
 
@@ -111,7 +112,9 @@ bool GuardedHttp::process_and_close_socket(socket_t sock) {
 }
 
 void GuardedHttp::serve(GuardedRequest r) {
-  Serving serving{&r, false};
+  Serving serving{&r, false, {}};
+  if (const size_t end = r.bytes.find("\r\n\r\n"); end != std::string::npos)
+    serving.body = std::string_view(r.bytes).substr(end + 4);  // normalized_request: the head, then the body
   {
     BufferedStream s(r, int(write_timeout_s_ * 1000), serving.taken);
     tl_client_fd = r.fd;
@@ -140,6 +143,8 @@ void GuardedHttp::open_event_stream(httplib::Response& res, std::unique_ptr<Even
   res.set_header("Retry-After", "5");
   res.set_content(ApiError{503, why, "server_error", "", "too_many_streams"}.to_json().dump(), "application/json");
 }
+
+const std::string_view* request_body() { return tl_serving ? &tl_serving->body : nullptr; }
 
 bool client_gone() {
   if (tl_client_fd < 0) return false;

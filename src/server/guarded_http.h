@@ -7,6 +7,7 @@
 #include <httplib.h>
 
 #include <memory>
+#include <string_view>
 
 #include "server/connection_guard.h"
 #include "server/event_streams.h"
@@ -37,6 +38,10 @@ class GuardedHttp : public httplib::Server {
   ConnectionGuard guard_;
   std::unique_ptr<EventStreams> streams_;  // after guard_: its connections are released there
 };
+
+// On a worker serving a request: its body, complete and de-chunked, as the guard read it (the HTTP library's
+// content reader then goes unused); nullptr elsewhere.
+const std::string_view* request_body();
 
 // On a worker serving a request: its client has closed the connection (a synchronous generation then has no
 // one to answer and is cancelled). False elsewhere.

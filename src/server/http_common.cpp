@@ -78,8 +78,15 @@ bool read_body(const httplib::Request& req, const httplib::ContentReader& reader
 // A multipart/form-data body's parts (server/form_data.h parse_multipart); false after sending the error.
 bool read_form(const httplib::Request& req, const httplib::ContentReader& reader, size_t limit,
                std::vector<FormPart>& parts, httplib::Response& res) {
-  std::string body;
-  if (!read_body(req, reader, limit, body, res)) return false;
+  // The guard has read the body whole: httplib's reader would run its own multipart parser, without our limits.
+  std::string read;
+  const std::string_view* guarded = request_body();
+  if (!guarded && !read_body(req, reader, limit, read, res)) return false;
+  const std::string_view body = guarded ? *guarded : std::string_view(read);
+  if (body.size() > limit) {
+    send_error(res, too_large(limit));
+    return false;
+  }
   try {
     parts = parse_multipart(req.get_header_value("Content-Type"), body);
   } catch (const ApiException& e) {
