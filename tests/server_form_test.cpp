@@ -1,6 +1,6 @@
 // The edits route's parsers: base64 both ways, the image fields of a request (JSON, and the parts of a form as
-// httplib hands them over), and the bad images and forms that must be 400s naming their field. The multipart
-// framing itself is httplib's (tests/server/img2img_test.py sends real bodies).
+// parse_multipart reads them from a body), and the bad images and forms that must be 400s naming their field or
+// limit (tests/server/img2img_test.py and guard_test.py send real bodies).
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -149,6 +149,66 @@ TEST(EditRequest, JsonImagesAreBase64Pngs) {
   EXPECT_EQ(json_error(R"({"prompt": "x", "image": "!!!!"})", false).code, "invalid_base64");
   EXPECT_EQ(json_error(R"({"prompt": "x", "mask": ")" + base64_encode("not a png") + R"("})", false).code, "invalid_image");
   EXPECT_EQ(json_error(R"({"prompt": "x", "composite": "yes"})", false).param, "composite");
+}
+
+const char* kType = "multipart/form-data; boundary=XyZ";
+std::string mpart(const std::string& head, const std::string& data) { return "--XyZ\r\n" + head + "\r\n\r\n" + data + "\r\n"; }
+
+TEST(Multipart, ReadsNamesFilenamesTypesAndData) {
+  const std::string body = "preamble\r\n" +
+                           mpart("Content-Disposition: form-data; name=\"prompt\"", "a cat") +
+                           mpart("content-disposition: form-data; name=image; filename=\"a \\\"b\\\".png\"\r\n"
+                                 "Content-Type: image/png", std::string("\x89PNG\r\n--XyZnot\0x", 15)) +
+                           "--XyZ--\r\nepilogue";
+  const std::vector<FormPart> p = parse_multipart(kType, body);
+  ASSERT_EQ(p.size(), 2u);
+  EXPECT_EQ(p[0].name, "prompt");
+  EXPECT_EQ(p[0].data, "a cat");
+  EXPECT_EQ(p[1].name, "image");
+  EXPECT_EQ(p[1].filename, "a \"b\".png");
+  EXPECT_EQ(p[1].content_type, "image/png");
+  EXPECT_EQ(p[1].data, std::string("\x89PNG\r\n--XyZnot\0x", 15));
+  EXPECT_EQ(parse_multipart("Multipart/Form-Data; boundary=\"XyZ\"", mpart("Content-Disposition: form-data; name=a", "") +
+                                                                         "--XyZ--").size(), 1u);
+}
+
+TEST(Multipart, PartCountAndPartHeadLimitsAreNamedAtOnce) {
+  std::string body;
+  for (int i = 0; i < 10000; ++i) body += mpart("Content-Disposition: form-data; name=\"p" + std::to_string(i) + "\"", "v");
+  ApiError e = api_error_of([&] { parse_multipart(kType, body + "--XyZ--"); });
+  EXPECT_EQ(e.status, 400);
+  EXPECT_EQ(e.code, "too_many_parts");
+  EXPECT_NE(e.message.find("more than 64 parts"), std::string::npos) << e.message;
+  // 64 parts are fine.
+  std::string ok;
+  for (int i = 0; i < 64; ++i) ok += mpart("Content-Disposition: form-data; name=p", "v");
+  EXPECT_EQ(parse_multipart(kType, ok + "--XyZ--").size(), 64u);
+  e = api_error_of([&] {
+    parse_multipart(kType, mpart("Content-Disposition: form-data; name=a\r\nX-Pad: " + std::string(9000, 'a'), "v") + "--XyZ--");
+  });
+  EXPECT_EQ(e.code, "part_head_too_large");
+  EXPECT_NE(e.message.find("8192 bytes"), std::string::npos) << e.message;
+}
+
+TEST(Multipart, MalformedBodiesAre400s) {
+  const std::string good = mpart("Content-Disposition: form-data; name=a", "v");
+  for (const auto& [type, body] : std::vector<std::pair<std::string, std::string>>{
+           {"application/json", good + "--XyZ--"},
+           {"multipart/form-data", good + "--XyZ--"},                    // no boundary
+           {"multipart/form-data; boundary=" + std::string(71, 'b'), ""},  // too long
+           {kType, "no boundary line at all"},
+           {kType, good},                                                  // not closed
+           {kType, "--XyZ\r\nContent-Disposition: form-data; name=a\r\n"},  // head without end
+           {kType, mpart("Content-Disposition: attachment; name=a", "v") + "--XyZ--"},
+           {kType, mpart("Content-Disposition: form-data", "v") + "--XyZ--"},  // no name
+           {kType, mpart("Content-Type: text/plain", "v") + "--XyZ--"},        // no disposition
+           {kType, mpart("Content-Disposition: form-data; name=\"a", "v") + "--XyZ--"},
+           {kType, "--XyZ\r\n\r\nv\r\n--XyZ--"},
+           {kType, "--XyZjunk\r\n"}}) {
+    const ApiError e = api_error_of([&] { parse_multipart(type, body); });
+    EXPECT_EQ(e.status, 400) << type << " | " << body;
+    EXPECT_EQ(e.message.rfind("multipart body: ", 0), 0u) << e.message;
+  }
 }
 
 }  // namespace

@@ -104,3 +104,28 @@ TEST(HttpHead, NormalizedRequestDropsFramingAndSetsTheLength) {
 }
 
 }  // namespace
+
+namespace {
+TEST(HttpHead, KeepsTheTargetAndAuthorizationForTheKeyCheck) {
+  const HeadCheck c = check("POST /v1/jobs?x=1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k1\r\nContent-Length: 0\r\n\r\n");
+  ASSERT_EQ(c.kind, HeadCheck::Ready) << c.reason;
+  EXPECT_EQ(c.target, "/v1/jobs?x=1");
+  EXPECT_EQ(c.authorization_fields, 1);
+  EXPECT_EQ(c.authorization, "Bearer k1");
+  EXPECT_EQ(check("GET / HTTP/1.1\r\nHost: x\r\nAuthorization: a\r\nAuthorization: b\r\n\r\n").authorization_fields, 2);
+}
+
+TEST(HttpHead, BearerMatchesOnlyTheOneKey) {
+  EXPECT_TRUE(bearer_matches(0, "", ""));  // no key configured
+  EXPECT_TRUE(bearer_matches(1, "Bearer sekrit", "sekrit"));
+  EXPECT_TRUE(bearer_matches(1, "bEaReR  sekrit", "sekrit"));
+  EXPECT_FALSE(bearer_matches(0, "", "sekrit"));
+  EXPECT_FALSE(bearer_matches(2, "Bearer sekrit", "sekrit"));
+  EXPECT_FALSE(bearer_matches(1, "Bearer sekrit2", "sekrit"));
+  EXPECT_FALSE(bearer_matches(1, "Bearer sekri", "sekrit"));
+  EXPECT_FALSE(bearer_matches(1, "Basic sekrit", "sekrit"));
+  EXPECT_FALSE(bearer_matches(1, "Bearer\tsekrit", "sekrit"));
+  EXPECT_FALSE(bearer_matches(1, "Bearer ", "sekrit"));
+  EXPECT_FALSE(bearer_matches(1, "Bearersekrit", "sekrit"));
+}
+}  // namespace

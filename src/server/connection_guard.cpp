@@ -25,6 +25,7 @@ Clock::duration seconds(double s) { return std::chrono::duration_cast<Clock::dur
 const char* reason_phrase(int status) {
   switch (status) {
     case 400: return "Bad Request";
+    case 401: return "Unauthorized";
     case 408: return "Request Timeout";
     case 413: return "Content Too Large";
     case 414: return "URI Too Long";
@@ -38,13 +39,20 @@ const char* reason_phrase(int status) {
 }
 
 std::string error_response(int status, const std::string& reason, size_t max_body) {
-  ApiError e = status == 413 ? too_large(max_body)
-                             : ApiError{status, reason, status >= 500 ? "server_error" : "invalid_request_error", "",
-                                        status == 408 ? "timeout" : status == 503 ? "busy" : "bad_request"};
+  ApiError e = status == 413   ? too_large(max_body)
+               : status == 401 ? unauthorized()
+                               : ApiError{status, reason, status >= 500 ? "server_error" : "invalid_request_error", "",
+                                          status == 408 ? "timeout" : status == 503 ? "busy" : "bad_request"};
   const std::string body = e.to_json().dump();
   return "HTTP/1.1 " + std::to_string(status) + " " + reason_phrase(status) +
          "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+         (status == 503 ? "\r\nRetry-After: 1" : "") + (status == 401 ? "\r\nWWW-Authenticate: Bearer" : "") +
          "\r\nConnection: close\r\n\r\n" + body;
+}
+
+// Routes under /v1 need the API key; the web page, /health and /metrics do not.
+bool needs_key(std::string_view target) {
+  return target == "/v1" || target.rfind("/v1/", 0) == 0 || target.rfind("/v1?", 0) == 0;
 }
 
 // Best effort, never blocking: the response of a rejected request is small.
@@ -93,12 +101,16 @@ struct ConnectionGuard::Conn {
   Clock::time_point deadline;
   std::string buf;
   HeadCheck head;
-  size_t reserved = 0;  // body bytes counted in buffered_
+  size_t reserved = 0;  // body bytes counted in buffered_ and client_buffered_
+  size_t window_start = 0;  // body bytes at the start of the current window
+  bool first_window = true;
   bool draining = false;
   size_t drained = 0;
 };
 
 ConnectionGuard::ConnectionGuard(GuardOptions opt, Dispatch dispatch) : opt_(opt), dispatch_(std::move(dispatch)) {
+  opt_.max_client_buffered_bytes = std::max(opt_.max_client_buffered_bytes, opt_.head.max_body_bytes);
+  opt_.max_buffered_bytes = std::max(opt_.max_buffered_bytes, opt_.max_client_buffered_bytes);
   epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   ERNIE_CHECK(epoll_fd_ >= 0 && wake_fd_ >= 0, "serve: cannot create the connection guard's event loop");
@@ -196,9 +208,8 @@ void ConnectionGuard::loop() {
     for (auto& [fd, c] : conns_)
       if (c->deadline <= now) expired.push_back(fd);
     for (int fd : expired) {
-      Conn& c = *conns_[fd];
-      if (c.draining) close_conn(c);
-      else reject(c, 408, c.head.kind == HeadCheck::Ready ? "request body too slow" : "request head too slow");
+      auto it = conns_.find(fd);  // a conn rejected for another's budget stays; a closed one is gone
+      if (it != conns_.end() && it->second->deadline <= now) window_passed(*it->second);
     }
   }
   std::vector<int> fds;
@@ -221,6 +232,7 @@ void ConnectionGuard::handle_readable(Conn& c) {
       }
       c.buf.append(tmp, size_t(n));
       if (c.buf.size() > cap) return reject(c, 413, "request too large");
+      if (c.head.kind == HeadCheck::Ready && !account(c)) return;
       if (c.head.kind != HeadCheck::Ready && c.buf.size() > opt_.head.max_head_bytes) break;  // 431 below
       continue;
     }
@@ -245,21 +257,13 @@ bool ConnectionGuard::advance(Conn& c) {
       return true;
     }
     if (c.head.kind == HeadCheck::NeedMore) return false;
-    const size_t need = c.head.chunked ? opt_.head.max_body_bytes : size_t(c.head.content_length);
-    bool busy = false;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      busy = buffered_ + need > opt_.max_buffered_bytes;
-      if (!busy) {
-        buffered_ += need;
-        c.reserved = need;
-      }
-    }
-    if (busy) {
-      reject(c, 503, "server busy: too many request bodies in flight");
+    if (!opt_.api_key.empty() && needs_key(c.head.target) &&
+        !bearer_matches(c.head.authorization_fields, c.head.authorization, opt_.api_key)) {
+      reject(c, 401, "missing or wrong API key");
       return true;
     }
-    c.deadline = Clock::now() + seconds(opt_.head_timeout_s + double(need) / opt_.min_body_bytes_per_s);
+    c.deadline = Clock::now() + seconds(opt_.body_window_s);
+    if (!account(c)) return true;
     if (c.head.expect_continue) send_now(c.fd, "HTTP/1.1 100 Continue\r\n\r\n");
   }
   const std::string_view rest = std::string_view(c.buf).substr(c.head.head_bytes);
@@ -278,10 +282,7 @@ bool ConnectionGuard::advance(Conn& c) {
   GuardedRequest r{c.fd, normalized_request(std::string_view(c.buf).substr(0, c.head.head_bytes), body), c.ip, c.port};
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c.fd, nullptr);
   set_blocking(c.fd, true);
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    buffered_ -= c.reserved;
-  }
+  unreserve(c);
   conns_.erase(c.fd);  // still open and counted: release() ends it
   dispatch_(std::move(r));
   return true;
@@ -296,18 +297,83 @@ void ConnectionGuard::reject(Conn& c, int status, const std::string& reason) {
   c.buf.clear();
   c.buf.shrink_to_fit();
   c.deadline = Clock::now() + seconds(kDrainSeconds);
+  unreserve(c);
+}
+
+void ConnectionGuard::unreserve(Conn& c) {
+  if (c.reserved == 0) return;
+  auto it = client_buffered_.find(c.ip);
+  if (it != client_buffered_.end() && (it->second -= std::min(it->second, c.reserved)) == 0) client_buffered_.erase(it);
   std::lock_guard<std::mutex> l(mu_);
   buffered_ -= c.reserved;
   c.reserved = 0;
+}
+
+size_t ConnectionGuard::body_bytes(const Conn& c) const {
+  const size_t got = c.buf.size() - std::min(c.buf.size(), c.head.head_bytes);
+  return c.head.chunked ? got : std::min<size_t>(got, size_t(c.head.content_length));
+}
+
+bool ConnectionGuard::account(Conn& c) {
+  const size_t now = body_bytes(c);
+  if (now <= c.reserved) return true;
+  const size_t more = now - c.reserved;
+  const auto held = [this](const std::string& ip) {
+    auto it = client_buffered_.find(ip);
+    return it == client_buffered_.end() ? size_t(0) : it->second;
+  };
+  if (held(c.ip) + more > opt_.max_client_buffered_bytes) {
+    reject(c, 503, "server busy: this client's request bodies are over its budget of " +
+                       std::to_string(opt_.max_client_buffered_bytes) + " bytes");
+    return false;
+  }
+  // Over the budget in all: the client holding the most is answered 503 (largest body first) until these
+  // bytes fit; when that client is this one, this request is.
+  while (true) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (buffered_ + more <= opt_.max_buffered_bytes) break;
+    }
+    std::string greedy = c.ip;
+    size_t most = held(c.ip) + more;
+    for (auto& [ip, n] : client_buffered_)
+      if (n > most) most = n, greedy = ip;
+    Conn* victim = &c;
+    if (greedy != c.ip)
+      for (auto& [fd, o] : conns_)
+        if (o->ip == greedy && !o->draining && o->reserved > (victim == &c ? 0 : victim->reserved)) victim = o.get();
+    reject(*victim, 503, "server busy: too many request bodies in flight");
+    if (victim == &c) return false;
+  }
+  c.reserved = now;
+  client_buffered_[c.ip] += more;
+  std::lock_guard<std::mutex> l(mu_);
+  buffered_ += more;
+  return true;
+}
+
+void ConnectionGuard::window_passed(Conn& c) {
+  if (c.draining) return close_conn(c);
+  if (c.head.kind != HeadCheck::Ready) return reject(c, 408, "request head too slow");
+  const size_t got = body_bytes(c) - c.window_start;
+  const size_t per_window = size_t(opt_.min_body_bytes_per_s * opt_.body_window_s);
+  size_t need = per_window;
+  if (!c.head.chunked) need = std::min(need, size_t(c.head.content_length) - c.window_start);
+  if (!c.first_window && got < need)
+    return reject(c, 408, "request body too slow: " + std::to_string(got) + " bytes in " +
+                              std::to_string(opt_.body_window_s) + " s, at least " + std::to_string(need) + " needed");
+  c.first_window = false;
+  c.window_start = body_bytes(c);
+  c.deadline = Clock::now() + seconds(opt_.body_window_s);
 }
 
 void ConnectionGuard::close_conn(Conn& c) {
   const int fd = c.fd;
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
   ::close(fd);
+  unreserve(c);
   {
     std::lock_guard<std::mutex> l(mu_);
-    buffered_ -= c.reserved;
     auto it = per_client_.find(c.ip);
     if (it != per_client_.end() && --it->second <= 0) per_client_.erase(it);
     --open_;

@@ -7,10 +7,19 @@
 #include <algorithm>
 #include <cstring>
 
+#include "server/api_error.h"
+
 namespace ernie::server {
 namespace {
 
 thread_local int tl_client_fd = -1;
+// The request a worker is serving: its connection, and whether an event stream has taken it.
+struct Serving {
+  const GuardedRequest* r = nullptr;
+  bool taken = false;
+  std::string_view body;
+};
+thread_local Serving* tl_serving = nullptr;
 
 // httplib's accept loop runs each task at once: the hand-off to the guard never blocks.
 class InlineQueue : public httplib::TaskQueue {
@@ -22,8 +31,8 @@ class InlineQueue : public httplib::TaskQueue {
 // A request that has fully arrived, read from memory; the response is written to the socket.
 class BufferedStream : public httplib::Stream {
  public:
-  BufferedStream(const GuardedRequest& r, int write_timeout_ms)
-      : fd_(r.fd), data_(r.bytes), ip_(r.peer_ip), port_(r.peer_port), timeout_ms_(write_timeout_ms) {}
+  BufferedStream(const GuardedRequest& r, int write_timeout_ms, const bool& taken)
+      : fd_(r.fd), data_(r.bytes), ip_(r.peer_ip), port_(r.peer_port), timeout_ms_(write_timeout_ms), taken_(taken) {}
   bool is_readable() const override { return pos_ < data_.size(); }
   bool is_writable() const override {
     pollfd p{fd_, POLLOUT, 0};
@@ -36,6 +45,7 @@ class BufferedStream : public httplib::Stream {
     return ssize_t(n);
   }
   ssize_t write(const char* ptr, size_t size) override {
+    if (taken_) return ssize_t(size);  // an event stream owns the connection: the library's response is dropped
     size_t off = 0;
     while (off < size) {
       if (!is_writable()) return -1;
@@ -63,17 +73,20 @@ class BufferedStream : public httplib::Stream {
   std::string ip_;
   int port_;
   int timeout_ms_;
+  const bool& taken_;
 };
 
 }  // namespace
 
-GuardedHttp::GuardedHttp(const GuardOptions& guard, int workers, double write_timeout_s)
+GuardedHttp::GuardedHttp(const GuardOptions& guard, const StreamLimits& streams, int workers, double write_timeout_s)
     : write_timeout_s_(write_timeout_s),
       workers_(std::make_unique<httplib::ThreadPool>(size_t(std::max(1, workers)))),
-      guard_(guard, [this](GuardedRequest r) {
-        auto shared = std::make_shared<GuardedRequest>(std::move(r));
-        workers_->enqueue([this, shared] { serve(std::move(*shared)); });
-      }) {
+      guard_(guard,
+             [this](GuardedRequest r) {
+               auto shared = std::make_shared<GuardedRequest>(std::move(r));
+               workers_->enqueue([this, shared] { serve(std::move(*shared)); });
+             }),
+      streams_(std::make_unique<EventStreams>(streams, [this](const std::string& ip) { guard_.release(ip); })) {
   new_task_queue = [] { return new InlineQueue; };
   // SO_REUSEADDR only: cpp-httplib also sets SO_REUSEPORT, with which a second server on a busy port binds
   // too and the kernel splits the connections between the two silently.
@@ -86,6 +99,7 @@ GuardedHttp::GuardedHttp(const GuardOptions& guard, int workers, double write_ti
 GuardedHttp::~GuardedHttp() { stop_guard(); }
 
 void GuardedHttp::stop_guard() {
+  streams_->stop();
   guard_.stop();
   if (!workers_) return;
   workers_->shutdown();
@@ -98,17 +112,39 @@ bool GuardedHttp::process_and_close_socket(socket_t sock) {
 }
 
 void GuardedHttp::serve(GuardedRequest r) {
+  Serving serving{&r, false, {}};
+  if (const size_t end = r.bytes.find("\r\n\r\n"); end != std::string::npos)
+    serving.body = std::string_view(r.bytes).substr(end + 4);  // normalized_request: the head, then the body
   {
-    BufferedStream s(r, int(write_timeout_s_ * 1000));
+    BufferedStream s(r, int(write_timeout_s_ * 1000), serving.taken);
     tl_client_fd = r.fd;
+    tl_serving = &serving;
     bool closed = false;
     process_request(s, /*close_connection=*/true, closed, nullptr);
+    tl_serving = nullptr;
     tl_client_fd = -1;
   }
+  if (serving.taken) return;  // the event streams' thread closes and releases it
   ::shutdown(r.fd, SHUT_WR);
   ::close(r.fd);
   guard_.release(r.peer_ip);
 }
+
+void GuardedHttp::open_event_stream(httplib::Response& res, std::unique_ptr<EventSource> source,
+                                    const std::string& extra_headers) {
+  std::string why = "not on a request worker";
+  if (tl_serving && !tl_serving->taken &&
+      streams_->open(tl_serving->r->fd, tl_serving->r->peer_ip, std::move(source), extra_headers, why)) {
+    tl_serving->taken = true;
+    res.status = 200;  // for the log and the metrics; the streams' thread writes the head
+    return;
+  }
+  res.status = 503;
+  res.set_header("Retry-After", "5");
+  res.set_content(ApiError{503, why, "server_error", "", "too_many_streams"}.to_json().dump(), "application/json");
+}
+
+const std::string_view* request_body() { return tl_serving ? &tl_serving->body : nullptr; }
 
 bool client_gone() {
   if (tl_client_fd < 0) return false;

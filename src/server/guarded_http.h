@@ -7,17 +7,26 @@
 #include <httplib.h>
 
 #include <memory>
+#include <string_view>
 
 #include "server/connection_guard.h"
+#include "server/event_streams.h"
 
 namespace ernie::server {
 
 class GuardedHttp : public httplib::Server {
  public:
-  GuardedHttp(const GuardOptions& guard, int workers, double write_timeout_s);
+  GuardedHttp(const GuardOptions& guard, const StreamLimits& streams, int workers, double write_timeout_s);
   ~GuardedHttp();
-  // After httplib's stop(): closes the connections still being read and waits for the workers' requests.
+  // After httplib's stop(): ends the event streams (their last events written), closes the connections still
+  // being read and waits for the workers' requests.
   void stop_guard();
+  // In a route: serves `source` as this request's response, an event stream (server/event_streams.h), from the
+  // streams' thread; the route returns at once and the worker is free. Beyond a cap (or off a worker) it fills
+  // `res` with 503 and Retry-After instead. `extra_headers`: "Name: value\r\n" each.
+  void open_event_stream(httplib::Response& res, std::unique_ptr<EventSource> source,
+                         const std::string& extra_headers = "");
+  int event_streams_open() const { return streams_->open_count(); }
   ConnectionGuard::Counts guard_counts() const { return guard_.counts(); }
 
  private:
@@ -27,7 +36,12 @@ class GuardedHttp : public httplib::Server {
   double write_timeout_s_;
   std::unique_ptr<httplib::ThreadPool> workers_;
   ConnectionGuard guard_;
+  std::unique_ptr<EventStreams> streams_;  // after guard_: its connections are released there
 };
+
+// On a worker serving a request: its body, complete and de-chunked, as the guard read it (the HTTP library's
+// content reader then goes unused); nullptr elsewhere.
+const std::string_view* request_body();
 
 // On a worker serving a request: its client has closed the connection (a synchronous generation then has no
 // one to answer and is cancelled). False elsewhere.

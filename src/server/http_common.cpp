@@ -11,6 +11,7 @@
 #include <ctime>
 
 #include "core/error.h"
+#include "server/http_head.h"
 #include "server/web_assets.h"
 
 namespace ernie::server {
@@ -45,15 +46,6 @@ json memory_json(const EngineInfo& e) {
           {"estimated_peak_gib", m.estimate_bytes ? json(gib(m.estimate_bytes)) : json(nullptr)}};
 }
 
-namespace {
-bool constant_time_equal(const std::string& a, const std::string& b) {
-  if (a.size() != b.size()) return false;
-  unsigned char d = 0;
-  for (size_t i = 0; i < a.size(); ++i) d |= uint8_t(a[i]) ^ uint8_t(b[i]);
-  return d == 0;
-}
-
-}  // namespace
 
 // Reads a POST body with a hard limit on what is kept (chunked bodies included; httplib limits only
 // Content-Length). The rest of an oversized body is read and dropped, as httplib does, so the
@@ -83,30 +75,22 @@ bool read_body(const httplib::Request& req, const httplib::ContentReader& reader
   return true;
 }
 
-// A multipart/form-data body's parts, read by httplib's parser; false after sending the error.
-bool read_form(const httplib::ContentReader& reader, size_t limit, std::vector<FormPart>& parts,
-               httplib::Response& res) {
-  size_t total = 0;
-  bool over = false, too_many = false;
-  const bool ok = reader(
-      [&](const httplib::MultipartFormData& f) {
-        if (parts.size() == kMaxFormParts) return !(too_many = true);
-        parts.push_back({f.name, f.filename, f.content_type, {}});
-        return true;
-      },
-      [&](const char* d, size_t n) {
-        if ((total += n) > limit) return !(over = true);
-        parts.back().data.append(d, n);
-        return true;
-      });
-  if (over) {
+// A multipart/form-data body's parts (server/form_data.h parse_multipart); false after sending the error.
+bool read_form(const httplib::Request& req, const httplib::ContentReader& reader, size_t limit,
+               std::vector<FormPart>& parts, httplib::Response& res) {
+  // The guard has read the body whole: httplib's reader would run its own multipart parser, without our limits.
+  std::string read;
+  const std::string_view* guarded = request_body();
+  if (!guarded && !read_body(req, reader, limit, read, res)) return false;
+  const std::string_view body = guarded ? *guarded : std::string_view(read);
+  if (body.size() > limit) {
     send_error(res, too_large(limit));
     return false;
   }
-  if (!ok || too_many) {
-    send_error(res, ApiError{400, too_many ? "multipart body: more than " + std::to_string(kMaxFormParts) + " parts"
-                                           : "multipart body: malformed (boundary, part headers or framing)",
-                             "invalid_request_error", "", "invalid_multipart"});
+  try {
+    parts = parse_multipart(req.get_header_value("Content-Type"), body);
+  } catch (const ApiException& e) {
+    send_error(res, e.error);
     return false;
   }
   return true;
@@ -160,25 +144,15 @@ size_t list_limit(const httplib::Request& req) {
 }
 
 bool bearer_ok(const httplib::Request& req, const std::string& api_key) {
-  if (api_key.empty()) return true;
-  // "Bearer" SP token (RFC 6750); the scheme is case-insensitive (RFC 9110 §11.1). The connection guard has
-  // already refused control characters in header values.
-  if (req.get_header_value_count("Authorization") != 1) return false;
-  const std::string h = req.get_header_value("Authorization");
-  const size_t sp = h.find(' ');
-  if (sp != 6) return false;
-  std::string scheme = h.substr(0, sp);
-  for (char& c : scheme) c = char(std::tolower(static_cast<unsigned char>(c)));
-  size_t start = sp;
-  while (start < h.size() && h[start] == ' ') ++start;
-  return scheme == "bearer" && start < h.size() && constant_time_equal(h.substr(start), api_key);
+  return bearer_matches(int(req.get_header_value_count("Authorization")), req.get_header_value("Authorization"),
+                        api_key);
 }
 
 std::unique_ptr<GuardedHttp> make_http(const HttpOptions& o, Metrics& metrics) {
   GuardOptions g = o.guard;
   g.head.max_body_bytes = o.max_body_bytes;
   g.on_reject = [&metrics](int status) { metrics.count_request(status); };
-  auto http = std::make_unique<GuardedHttp>(g, std::max(4, o.http_threads), 15.0);
+  auto http = std::make_unique<GuardedHttp>(g, o.streams, std::max(4, o.http_threads), 15.0);
   http->set_payload_max_length(o.max_body_bytes);
   http->set_keep_alive_timeout(2);
   http->set_read_timeout(15, 0);

@@ -41,8 +41,8 @@ bool bearer_ok(const httplib::Request& req, const std::string& api_key);
 bool read_body(const httplib::Request& req, const httplib::ContentReader& reader, size_t limit, std::string& body,
                httplib::Response& res);
 // A multipart/form-data body's parts; false after sending the error.
-bool read_form(const httplib::ContentReader& reader, size_t limit, std::vector<FormPart>& parts,
-               httplib::Response& res);
+bool read_form(const httplib::Request& req, const httplib::ContentReader& reader, size_t limit,
+               std::vector<FormPart>& parts, httplib::Response& res);
 
 // Wraps a handler: ApiException -> its error; anything else -> 500 with the message.
 template <class F>
@@ -74,6 +74,7 @@ struct HttpOptions {
   int http_threads = 32;
   GuardOptions guard;
   bool log_requests = true;
+  StreamLimits streams;  // event streams (server/event_streams.h)
 };
 // The listener behind the connection guard, with the body limit and timeouts; rejected connections are
 // counted in `metrics`.

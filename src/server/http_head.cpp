@@ -94,7 +94,8 @@ HeadCheck check_request_head(std::string_view in, const HeadLimits& lim) {
                                                                     "unsupported HTTP version");
   const bool http11 = version == "HTTP/1.1";
 
-  int fields = 0, hosts = 0;
+  int fields = 0, hosts = 0, auth_fields = 0;
+  std::string_view authorization;
   std::optional<uint64_t> length;
   bool has_length = false, has_te = false, chunked = false, expect_continue = false;
   while (true) {
@@ -124,6 +125,9 @@ HeadCheck check_request_head(std::string_view in, const HeadLimits& lim) {
       has_te = chunked = true;
     } else if (key == "host") {
       ++hosts;
+    } else if (key == "authorization") {
+      ++auth_fields;
+      authorization = value;
     } else if (key == "expect") {
       if (lower(value) != "100-continue") return reject(417, "unsupported expectation");
       expect_continue = true;
@@ -139,7 +143,23 @@ HeadCheck check_request_head(std::string_view in, const HeadLimits& lim) {
   c.chunked = chunked;
   c.content_length = length.value_or(0);
   c.expect_continue = expect_continue && (chunked || c.content_length > 0);
+  c.target = target;
+  c.authorization_fields = auth_fields;
+  c.authorization = authorization;
   return c;
+}
+
+bool bearer_matches(int fields, std::string_view h, std::string_view key) {
+  if (key.empty()) return true;
+  if (fields != 1) return false;
+  // "Bearer" 1*SP token (RFC 6750).
+  if (h.size() < 7 || lower(h.substr(0, 6)) != "bearer" || h[6] != ' ') return false;
+  h.remove_prefix(6);
+  while (!h.empty() && h.front() == ' ') h.remove_prefix(1);
+  if (h.empty() || h.size() != key.size()) return false;
+  unsigned char d = 0;
+  for (size_t i = 0; i < h.size(); ++i) d |= uint8_t(h[i]) ^ uint8_t(key[i]);
+  return d == 0;
 }
 
 ChunkedCheck decode_chunked(std::string_view in, size_t max_body, std::string& body) {

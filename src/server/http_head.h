@@ -25,6 +25,9 @@ struct HeadCheck {
   bool chunked = false;    // Ready: the body is chunked (Transfer-Encoding: chunked)
   uint64_t content_length = 0;  // Ready, not chunked: the body's bytes
   bool expect_continue = false;  // Ready: "Expect: 100-continue" with a body to come
+  std::string target;            // Ready: the request target (path and query)
+  int authorization_fields = 0;  // Ready: how many Authorization fields, and the value of the last
+  std::string authorization;
 };
 
 // Looks at the bytes received so far. NeedMore until the blank line ending the head arrives (a head longer
@@ -45,6 +48,10 @@ struct ChunkedCheck {
 // Decodes a chunked body from `data` (the bytes after the head) into `body`; NeedMore until the last chunk
 // and the trailer's end arrive. Chunk extensions are skipped, trailer fields are checked and dropped.
 ChunkedCheck decode_chunked(std::string_view data, size_t max_body_bytes, std::string& body);
+
+// `Authorization: Bearer KEY` given as the only Authorization field (`fields` of them, the last `value`): the
+// scheme case-insensitive (RFC 9110 §11.1), the key compared in constant time. True when `key` is empty.
+bool bearer_matches(int fields, std::string_view value, std::string_view key);
 
 // The request as the HTTP library is given it: the head without Transfer-Encoding and Expect, with
 // Content-Length set to the body's size, then the body.

@@ -19,8 +19,10 @@ Server::Server(std::unique_ptr<Engine> pipeline, ServerOptions opt) : opt_(std::
   // Under an allocator cap (--max-vram) the plan covers one request at a time: no batching.
   if (info_.memory.limit_bytes) opt_.queue.batching = false;
   queue_ = std::make_unique<JobQueue>(std::move(pipeline), opt_.queue, metrics_);
-  http_ = make_http({opt_.host, opt_.port, opt_.max_body_bytes, opt_.http_threads, opt_.guard, opt_.log_requests},
-                    metrics_);
+  opt_.guard.api_key = opt_.api_key;  // 401 at head time, before a body is read
+  http_ = make_http(
+      {opt_.host, opt_.port, opt_.max_body_bytes, opt_.http_threads, opt_.guard, opt_.log_requests, opt_.streams},
+      metrics_);
   routes();
 }
 
@@ -122,40 +124,43 @@ void Server::handle_submit(const httplib::Request& req, httplib::Response& res, 
   send_json(res, 202, queue_->describe(*job));
 }
 
+namespace {
+// A job's events for its stream, polled on the streams' thread without waiting (server/event_streams.h).
+class JobEvents : public EventSource {
+ public:
+  JobEvents(JobQueue& q, JobPtr job, int64_t after, const std::atomic<bool>& closing, std::atomic<int>& open)
+      : q_(q), job_(std::move(job)), last_(after), closing_(closing), open_(open) {
+    ++open_;
+    q_.watch(job_, +1);  // previews are made while a stream is open
+  }
+  ~JobEvents() override {
+    q_.watch(job_, -1);
+    --open_;
+  }
+  bool poll(std::string& out) override {
+    bool finished = false;
+    for (const JobEvent& e : q_.events_after(job_, last_, std::chrono::milliseconds(0), &finished)) {
+      out += sse_event(std::to_string(e.id), e.type, e.data);
+      last_ = e.id;
+    }
+    return !finished && !closing_;
+  }
+
+ private:
+  JobQueue& q_;
+  JobPtr job_;
+  int64_t last_;
+  const std::atomic<bool>& closing_;
+  std::atomic<int>& open_;
+};
+}  // namespace
+
 void Server::handle_events(const httplib::Request& req, httplib::Response& res, const JobPtr& job) {
   int64_t after = 0;
   const std::string last = req.get_header_value("Last-Event-ID");
   if (!last.empty() && last.size() < 19 && last.find_first_not_of("0123456789") == std::string::npos)
     after = std::stoll(last);
-  res.set_header("Cache-Control", "no-cache");
-  res.set_header("X-Accel-Buffering", "no");
-  ++streams_open_;
-  queue_->watch(job, +1);  // previews are made while a stream is open
-  auto state = std::make_shared<std::pair<int64_t, int>>(after, 0);  // last sent id, idle polls
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [this, job, state](size_t, httplib::DataSink& sink) {
-        bool finished = false;
-        std::vector<JobEvent> evs = queue_->events_after(job, state->first, std::chrono::milliseconds(500), &finished);
-        for (const JobEvent& e : evs) {
-          std::string msg = "id: " + std::to_string(e.id) + "\nevent: " + e.type + "\ndata: " + e.data + "\n\n";
-          if (!sink.write(msg.data(), msg.size())) return false;
-          state->first = e.id;
-        }
-        if (finished || closing_) {
-          sink.done();
-          return true;
-        }
-        if (evs.empty() && ++state->second % 10 == 0) {  // a comment every ~5 s finds closed connections
-          static const std::string ping = ": ping\n\n";
-          if (!sink.write(ping.data(), ping.size())) return false;
-        }
-        return true;
-      },
-      [this, job](bool) {
-        queue_->watch(job, -1);
-        --streams_open_;
-      });
+  http_->open_event_stream(res, std::make_unique<JobEvents>(*queue_, job, after, closing_, streams_open_));
 }
 
 void Server::routes() {
@@ -182,7 +187,7 @@ void Server::routes() {
                                                        const httplib::ContentReader& reader) {
     if (!req.is_multipart_form_data()) return edits_json(req, res, reader);
     std::vector<FormPart> parts;
-    if (!read_form(reader, opt_.max_body_bytes, parts, res)) return;
+    if (!read_form(req, reader, opt_.max_body_bytes, parts, res)) return;
     guard([&](const httplib::Request& rq, httplib::Response& rs) {
       handle_generations(rq, rs, [&] { return parse_edit_form(parts, opt_.limits); });
     })(req, res);

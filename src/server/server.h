@@ -21,6 +21,7 @@
 
 #include "engine/engine.h"
 #include "server/connection_guard.h"
+#include "server/event_streams.h"
 #include "server/form_data.h"
 #include "server/job_queue.h"
 #include "server/request_parse.h"
@@ -39,8 +40,9 @@ struct ServerOptions {
   int port = 8080;                     // 0: any free port (tests)
   std::string api_key;                 // empty: no key needed
   size_t max_body_bytes = size_t(16) << 20;  // larger bodies -> 413 (an img2img PNG fits)
-  int http_threads = 32;               // requests served at once (SSE streams hold one each)
+  int http_threads = 32;               // requests served at once (event streams hold none)
   GuardOptions guard;                  // limits on connections and request framing (connection_guard.h)
+  StreamLimits streams;                // limits on event streams (event_streams.h)
   QueueOptions queue;
   ParseLimits limits;
   bool log_requests = true;            // one line per request on stderr

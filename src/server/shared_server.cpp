@@ -134,6 +134,10 @@ SharedServer::SharedServer(std::unique_ptr<Engine> engine, SharedServerOptions o
   RedisClientOptions ping;
   ping.connect_timeout = ping.command_timeout = milliseconds(1000);
   health_ = std::make_unique<RedisClient>(opt_.redis, ping);
+  RedisQueueOptions streams_opt = opt_.queue;  // the event streams' thread's: no retries, short timeouts
+  streams_opt.client.connect_timeout = streams_opt.client.command_timeout = milliseconds(500);
+  streams_opt.client.retry_for = milliseconds(0);
+  stream_queue_ = std::make_unique<RedisQueue>(opt_.redis, streams_opt);
   if (works) {
     const std::string name = model_display_name(engine_->model_dir());
     model_json_ = engine_json(*engine_, name);
@@ -143,6 +147,7 @@ SharedServer::SharedServer(std::unique_ptr<Engine> engine, SharedServerOptions o
   char host[256] = {};
   if (gethostname(host, sizeof host - 1) != 0 || !host[0]) std::snprintf(host, sizeof host, "node");
   node_ = std::string(host) + "-" + std::to_string(getpid());
+  opt_.http.guard.api_key = opt_.api_key;  // 401 at head time, before a body is read
   http_ = make_http(opt_.http, metrics_);
   common_routes();
   if (serves_api) api_routes();
@@ -328,51 +333,58 @@ void SharedServer::handle_generations(const httplib::Request& req, httplib::Resp
              {"guidance_scale", info.value("guidance_scale", 0.0)}, {"truncated", info.value("truncated", false)}});
 }
 
+namespace {
+// A job's events for its stream, read from Redis without blocking on the streams' thread (server/event_streams.h),
+// through one connection that only that thread uses. When Redis does not answer, the streams end for a second
+// (one timeout, not one per stream): their clients reconnect with Last-Event-ID.
+class RedisEvents : public EventSource {
+ public:
+  RedisEvents(RedisQueue& q, std::string id, std::string after, const std::atomic<bool>& closing,
+              std::atomic<int>& open, std::chrono::steady_clock::time_point& redis_away_until)
+      : q_(q), id_(std::move(id)), last_(std::move(after)), closing_(closing), open_(open), away_(redis_away_until) {
+    ++open_;
+  }
+  ~RedisEvents() override { --open_; }
+  bool poll(std::string& out) override {
+    const auto now = std::chrono::steady_clock::now();
+    if (now < away_) return false;
+    try {
+      bool ended = false;
+      const auto evs = q_.events_since(id_, last_);
+      for (const RedisJobEvent& e : evs) {
+        out += sse_event(e.id, e.type, e.data);
+        last_ = e.id;
+        ended = ended || terminal_event(e.type);
+      }
+      if (!ended && evs.empty() && ++idle_ % 10 == 0) {  // resumed after the last event, or the record expired
+        const auto s = q_.status(id_);
+        ended = !s || terminal_status(s->status);
+      }
+      return !ended && !closing_;
+    } catch (const std::exception&) {
+      away_ = now + std::chrono::seconds(1);
+      return false;
+    }
+  }
+
+ private:
+  RedisQueue& q_;
+  std::string id_, last_;
+  const std::atomic<bool>& closing_;
+  std::atomic<int>& open_;
+  std::chrono::steady_clock::time_point& away_;
+  int idle_ = 0;
+};
+}  // namespace
+
 void SharedServer::handle_events(const httplib::Request& req, httplib::Response& res, const std::string& id) {
   job(id);  // 404 before the stream opens
   // Last-Event-ID is a stream entry id ("1733300000000-0") of the job's events, from any node.
   static const std::regex entry_id(R"([0-9]{1,20}-[0-9]{1,20})");
   std::string after = req.get_header_value("Last-Event-ID");
   if (!std::regex_match(after, entry_id)) after = "0";
-  res.set_header("Cache-Control", "no-cache");
-  res.set_header("X-Accel-Buffering", "no");
-  ++streams_open_;
-  struct State {
-    std::string last;
-    int idle = 0;
-  };
-  auto st = std::make_shared<State>(State{after, 0});
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [this, id, st](size_t, httplib::DataSink& sink) {
-        try {
-          auto q = pool_->get();
-          bool ended = false;
-          const auto evs = q->events_since(id, st->last, milliseconds(closing_ ? 0 : 500));
-          for (const RedisJobEvent& e : evs) {
-            const std::string msg = "id: " + e.id + "\nevent: " + e.type + "\ndata: " + e.data + "\n\n";
-            if (!sink.write(msg.data(), msg.size())) return false;
-            st->last = e.id;
-            ended = ended || terminal_event(e.type);
-          }
-          if (!ended && evs.empty()) {  // resumed after the last event, or the record expired
-            const auto s = q->status(id);
-            ended = !s || terminal_status(s->status);
-          }
-          if (ended || closing_) {
-            sink.done();
-            return true;
-          }
-          if (evs.empty() && ++st->idle % 10 == 0) {  // a comment every ~5 s finds closed connections
-            static const std::string ping = ": ping\n\n";
-            if (!sink.write(ping.data(), ping.size())) return false;
-          }
-          return true;
-        } catch (const std::exception&) {
-          return false;  // Redis away: the client reconnects with Last-Event-ID
-        }
-      },
-      [this](bool) { --streams_open_; });
+  http_->open_event_stream(res, std::make_unique<RedisEvents>(*stream_queue_, id, after, closing_, streams_open_,
+                                                              redis_away_until_));
 }
 
 void SharedServer::api_routes() {
@@ -397,7 +409,7 @@ void SharedServer::api_routes() {
                                                               const httplib::ContentReader& reader) {
     if (!req.is_multipart_form_data()) return edits_json(req, res, reader);
     std::vector<FormPart> parts;
-    if (!read_form(reader, limit, parts, res)) return;
+    if (!read_form(req, reader, limit, parts, res)) return;
     route([&](const httplib::Request& rq, httplib::Response& rs) {
       if (!authorized(rq)) return send_error(rs, unauthorized());
       handle_generations(rq, rs, parse_edit_form(parts, opt_.limits));

@@ -75,6 +75,8 @@ class SharedServer {
   std::unique_ptr<Pool> pool_;         // api connections, one per request at a time
   std::unique_ptr<RedisWorker> worker_;
   std::unique_ptr<RedisClient> health_;  // PING for /health and /metrics
+  std::unique_ptr<RedisQueue> stream_queue_;  // the event streams' reads, on their thread only
+  std::chrono::steady_clock::time_point redis_away_until_{};  // ... which pause after a Redis failure
   std::unique_ptr<GuardedHttp> http_;
   std::atomic<bool> stopping_{false}, abandon_{false}, closing_{false};
   std::atomic<int> streams_open_{0};

@@ -34,6 +34,7 @@ struct Opts {
   EngineOptions engine;
   std::string host = "127.0.0.1", api_key;
   int port = 8080, max_queue = 16;
+  int max_streams = 1024, max_streams_per_client = 64;  // event streams (server/event_streams.h)
   size_t max_body = size_t(16) << 20;
   double grace = 30;
   int history = 50;
@@ -113,13 +114,16 @@ int run(Opts& o) {
                    gib_str(info.memory.limit_bytes).c_str(), offload_name(info.memory.mode),
                    info.memory.vae_tiling ? " with a tiled VAE decode" : "", gib_str(info.memory.estimate_bytes).c_str());
   }
-  const server::HttpOptions http{o.host, o.port, o.max_body, std::max(32, o.max_queue + 16), {}, !o.quiet};
+  server::StreamLimits streams;
+  streams.max_streams = o.max_streams;
+  streams.max_per_client = o.max_streams_per_client;
+  const server::HttpOptions http{o.host, o.port, o.max_body, std::max(32, o.max_queue + 16), {}, !o.quiet, streams};
 
   if (!o.queue.empty()) {
 #ifdef ERNIE_HAVE_REDIS
     server::SharedServerOptions so;
     so.http = http;
-    so.http.http_threads = 64;  // event streams hold a thread each, and nothing here is memory-bound
+    so.http.http_threads = 64;  // requests wait on Redis, and nothing here is memory-bound
     so.api_key = o.api_key;
     so.redis = *server::parse_redis_url(o.queue);
     so.role = server::parse_node_role(o.role);
@@ -148,6 +152,7 @@ int run(Opts& o) {
   so.queue.log_jobs = !o.quiet;
   so.http_threads = http.http_threads;
   so.log_requests = http.log_requests;
+  so.streams = http.streams;
   server::Server srv(std::move(engine), so);
   return serve_until_signal(srv, o, sigs);
 }
@@ -162,6 +167,10 @@ Register reg(30, [](CLI::App& app) {
   c->add_option("--max-queue", o->max_queue, "waiting requests before 429 (default 16; with --queue: jobs no worker has "
                 "taken yet, default 1000)");
   c->add_option("--max-body-bytes", o->max_body, "largest request body before 413 (default 16 MiB: room for an img2img PNG)");
+  c->add_option("--max-streams", o->max_streams, "open event streams (GET /v1/jobs/{id}/events) in all before 503 "
+                "(default 1024)")->check(CLI::PositiveNumber);
+  c->add_option("--max-streams-per-client", o->max_streams_per_client, "open event streams per client address before "
+                "503 (default 64)")->check(CLI::PositiveNumber);
   c->add_option("--lora-dir,--lora-model-dir", o->engine.lora_dir,
                 "folder of LoRA .safetensors files requests may name (\"loras\": [{\"name\", \"scale\"}] or prompt "
                 "tags <lora:NAME:SCALE>); GET /v1/loras lists them");
