@@ -65,6 +65,8 @@ struct Settings {
   bool load_pe = false;
   bool load_denoiser = true;
   bool round_timesteps = true;
+  bool random_weights = false, sync_phases = false;
+  uint64_t random_seed = 1;
   VaeTilingMode vae_tiling = VaeTilingMode::Auto;
   int vae_tile = 0;
   std::string lora_dir;
@@ -76,9 +78,11 @@ struct Settings {
 // Every flag, before the model is opened.
 Settings parse_settings(const EngineOptions& o, MemoryFlags& mem) {
   Settings s;
-  ERNIE_CHECK(!o.model.empty() || o.files.any(), "--model: no model given (a model folder or a converted file, or "
+  ERNIE_CHECK(!o.random_weights || (!o.files.any() && o.pe != PeLoad::Required),
+              "random weights: give no component file and no prompt enhancer");
+  ERNIE_CHECK(o.random_weights || !o.model.empty() || o.files.any(), "--model: no model given (a model folder or a converted file, or "
               "every component as a file: --diffusion-model, --text-encoder, --vae and --tokenizer)");
-  s.model_dir = o.model.empty() ? o.files.diffusion_model : o.model;
+  s.model_dir = o.model.empty() ? (o.random_weights ? "random" : o.files.diffusion_model) : o.model;
   s.parallel = plan_parallel(o.gpus, o.parallel, o.parallel_local, o.device, ops::cuda_device_count(), nccl_built(),
                              s.device);
   if (o.gpus.empty()) s.device = parse_device_option(o.device);
@@ -104,6 +108,9 @@ Settings parse_settings(const EngineOptions& o, MemoryFlags& mem) {
   s.lora_at_runtime = parse_lora_apply_option(o.lora_apply);
   s.load_denoiser = o.load_denoiser;
   s.round_timesteps = o.round_timesteps;
+  s.random_weights = o.random_weights;
+  s.random_seed = o.random_seed;
+  s.sync_phases = o.sync_phases;
   s.observe_dit_inputs = o.observe_dit_inputs;
   mem = MemoryFlags{o.offload, o.max_vram_gib};
   check_memory_flags(mem, s.device);
@@ -113,11 +120,35 @@ Settings parse_settings(const EngineOptions& o, MemoryFlags& mem) {
 // Images per denoiser batch when requests are batched (Engine::generate_batch).
 constexpr int kMaxBatchImages = 16;
 
+// Bytes of the tensors a load reads from the model: `c`'s tensors except those whose name (after the
+// component's prefix) starts with one of `unused`.
+size_t read_bytes(const Component& c, const std::vector<std::string>& unused = {}) {
+  size_t n = 0;
+  for (const TensorInfo* t : c.ckpt.tensors()) {
+    if (t->name.rfind(c.prefix, 0) != 0) continue;
+    bool skip = false;
+    for (const std::string& u : unused) skip = skip || t->name.compare(c.prefix.size(), u.size(), u) == 0;
+    if (!skip) n += t->end - t->begin;
+  }
+  return n;
+}
+
+// EngineOptions::random_weights: the released configs (the config structs' defaults, the scheduler's shift 4)
+// and no checkpoint; the components are built with random weights as they load.
+ModelFolder released_random_model() {
+  ModelFolder m;
+  m.root = "random";
+  m.scheduler.shift = 4.0f;
+  for (Component* c : {&m.transformer_c, &m.text_encoder_c, &m.vae_c}) c->name = "random";
+  return m;
+}
+
 class ErnieEngine final : public Engine {
  public:
   // Resident (keep_text_encoder): every component is loaded now. Offloaded: only the tokenizer; the
   // prompt enhancer and text encoder load when a request needs them, the denoiser after the first encoding.
-  ErnieEngine(const Settings& opt, ModelFolder m, Tokenizer tok, const EngineInfo& info, const ProgressFn& progress)
+  ErnieEngine(const Settings& opt, ModelFolder m, std::optional<Tokenizer> tok, const EngineInfo& info,
+              const ProgressFn& progress)
       : opt_(opt), m_(std::move(m)), limits_(model_limits(m_)), tokenizer_(std::move(tok)), info_(info),
         loras_(opt.lora_dir, m_.dit) {
     if (opt.device.is_cpu()) ops::set_threads(opt.threads);
@@ -130,6 +161,7 @@ class ErnieEngine final : public Engine {
     const bool resident = opt.keep_text_encoder;
     const int total = resident ? (opt.load_pe ? 5 : 4) : 1;
     auto t0 = Clock::now();
+    loads_now_ = {};
     auto report = [&](int step) {
       if (progress) progress({"load", step, total, seconds_since(t0)});
     };
@@ -147,12 +179,14 @@ class ErnieEngine final : public Engine {
       load_prompt_enhancer({});
       report(5);
     }
+    loads_now_.cuda_init_s = info_.loads.cuda_init_s;
+    info_.loads = loads_now_;
   }
 
   const EngineInfo& info() const override { return info_; }
   const ModelLimits& limits() const override { return limits_; }
   bool has_prompt_enhancer() const override { return m_.has_prompt_enhancer(); }
-  size_t max_prompt_tokens() const override { return tokenizer_->model_max_length(); }
+  size_t max_prompt_tokens() const override { return tokenizer_ ? tokenizer_->model_max_length() : 0; }
 
   GenerateRequest resolve(const GenerateRequest& req) const override {
     GenerateRequest r = resolve_request(req, limits_);
@@ -165,6 +199,9 @@ class ErnieEngine final : public Engine {
     ERNIE_CHECK(negative_tags.empty(), "negative prompt: LoRA tags belong in the prompt (<lora:",
                 negative_tags[0].name, ">)");
     r.loras = loras_.resolve(r.loras, r.prompt);
+    for (int64_t id : r.prompt_ids)
+      ERNIE_CHECK(id >= 0 && id < m_.text_encoder.vocab_size, "prompt token id ", std::to_string(id),
+                  " is outside the text encoder's vocabulary of ", std::to_string(m_.text_encoder.vocab_size));
     return r;
   }
   std::vector<LoraLibrary::Available> available_loras() const override { return loras_.available(); }
@@ -203,6 +240,7 @@ class ErnieEngine final : public Engine {
     auto check_cancel = [&] {
       if (cancel && cancel->load()) throw Cancelled();
     };
+    loads_now_ = {};
 
     // [Phase 1] prompt enhancer (on the prompt without its LoRA tags)
     for (GenerateResult& x : res) {
@@ -227,7 +265,7 @@ class ErnieEngine final : public Engine {
       const GenerateRequest& r = x.resolved;
       check_cancel();
       bool& cut = x.prompt_truncated;
-      Tensor cond = encode_ids_locked(tokenize(x.revised_prompt, &cut));
+      Tensor cond = encode_ids_locked(r.prompt_ids.empty() ? tokenize(x.revised_prompt, &cut) : r.prompt_ids);
       in.cond.insert(in.cond.end(), size_t(r.num_images), cond);
       if (do_cfg) {
         Tensor uncond =
@@ -280,6 +318,7 @@ class ErnieEngine final : public Engine {
     const bool seq = group_ && opt_.parallel.mode == ParallelMode::Ulysses;
     const bool split = group_ && (seq || do_cfg);
     Tensor latents;
+    double denoise_enqueue_s = 0;
     if (!split) {
       latents = sample_cfg(*dit_, *solver, opt_.device, opt_.dtype, in, on_step, cancel);
     } else {
@@ -293,6 +332,8 @@ class ErnieEngine final : public Engine {
         if (c.rank() == 0) latents = x;
       });
     }
+    denoise_enqueue_s = seconds_since(t0);
+    sync_phase();
     const double denoise_s = seconds_since(t0);
 
     // [Phase 4] decode, one image at a time (the VAE's activations dominate memory at large sizes). The
@@ -302,6 +343,7 @@ class ErnieEngine final : public Engine {
     ops::release_cached_memory(opt_.device);
     if (progress) progress({"decode", 0, images, 0});
     int row = 0;
+    double postprocess_s = 0;
     for (size_t i = 0; i < res.size(); ++i) {
       GenerateResult& x = res[i];
       const GenerateRequest& r = x.resolved;
@@ -319,8 +361,11 @@ class ErnieEngine final : public Engine {
                     "vae decode returned ", shape_str(decoded.shape()));
         Image img{r.width, r.height, {}, {}};
         float* f32 = x.image_f32.f32() + size_t(b) * r.height * r.width * 3;
+        sync_phase();
+        const auto tp = Clock::now();
         postprocess(decoded, f32, img.rgb);
         if (r.composite) composite_over(*r.init_image, mask_w[i], f32, img.rgb);
+        postprocess_s += seconds_since(tp);
         x.images.push_back(std::move(img));
         if (progress) progress({"decode", row + 1, images, seconds_since(t0)});
       }
@@ -332,6 +377,9 @@ class ErnieEngine final : public Engine {
       x.decode_s = decode_s;
       x.vae_encode_s = vae_encode_s;
       x.lora_switch_s = lora_switch_s;
+      x.denoise_enqueue_s = denoise_enqueue_s;
+      x.postprocess_s = postprocess_s;
+      x.loads = loads_now_;
       x.parallel = !split ? "" : seq ? "ulysses" : "cfg";
     }
     return res;
@@ -370,6 +418,28 @@ class ErnieEngine final : public Engine {
     std::lock_guard<std::mutex> lock(mu_);
     return loads_;
   }
+  DeviceMemory device_memory(bool reset_peak) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    DeviceMemory d;
+    if (opt_.device.is_cpu()) return d;
+    ops::synchronize(opt_.device);
+    if (reset_peak) ops::reset_peak_memory(opt_.device);
+    const ops::MemoryStats m = ops::memory_stats(opt_.device);
+    d.in_use = m.in_use_bytes;
+    d.peak_in_use = m.peak_in_use_bytes;
+    d.peak_reserved = m.peak_reserved_bytes;
+    if (dit_ && dit_->block_streamer()) d.streamed_bytes = dit_->block_streamer()->host_bytes();
+    if (base_weights_) d.pinned_base_bytes = base_weights_->bytes();
+    return d;
+  }
+  std::pair<double, double> dit_flops(int64_t tokens, int rows) const override {
+    const double H = m_.dit.hidden_size, F = m_.dit.ffn_hidden_size, L = m_.dit.num_layers, S = double(tokens);
+    return {L * (8.0 * S * H * H + 6.0 * S * H * F) * rows, L * 4.0 * S * S * H * rows};
+  }
+  double measure_upload_gbps() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return dit_ && dit_->block_streamer() ? dit_->block_streamer()->measure_upload_gbps() : 0.0;
+  }
 
  private:
   Settings opt_;
@@ -388,6 +458,7 @@ class ErnieEngine final : public Engine {
   std::optional<HostWeightCache> base_weights_;  // the DiT's stored weights, pinned (see load_denoiser)
   Tensor empty_negative_;  // [T, hidden] F32 host: encode_prompt(""), encoded on first use
   LoadCounts loads_;
+  LoadTimes loads_now_;  // the loads of the call (open, or a generate_batch) under way
   mutable std::mutex mu_;
 
   // img2img: each request's init image VAE-encoded (the posterior's mode; tiled as a decode of its size
@@ -439,6 +510,21 @@ class ErnieEngine final : public Engine {
     return t ? vae_decode_tiled(*vae_, z, *t) : vae_->decode(z);
   }
 
+  // EngineOptions::sync_phases: the device's queued work done, so the phase timed so far is complete.
+  void sync_phase() const {
+    if (opt_.sync_phases) ops::synchronize(opt_.device);
+  }
+  // Runs `load`; returns its seconds (synchronised with sync_phases) and counts the device memory it took.
+  template <class LoadFn>
+  double timed_load(LoadFn&& load) {
+    const size_t in_use = ops::memory_stats(opt_.device).in_use_bytes;
+    const auto t0 = Clock::now();
+    load();
+    sync_phase();
+    const double s = seconds_since(t0);
+    loads_now_.device_bytes += ops::memory_stats(opt_.device).in_use_bytes - in_use;
+    return s;
+  }
   // A component loaded when it is missing (offloaded mode: reported as a "load" phase of the request).
   template <class LoadFn>
   void load_component(bool missing, int& count, const ProgressFn& progress, LoadFn&& load) {
@@ -450,13 +536,24 @@ class ErnieEngine final : public Engine {
     if (progress) progress({"load", 1, 1, seconds_since(t0)});
   }
   void load_text_encoder(const ProgressFn& progress) {
-    load_component(!text_encoder_, loads_.text_encoder, progress,
-                   [&] { text_encoder_ = TextEncoder::load(m_, opt_.device, opt_.dtype, QuantPolicy{}.text_encoder_quantization(opt_.quantize)); });
+    load_component(!text_encoder_, loads_.text_encoder, progress, [&] {
+      const std::optional<DType> q = QuantPolicy{}.text_encoder_quantization(opt_.quantize);
+      loads_now_.text_encoder_s = timed_load([&] {
+        text_encoder_ = opt_.random_weights
+                            ? TextEncoder::random(m_.text_encoder, opt_.device, opt_.dtype, opt_.random_seed + 10, q)
+                            : TextEncoder::load(m_, opt_.device, opt_.dtype, q);
+      });
+      loads_now_.text_encoder_bytes = text_encoder_->weight_bytes();
+      // its unused last layer and final norm are not read (hidden_states[-2])
+      const std::string last = "layers." + std::to_string(m_.text_encoder.num_hidden_layers - 1) + ".";
+      if (!opt_.random_weights) loads_now_.read_bytes += read_bytes(m_.text_encoder_c, {last, "norm."});
+    });
   }
   void load_prompt_enhancer(const ProgressFn& progress) {
     ERNIE_CHECK(m_.pe_c.has_value(), opt_.model_dir, ": no prompt enhancer (pe/ folder) in this model");
-    load_component(!pe_, loads_.prompt_enhancer, progress,
-                   [&] { pe_ = PromptEnhancer::load(m_, opt_.device, opt_.dtype); });
+    load_component(!pe_, loads_.prompt_enhancer, progress, [&] {
+      loads_now_.prompt_enhancer_s = timed_load([&] { pe_ = PromptEnhancer::load(m_, opt_.device, opt_.dtype); });
+    });
   }
   // The DiT with `loras` merged (and the VAE). A DiT with another set is freed and built again from the
   // stored weights, so every set starts from the exact base weights; returns the seconds that switch took.
@@ -476,9 +573,15 @@ class ErnieEngine final : public Engine {
     if (!base_weights_ && opt_.device.is_cuda() && !opt_.offload_blocks && (do_switch || !opt_.lora_dir.empty()))
       base_weights_.emplace(opt_.device, HostWeightCache::default_budget());
     load_component(!dit_, loads_.denoiser, progress, [&] {
-      dit_ = ErnieDit::load(m_, opt_.device, opt_.dtype, opt_.offload_blocks, opt_.quantize, QuantPolicy{},
-                            loras_.set(loras), opt_.lora_at_runtime,
-                            base_weights_ ? &*base_weights_ : nullptr);
+      loads_now_.denoiser_s = timed_load([&] {
+        dit_ = opt_.random_weights
+                   ? ErnieDit::random(m_.dit, opt_.device, opt_.dtype, opt_.random_seed, opt_.offload_blocks,
+                                      opt_.quantize, QuantPolicy{}, loras_.set(loras), opt_.lora_at_runtime)
+                   : ErnieDit::load(m_, opt_.device, opt_.dtype, opt_.offload_blocks, opt_.quantize, QuantPolicy{},
+                                    loras_.set(loras), opt_.lora_at_runtime, base_weights_ ? &*base_weights_ : nullptr);
+      });
+      loads_now_.denoiser_bytes = dit_->weight_bytes();
+      if (!opt_.random_weights) loads_now_.read_bytes += read_bytes(m_.transformer_c);
       dit_loras_ = loras;
       dit_->set_input_observer(opt_.observe_dit_inputs);
       dit_->set_attention_fp8(opt_.attention_fp8);
@@ -488,7 +591,13 @@ class ErnieEngine final : public Engine {
                                        QuantPolicy{}, loras_.set(loras), opt_.lora_at_runtime, nullptr);
         rank_dits_[r]->set_attention_fp8(opt_.attention_fp8);
       }
-      if (!vae_) vae_ = Flux2Vae::load(m_, opt_.device, opt_.dtype);
+      if (!vae_) {
+        loads_now_.vae_s = timed_load([&] {
+          vae_ = opt_.random_weights ? Flux2Vae::random(m_.vae, opt_.device, opt_.dtype, opt_.random_seed + 20)
+                                     : Flux2Vae::load(m_, opt_.device, opt_.dtype);
+        });
+        if (!opt_.random_weights) loads_now_.read_bytes += read_bytes(m_.vae_c);
+      }
     });
     return do_switch ? seconds_since(t0) : 0.0;
   }
@@ -515,6 +624,10 @@ class ErnieEngine final : public Engine {
   // for the release); an empty result falls back to [bos] as the reference does.
   // `truncated` is set when the text was longer than that (never cut silently: the front ends say so).
   std::vector<int64_t> tokenize(const std::string& text, bool* truncated = nullptr) const {
+    if (!tokenizer_) {  // random weights: only the empty (negative) prompt has ids of its own, [bos]
+      ERNIE_CHECK(text.empty(), "this engine has random weights and no tokenizer: give the prompt as token ids");
+      return {m_.text_encoder.bos_token_id};
+    }
     std::vector<int64_t> ids = tokenizer_->encode(text, true, false);
     const size_t max_len = tokenizer_->model_max_length();
     if (max_len > 0 && ids.size() > max_len) {
@@ -561,15 +674,24 @@ std::unique_ptr<Engine> Engine::open(const EngineOptions& o, const ProgressFn& p
   MemoryFlags mem;
   Settings s = parse_settings(o, mem);
   if (s.parallel.mode == ParallelMode::Data) return open_data_parallel(o, s.parallel, progress);
-  ModelFolder m = ModelFolder::open(o.model, o.pe != PeLoad::Off, o.files);
-  m.require_ok("text_encoder");
-  if (s.load_denoiser) {
+  // The device's context before any file is read: its cost is cuda_init_s, not the first load's.
+  LoadTimes loads;
+  if (s.device.is_cuda()) {
+    const auto t0 = Clock::now();
+    Tensor::zeros({1}, DType::F32, s.device);
+    ops::synchronize(s.device);
+    loads.cuda_init_s = seconds_since(t0);
+  }
+  const bool released = s.random_weights && o.model.empty();  // random weights of the released sizes
+  ModelFolder m = released ? released_random_model() : ModelFolder::open(o.model, o.pe != PeLoad::Off, o.files);
+  if (!s.random_weights) m.require_ok("text_encoder");
+  if (s.load_denoiser && !s.random_weights) {
     m.require_ok("transformer");
     m.require_ok("vae");
   }
+  s.load_pe = o.pe != PeLoad::Off && m.pe_c.has_value() && !s.random_weights;
   ERNIE_CHECK(o.pe != PeLoad::Required || m.pe_c.has_value(), m.root,
               ": --pe needs a prompt enhancer (pe/ folder), this model has none");
-  s.load_pe = o.pe != PeLoad::Off && m.pe_c.has_value();
   if (s.load_pe) {
     ERNIE_CHECK(!m.pe_tokenizer_rel.empty(), m.root,
                 ": the prompt enhancer has no tokenizer (pe_tokenizer/tokenizer.json or pe/tokenizer.json)");
@@ -584,7 +706,8 @@ std::unique_ptr<Engine> Engine::open(const EngineOptions& o, const ProgressFn& p
   ERNIE_CHECK(s.vae_tile % vs == 0, "--vae-tile ", std::to_string(s.vae_tile), " must be a positive multiple of the "
               "VAE's ", std::to_string(vs), " pixels per latent pixel");
   FlowMatchEulerScheduler check_scheduler(m.scheduler);  // unsupported scheduler options fail here
-  Tokenizer tok = load_model_tokenizer(m, "tokenizer");
+  std::optional<Tokenizer> tok;
+  if (!released) tok = load_model_tokenizer(m, "tokenizer");
 
   // 2. plan: the request the front end will run, or what a server plans for; the least offloading that fits
   // --max-vram, else the mode asked for or the front end's default.
@@ -593,11 +716,12 @@ std::unique_ptr<Engine> Engine::open(const EngineOptions& o, const ProgressFn& p
   if (o.plan_for) {
     planned = resolve_request(*o.plan_for, limits);
     const GenerateRequest& r = *planned;
-    int prompt_tokens = 0;
-    if (s.device.is_cuda() && mem.max_vram_gib)
-      prompt_tokens = int(std::max(tok.encode(r.prompt).size(), tok.encode(r.negative_prompt).size()));
+    int prompt_tokens = int(r.prompt_ids.size());
+    if (s.device.is_cuda() && mem.max_vram_gib && tok && r.prompt_ids.empty())
+      prompt_tokens = int(std::max(tok->encode(r.prompt).size(), tok->encode(r.negative_prompt).size()));
     g = request_shape(r, s.dtype, prompt_tokens, s.vae_tiling);
   } else {
+    ERNIE_CHECK(!released, "random weights without a model: give the request to plan for (EngineOptions::plan_for)");
     g = serving_shape(m, s.device, s.dtype, s.load_pe, s.vae_tiling);
   }
   const OffloadChoice c = plan_model_memory(m, g, mem, s.device, o.default_offload, s.quantize, s.load_pe,
@@ -616,6 +740,9 @@ std::unique_ptr<Engine> Engine::open(const EngineOptions& o, const ProgressFn& p
   info.parallel_comm = !s.parallel.split() ? "" : s.parallel.local_ranks > 0 ? "local" : "nccl";
   info.gpus = s.parallel.gpus;
   info.planned = std::move(planned);
+  info.loads = loads;
+  info.text_vocab = m.text_encoder.vocab_size;
+  if (s.device.is_cuda()) info.device_name = ops::device_name(s.device);
 
   // 3. load what the plan keeps resident.
   return std::make_unique<ErnieEngine>(s, std::move(m), std::move(tok), info, progress);

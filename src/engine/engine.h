@@ -31,6 +31,18 @@ struct Progress {
 };
 using ProgressFn = std::function<void(const Progress&)>;
 
+// Where loading time went (issue 42): each component's load (read, convert, upload; with
+// EngineOptions::sync_phases up to the device's last copy), the text encoder's and DiT's weights as placed on the
+// device, and the device memory all these loads took. A component that did not load in that call stays 0.
+struct LoadTimes {
+  double cuda_init_s = 0;  // open: the device's context and its first allocation (0 on the CPU)
+  double text_encoder_s = 0, prompt_enhancer_s = 0, denoiser_s = 0, vae_s = 0;
+  size_t text_encoder_bytes = 0, denoiser_bytes = 0;  // weight bytes
+  size_t device_bytes = 0;  // growth of the device memory in use over the loads (0 on the CPU)
+  size_t read_bytes = 0;    // the model's tensors the loads read (0 with random weights)
+  double total_s() const { return text_encoder_s + prompt_enhancer_s + denoiser_s + vae_s; }
+};
+
 struct GenerateResult {
   std::vector<Image> images;
   Tensor latents;            // final DiT latents (before de-normalisation), [B, 4L, H/s, W/s] F32 on the host
@@ -41,6 +53,9 @@ struct GenerateResult {
   double encode_s = 0, denoise_s = 0, decode_s = 0;
   double vae_encode_s = 0;   // img2img: the init images' VAE encode (0 without one)
   double lora_switch_s = 0;  // the DiT reloaded for another LoRA set before this request (0: no switch)
+  double denoise_enqueue_s = 0;  // host time to queue the denoising loop (close to denoise_s: the host is the limit)
+  double postprocess_s = 0;      // of decode_s: the images' copy to the host and conversion to [0, 1] and uint8
+  LoadTimes loads;               // the components this call loaded (offloaded ones, a LoRA switch)
   bool vae_tiled = false;      // the decode ran tiled (EngineOptions::vae_tiling)
   std::string dit_weights;     // "fp8" / "int8": the DiT's blocks ran 8-bit weights (quantized or stored); else empty
   bool attention_fp8 = false;  // the fp8 blocks ran fp8 attention (EngineOptions::attention on Hopper)
@@ -68,6 +83,16 @@ struct EngineInfo {
   // EngineOptions::plan_for as resolve_request left it (defaults filled, seed drawn): the front end generates this
   // one, so the request is resolved once. Unset without a plan_for.
   std::optional<GenerateRequest> planned;
+  LoadTimes loads;  // what open loaded (everything resident; only cuda_init_s when offloaded)
+  std::string device_name;  // the GPU's name ("" on the CPU)
+  int64_t text_vocab = 0;   // the text encoder's vocabulary: GenerateRequest::prompt_ids are below it
+};
+
+// Device memory, for bench (0 on the CPU): in use now, and the peaks since the last reset.
+struct DeviceMemory {
+  size_t in_use = 0, peak_in_use = 0, peak_reserved = 0;
+  size_t streamed_bytes = 0;     // --offload blocks: the DiT blocks held in pinned host memory
+  size_t pinned_base_bytes = 0;  // the DiT's stored weights kept pinned for LoRA switches
 };
 
 class Engine {
@@ -95,6 +120,12 @@ class Engine {
   virtual bool has_prompt_enhancer() const = 0;  // the model has a pe/ folder (loaded or not)
   virtual size_t max_prompt_tokens() const = 0;  // where prompts are cut (the tokenizer's model_max_length; 0: none)
   virtual LoadCounts load_counts() const { return {}; }
+  // For bench: the device's memory (`reset_peak`: the peaks start again from what is in use now), and the
+  // host-to-device upload speed of the block streamer (0 without --offload blocks), measured with nothing else running.
+  virtual DeviceMemory device_memory(bool reset_peak = false) { (void)reset_peak; return {}; }
+  virtual double measure_upload_gbps() { return 0; }
+  // FLOPs of one DiT forward over `rows` batch rows of `tokens` tokens (image and text): {GEMMs, attention}.
+  virtual std::pair<double, double> dit_flops(int64_t tokens, int rows) const { (void)tokens, (void)rows; return {0, 0}; }
   // The LoRAs requests may name (EngineOptions::lora_dir; empty without one).
   virtual std::vector<LoraLibrary::Available> available_loras() const { return {}; }
 

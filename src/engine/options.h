@@ -66,6 +66,15 @@ struct EngineOptions {
   // ---- for tools and tests ----
   bool load_denoiser = true;     // false: tokenizer and text encoder only (encode_prompt); generate() throws
   bool round_timesteps = true;   // feed the DiT bf16-rounded timesteps in bf16, as the reference does
+  // Benchmarks (bench --random): no weights are read; every component gets deterministic random weights (the
+  // DiT from random_seed, the text encoder from random_seed + 10, the VAE from + 20) of `model`'s configs, or,
+  // with `model` empty, of the released sizes with no tokenizer (requests then give prompt_ids, and plan_for).
+  // No component files, no prompt enhancer.
+  bool random_weights = false;
+  uint64_t random_seed = 1;
+  // Benchmarks: the device is synchronised at the end of each load and phase, so each time
+  // (GenerateResult::encode_s ..., LoadTimes) is that phase's own work, not queued work of the one before.
+  bool sync_phases = false;
   // Checking the parallel split on one device: that many ranks in this process on --device (a LocalCommunicator,
   // ops/collectives/local_communicator.h) instead of one per GPU; they share the loaded weights. 0 = off.
   int parallel_local = 0;

@@ -38,6 +38,9 @@ struct GenerateRequest {
   int num_images = 1;           // images per prompt (batch)
   bool use_pe = false;          // rewrite the prompt with the prompt enhancer first
   std::optional<Tensor> init_latents;  // [B, 4L, H/s, W/s] patchified initial noise (reproduce a run)
+  // Tools (bench): the prompt as token ids, encoded instead of `prompt` (which is then only recorded); the
+  // only prompt an engine with random weights (EngineOptions::random_weights, no tokenizer) takes.
+  std::vector<int64_t> prompt_ids;
   SamplerKind sampler = SamplerKind::Euler;
   float shift = 0;              // 0 = the model's scheduler shift; else a fixed shift (> 0)
   NoiseRng rng = NoiseRng::Cpu; // the noise generator of `seed` (engine/noise.h)

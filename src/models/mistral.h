@@ -64,8 +64,9 @@ class MistralModel {
   KVCache new_cache(int64_t capacity) const;
   // All layers with deterministic random BF16 weights (norms 1, the rest uniform with std 0.02), for speed
   // tests at full size without a checkpoint (mistral_random.cpp). Generated on the host, then uploaded.
+  // `n_layers` limits the layers built (-1: all).
   static MistralModel random(const MistralConfig& cfg, Device device, DType act, uint64_t seed,
-                             bool with_lm_head = true, std::optional<DType> quantize = std::nullopt);
+                             bool with_lm_head = true, std::optional<DType> quantize = std::nullopt, int n_layers = -1);
   int num_layers() const { return int(layers_.size()); }
   size_t weight_bytes() const;  // every weight as placed (8-bit projections with their scales)
   Device device() const { return device_; }
@@ -117,6 +118,9 @@ class TextEncoder {
   // An 8-bit file's projections stay 8-bit (MistralModel::load's keep_8bit); `quantize` (I8 or F8_E4M3:
   // QuantPolicy::text_encoder_quantization under --quantize) quantizes a float model's the same way.
   static TextEncoder load(const ModelFolder& m, Device device, DType act, std::optional<DType> quantize = std::nullopt);
+  // The layers load() keeps, with MistralModel::random's weights (bench --random).
+  static TextEncoder random(const MistralConfig& cfg, Device device, DType act, uint64_t seed,
+                            std::optional<DType> quantize = std::nullopt);
   Tensor encode(const std::vector<int64_t>& ids) const;  // [T, hidden] in the activation dtype
   const MistralConfig& config() const { return lm_.config(); }
   size_t weight_bytes() const { return lm_.weight_bytes(); }

@@ -5,6 +5,7 @@
 // Parse flags -> Engine::open -> generate -> write PNGs. Everything a user can get wrong is checked before
 // the weights are loaded (the output paths here, the rest by Engine::open).
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 
@@ -98,7 +99,9 @@ int run(Opts& o, const CLI::App& c) {
   o.engine.pe = o.pe ? PeLoad::Required : PeLoad::Off;
   o.engine.plan_for = req;
   ProgressPrinter printer(pmode, json ? stdout : stderr);
+  const auto t_open = std::chrono::steady_clock::now();
   auto engine = Engine::open(o.engine, printer.fn());
+  const double open_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_open).count();
   const OffloadChoice& oc = engine->info().memory;
   if (oc.limit_bytes && !o.quiet)
     printer.message("info", "--max-vram " + gib_str(oc.limit_bytes) + ": --offload " + offload_name(oc.mode) +
@@ -170,6 +173,14 @@ int run(Opts& o, const CLI::App& c) {
                {"timings", {{"encode_s", ms(res.encode_s)}, {"denoise_s", ms(res.denoise_s)},
                             {"decode_s", ms(res.decode_s)}, {"vae_encode_s", ms(res.vae_encode_s)},
                             {"s_per_step", ms(res.denoise_s / run_steps)}}}};
+    // Cold start (issue 42): the device context, and each component's load, at open or in this generate.
+    const LoadTimes& a = engine->info().loads;
+    const LoadTimes& b = res.loads;
+    done["timings"]["open_s"] = ms(open_s);
+    done["timings"]["cuda_init_s"] = ms(a.cuda_init_s);
+    done["timings"]["load_s"] = {{"text_encoder", ms(a.text_encoder_s + b.text_encoder_s)},
+                                 {"prompt_enhancer", ms(a.prompt_enhancer_s + b.prompt_enhancer_s)},
+                                 {"denoiser", ms(a.denoiser_s + b.denoiser_s)}, {"vae", ms(a.vae_s + b.vae_s)}};
     if (r.use_pe) done["revised_prompt"] = res.revised_prompt;
     done["truncated"] = res.prompt_truncated;  // as the HTTP API's: the prompt was cut to the tokenizer's limit
     if (!res.parallel.empty()) done["parallel"] = res.parallel;  // the rows ran split over the --gpus
