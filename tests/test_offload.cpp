@@ -242,7 +242,8 @@ TEST(Offload, BenchReportsTheMode) {
     auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
     EXPECT_EQ(j["offload"], mode);
     EXPECT_GT(j["step_s"].get<double>(), 0);
-    EXPECT_GT(j["estimated_peak_gib"].get<double>(), 0);
+    // bench reports the engine's plan, and the engine estimates device memory for CUDA only (memory_plan.h).
+    EXPECT_EQ(j["estimated_peak_gib"].get<double>(), 0);
   }
   auto b = run_cli(bench + " --offload blocks");
   EXPECT_NE(b.status, 0);

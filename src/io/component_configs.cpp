@@ -34,7 +34,7 @@ std::string where(const std::string& path) { return path + " (config read off it
 }  // namespace
 
 DitConfig infer_dit_config(const TensorLookup& find, const std::string& path) {
-  const TensorInfo& x = need(find, "x_embedder.proj.weight", 4, path);
+  const TensorInfo x = need(find, "x_embedder.proj.weight", 4, path);
   const int64_t H = x.shape[0];
   const int layers = count(find, [](int l) { return "layers." + I(l) + ".adaLN_sa_ln.weight"; });
   ERNIE_CHECK(layers > 0, path, ": no 'layers.0.adaLN_sa_ln.weight': not a DiT with blocks");
@@ -65,7 +65,7 @@ DitConfig infer_dit_config(const TensorLookup& find, const std::string& path) {
 }
 
 MistralConfig infer_mistral_config(const TensorLookup& find, const std::string& path) {
-  const TensorInfo& e = need(find, "embed_tokens.weight", 2, path);
+  const TensorInfo e = need(find, "embed_tokens.weight", 2, path);
   const int layers = count(find, [](int l) { return "layers." + I(l) + ".input_layernorm.weight"; });
   ERNIE_CHECK(layers > 0, path, ": no 'layers.0.input_layernorm.weight': a text encoder without layers");
   const int64_t q = need(find, "layers.0.self_attn.q_proj.weight", 2, path).shape[0];
@@ -108,7 +108,7 @@ VaeConfig infer_vae_config(const TensorLookup& find, const std::string& path) {
   for (int b = 0; b < nb; ++b)
     dec.push_back(int(need(find, "decoder.up_blocks." + I(b) + ".resnets.0.conv1.weight", 4, path).shape[0]));
   std::vector<int> dec_out(dec.rbegin(), dec.rend());
-  const TensorInfo& cin = need(find, "encoder.conv_in.weight", 4, path);
+  const TensorInfo cin = need(find, "encoder.conv_in.weight", 4, path);
   const int64_t latent = need(find, "encoder.conv_out.weight", 4, path).shape[0] / 2;
   const TensorInfo* bn = find("bn.running_mean");
   ERNIE_CHECK(bn && bn->shape.size() == 1, path, ": missing tensor 'bn.running_mean' (the latent BatchNorm)");

@@ -98,7 +98,10 @@ def test_static_and_meta(srv):
         check(s == 200 and h["content-type"].startswith(mime) and len(b) > 100, f"GET {path} -> {s} {h.get('content-type')}")
     s, j = srv.json("GET", "/missing.js")
     is_error(s, j, 404, what="GET /missing.js")
+    # The key is checked at head time, before routing: an unknown /v1 path is 401 without it, 404 with it.
     s, j = srv.json("GET", "/v1/nothing-here")
+    is_error(s, j, 401, code="invalid_api_key", what="GET /v1/nothing-here without a key")
+    s, j = srv.json("GET", "/v1/nothing-here", headers=AUTH)
     is_error(s, j, 404, code="not_found", what="GET /v1/nothing-here")
     s, j = srv.json("GET", "/health")
     check(s == 200 and j["status"] == "ok" and j["queued"] == 0, f"GET /health -> {s} {j}")

@@ -9,7 +9,8 @@
 // cuda_init_s) are those of open and the warm-up: what a fresh `generate` process pays. With --model, load_gib is
 // what the loads read from the model's tensors and load_gbps that per second of load_s (the issue's "GB/s from
 // page cache" when the file was read once before); load_device_gib is what they placed on the GPU. peak_gib is the
-// device's peak through open and the warm-up (a `generate` process's). --load-only stops after the warm-up.
+// device's peak through open and the warm-up (a `generate` process's). --load-only stops after the warm-up, which
+// is then one step at 16x16 (the loads of any size, in seconds on a CPU).
 // --lora FILE[:SCALE] (repeatable) merges adapters into the DiT as it loads (dit_load_s includes the merge);
 // --lora-switch also switches to no LoRA and back, as a server does for another LoRA set: lora_switch_s is the
 // switch back, which on CUDA uploads the stored weights from the engine's pinned host cache (pinned_base_gib).
@@ -136,6 +137,12 @@ int run(Opts& o) {
   // ---- the warm-up generate: with an offloaded mode it loads the components, as a fresh generate does ----
   GenerateRequest warm = req;
   if (o.strength == 0) warm.steps = 1;
+  if (o.load_only) {  // only its loads count: one step at 16x16 loads what one at 1024x1024 does
+    warm.width = warm.height = 16;
+    warm.steps = 1;
+    warm.strength = GenerateRequest{}.strength;
+    warm.init_image.reset();
+  }
   const GenerateResult w = engine->generate(warm);
   const LoadTimes& a = info.loads;
   const LoadTimes& b = w.loads;
