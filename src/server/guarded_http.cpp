@@ -133,8 +133,10 @@ void GuardedHttp::serve(GuardedRequest r) {
 void GuardedHttp::open_event_stream(httplib::Response& res, std::unique_ptr<EventSource> source,
                                     const std::string& extra_headers) {
   std::string why = "not on a request worker";
+  std::string head = extra_headers;  // and those the server set before the route (X-Served-By)
+  for (const auto& [name, value] : res.headers) head += name + ": " + value + "\r\n";
   if (tl_serving && !tl_serving->taken &&
-      streams_->open(tl_serving->r->fd, tl_serving->r->peer_ip, std::move(source), extra_headers, why)) {
+      streams_->open(tl_serving->r->fd, tl_serving->r->peer_ip, std::move(source), head, why)) {
     tl_serving->taken = true;
     res.status = 200;  // for the log and the metrics; the streams' thread writes the head
     return;

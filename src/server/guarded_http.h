@@ -23,7 +23,8 @@ class GuardedHttp : public httplib::Server {
   void stop_guard();
   // In a route: serves `source` as this request's response, an event stream (server/event_streams.h), from the
   // streams' thread; the route returns at once and the worker is free. Beyond a cap (or off a worker) it fills
-  // `res` with 503 and Retry-After instead. `extra_headers`: "Name: value\r\n" each.
+  // `res` with 503 and Retry-After instead. `extra_headers`: "Name: value\r\n" each; the headers already set on
+  // `res` (a pre-routing handler's) go out too.
   void open_event_stream(httplib::Response& res, std::unique_ptr<EventSource> source,
                          const std::string& extra_headers = "");
   int event_streams_open() const { return streams_->open_count(); }
