@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
-#include "io/png.h"
+#include "engine/image_files.h"
 #include "io/safetensors.h"
 
 namespace ernie::cli {
@@ -112,8 +112,7 @@ InitLatents load_init_latents(const std::string& path) {
 
 Image load_image_flag(const std::string& path, const char* flag) {
   try {
-    PngImage p = read_png(path);
-    return Image{p.width, p.height, std::move(p.rgb), std::move(p.alpha)};
+    return load_image(path);
   } catch (const Error& e) {
     throw Error(std::string(flag) + ": " + e.what());
   }
