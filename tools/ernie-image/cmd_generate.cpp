@@ -88,9 +88,9 @@ int run(Opts& o, const CLI::App& c) {
 
   // Output paths: PNG only, writable, one per image, checked before anything is loaded.
   std::vector<std::string> outs = expand_output_paths(o.out, req.num_images);
-  for (const std::string& p : outs) check_writable(p, ".png");
-  if (!o.save_latents.empty()) check_writable(o.save_latents, ".safetensors");
-  if (!o.save_final_latents.empty()) check_writable(o.save_final_latents, ".safetensors");
+  for (const std::string& p : outs) check_writable(p, {".png", ".jpg", ".jpeg", ".webp"});
+  if (!o.save_latents.empty()) check_writable(o.save_latents, {".safetensors"});
+  if (!o.save_final_latents.empty()) check_writable(o.save_final_latents, {".safetensors"});
 
   o.engine.pe = o.pe ? PeLoad::Required : PeLoad::Off;
   o.engine.plan_for = req;

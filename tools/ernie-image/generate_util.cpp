@@ -71,11 +71,12 @@ std::vector<std::string> expand_output_paths(const std::string& pattern, int n) 
   return out;
 }
 
-void check_writable(const std::string& path, const std::string& ext) {
+void check_writable(const std::string& path, const std::vector<std::string>& exts) {
   fs::path p(path);
-  std::string e = p.extension().string();
+  std::string e = p.extension().string(), names;
   for (auto& ch : e) ch = char(std::tolower(static_cast<unsigned char>(ch)));
-  ERNIE_CHECK(e == ext, path, ": output must be a ", ext, " file");
+  for (size_t i = 0; i < exts.size(); ++i) names += (i == 0 ? "" : i + 1 == exts.size() ? " or " : ", ") + exts[i];
+  ERNIE_CHECK(std::find(exts.begin(), exts.end(), e) != exts.end(), path, ": output must be a ", names, " file");
   std::error_code ec;
   ERNIE_CHECK(!fs::is_directory(p, ec), path, ": is a folder");
   fs::path dir = p.parent_path();

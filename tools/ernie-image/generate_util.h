@@ -14,8 +14,8 @@ namespace ernie::cli {
 // inserted before the extension. Throws on malformed patterns and on duplicate names.
 std::vector<std::string> expand_output_paths(const std::string& pattern, int n);
 
-// Throws unless `path` ends with `ext`, is not a folder, and its folder exists and is writable.
-void check_writable(const std::string& path, const std::string& ext);
+// Throws unless `path` ends with one of `exts` (any case), is not a folder, and its folder exists and is writable.
+void check_writable(const std::string& path, const std::vector<std::string>& exts);
 
 struct InitLatents {
   Tensor latents;               // F32 on the host (owned copy)
