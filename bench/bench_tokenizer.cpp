@@ -7,7 +7,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <random>
 #include <string>
 #include <unordered_set>
@@ -18,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/atomic_file.h"
 #include "text/tokenizer.h"
 #include "text/unicode.h"
 
@@ -175,9 +175,10 @@ int main(int argc, char** argv) {
 
   Synthetic syn;
   const std::string text = syn.tokenizer_json();
-  std::ofstream(dir / "tokenizer.json", std::ios::binary) << text;
-  std::ofstream(dir / "tokenizer_config.json")
-      << R"({"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>", "unk_token": "<unk>", "model_max_length": 2048})";
+  ernie::write_file_atomic((dir / "tokenizer.json").string(), text);
+  ernie::write_file_atomic((dir / "tokenizer_config.json").string(),
+                           R"({"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>", "unk_token": "<unk>", )"
+                           R"("model_max_length": 2048})");
 
   std::vector<double> load_ms, load_cpu;
   ernie::Tokenizer tok = ernie::Tokenizer::load(dir.string());

@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -444,6 +446,86 @@ TEST(CliGenerate, OutputThatIsAFolderFails) {
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.out.find("is a folder"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("denoise"), std::string::npos) << r.out;
+}
+
+// Issue 45 item 6: -o onto a character device (one made with mknod where allowed, else /dev/null through a
+// symlink) is refused before anything is computed, and the node stays as it was.
+TEST(CliGenerate, OutputOntoACharacterDeviceIsRefused) {
+  TempDir d;
+  const std::string node = d.str() + "/out.png";
+  const bool own = ::mknod(node.c_str(), S_IFCHR | 0666, makedev(1, 7)) == 0;  // /dev/full's numbers
+  if (!own) fs::create_symlink("/dev/null", node);
+  struct stat before {};
+  ASSERT_EQ(::stat(node.c_str(), &before), 0);
+  ASSERT_TRUE(S_ISCHR(before.st_mode));
+  auto r = run_cli(tiny_gen("--progress json -o '" + node + "'"));
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("is a character device, not a regular file"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("denoise"), std::string::npos) << r.out;
+  struct stat after {};
+  ASSERT_EQ(::lstat(node.c_str(), &after), 0);
+  EXPECT_EQ(own ? S_ISCHR(after.st_mode) : S_ISLNK(after.st_mode), true);
+  ASSERT_EQ(::stat(node.c_str(), &after), 0);
+  EXPECT_TRUE(S_ISCHR(after.st_mode));
+  EXPECT_EQ(after.st_rdev, before.st_rdev);
+  EXPECT_EQ(files_in(d), size_t(0));  // no temp file either
+}
+
+// An output that is one of the inputs (--init-img, --mask, --init-latents), by name, symlink or hard link, is
+// refused before anything is computed, and the input is unchanged.
+TEST(CliGenerate, OutputOntoAnInputIsRefused) {
+  TempDir d;
+  const std::string init = d.str() + "/init.png";
+  write_png(init, 16, 16, std::vector<uint8_t>(16 * 16 * 3, 90));
+  fs::create_symlink(init, d.path / "link.png");
+  fs::create_hard_link(init, d.path / "hard.png");
+  const std::vector<char> bytes = bytes_of(init);
+  for (const std::string& args : {"-i '" + init + "' -o '" + init + "'", "-i '" + init + "' -o '" + d.str() + "/link.png'",
+                                  "-i '" + init + "' -o '" + d.str() + "/hard.png'",
+                                  "-i '" + init + "' --mask '" + d.str() + "/hard.png' -o '" + d.str() + "/link.png'"}) {
+    auto r = run_cli(tiny_gen("--progress json --strength 0.5 " + args));
+    EXPECT_NE(r.status, 0) << args;
+    EXPECT_NE(r.out.find("resolves to the input file"), std::string::npos) << args << ": " << r.out;
+    EXPECT_EQ(r.out.find("denoise"), std::string::npos) << r.out;
+    EXPECT_EQ(bytes_of(init), bytes);
+  }
+  const std::string lat = d.str() + "/noise.safetensors";
+  ASSERT_EQ(run_cli(tiny_gen("-q --seed 3 -o '" + d.str() + "/a.png' --save-latents '" + lat + "'")).status, 0);
+  const std::vector<char> lat_bytes = bytes_of(lat);
+  auto r = run_cli(tiny_gen("-q --init-latents '" + lat + "' -o '" + d.str() + "/b.png' --save-latents '" + lat + "'"));
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("resolves to the input file"), std::string::npos) << r.out;
+  EXPECT_EQ(bytes_of(lat), lat_bytes);
+}
+
+// Issue 45 item 5: symlinks planted at the names the old writers used (`<out>.tmp<pid>`, `<out>.tmp-<pid>`) for
+// the next 3,000 pids, and at random-looking `<out>.tmp.<hex>` names, all pointing at a victim: generate and
+// convert write their outputs and the victim is unchanged.
+TEST(CliGenerate, PlantedTempSymlinksLeaveTheVictimUnchanged) {
+  TempDir d;
+  const fs::path victim = d.path / "victim.txt";
+  { std::ofstream(victim) << "precious"; }
+  const pid_t me = ::getpid();
+  for (const char* out : {"out.png", "out.gguf"})
+    for (int k = 0; k < 3000; ++k) {
+      const std::string pid = std::to_string(me + k);
+      fs::create_symlink(victim, d.path / (std::string(out) + ".tmp" + pid));
+      fs::create_symlink(victim, d.path / (std::string(out) + ".tmp-" + pid));
+      char hex[32];
+      std::snprintf(hex, sizeof hex, ".tmp.%012llx", (unsigned long long)(uint64_t(k) * 0x9E3779B97F4Aull & 0xffffffffffffull));
+      fs::create_symlink(victim, d.path / (std::string(out) + hex));
+    }
+  auto g = run_cli(tiny_gen("-q -o '" + d.str() + "/out.png'"));
+  EXPECT_EQ(g.status, 0) << g.out;
+  auto c = run_cli("convert -q --model '" + test::tiny_model() + "' --dtype q8_0 -o '" + d.str() + "/out.gguf'");
+  EXPECT_EQ(c.status, 0) << c.out;
+  const std::vector<char> v = bytes_of(victim.string());
+  EXPECT_EQ(std::string(v.begin(), v.end()), "precious");
+  EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(d.path / "out.png")));
+  EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(d.path / "out.gguf")));
+  size_t plain = 0;  // the victim and the two outputs: no temp file left
+  for (auto& e : fs::directory_iterator(d.path)) plain += fs::is_regular_file(e.symlink_status());
+  EXPECT_EQ(plain, size_t(3));
 }
 
 TEST(CliGenerate, CorruptModelFileFails) {

@@ -560,6 +560,50 @@ TEST(LoraBadInput, MergeThatOverflowsIsAnError) {  // A = B = 1e38: finite facto
   EXPECT_NO_THROW(merge_lora(Tensor::zeros({4, 4}, DType::F32), set, "layers.0.mlp.up_proj.weight", kCPU));
 }
 
+// The same through the engine on the tiny model: an adapter file whose factors are all 1e38 fails the request,
+// naming the file and the module, instead of giving a black image; the engine then runs the next request.
+TEST(LoraBadInput, OverflowingAdapterFailsTheRequestNamingIt) {
+  TempDir dir;
+  const auto mods = tiny_modules();
+  const auto& [mod, ab] = *mods.begin();
+  auto huge = [](const Tensor& like) { return Tensor::from_vector(std::vector<float>(like.numel(), 1e38f), like.shape()); };
+  const std::string path = write_lora(dir, "huge.safetensors", {{"transformer." + mod + ".lora_A.weight", huge(ab.first)},
+                                                                 {"transformer." + mod + ".lora_B.weight", huge(ab.second)}});
+  try {
+    tiny_engine().generate(lora_request({lora_ref(path)}));
+    ADD_FAILURE() << "an adapter that overflows when merged was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("huge.safetensors"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(mod + ".weight"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("non-finite"), std::string::npos) << e.what();
+  }
+  expect_final(lora_request({}), "lora.none.latents_final");
+}
+
+// Kept unmerged (--lora-apply-mode at_runtime), the product is made at every step: factors whose product can
+// leave the float range are refused when the side is made, naming the LoRA and the module.
+TEST(LoraBadInput, RuntimeSideThatOverflowsIsAnError) {
+  auto a = std::make_shared<LoraAdapter>();
+  a->path = "/loras/huge.safetensors";
+  LoraFactors f;
+  f.up = Tensor::from_vector(std::vector<float>(4, 1e38f), {4, 1});
+  f.down = Tensor::from_vector(std::vector<float>(4, 1e38f), {1, 4});
+  f.alpha = 1, f.rank = 1;
+  a->weights["layers.0.mlp.up_proj.weight"] = f;
+  const LoraSet set = {{a, 1.f}};
+  try {
+    lora_side(set, "layers.0.mlp.up_proj.weight", kCPU, DType::F32);
+    ADD_FAILURE() << "an overflowing side was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("huge.safetensors"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("layers.0.mlp.up_proj.weight"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("non-finite"), std::string::npos) << e.what();
+  }
+  a->weights.begin()->second.up = Tensor::from_vector(std::vector<float>(4, 1e19f), {4, 1});  // 1e38: in range
+  a->weights.begin()->second.down = Tensor::from_vector(std::vector<float>(4, 1e19f), {1, 4});
+  EXPECT_TRUE(lora_side(set, "layers.0.mlp.up_proj.weight", kCPU, DType::F32).defined());
+}
+
 TEST(LoraBadInput, ScalesAreDecimalOnly) {  // strtof would read 0x10 as 16, inf and nan as themselves
   for (const char* bad : {"y.safetensors:0x10", "y.safetensors:1e", "y.safetensors:inf", "y.safetensors:nan"})
     EXPECT_THROW(parse_lora_flag(bad), Error) << bad;

@@ -102,25 +102,6 @@ ernie_offload c_offload(ernie::Offload o) {
   return ERNIE_OFFLOAD_DEFAULT;
 }
 
-}  // namespace
-
-extern "C" {
-
-void ernie_options_init(ernie_options* opt) {
-  if (!opt) return;
-  std::memset(opt, 0, sizeof *opt);
-  opt->struct_size = sizeof *opt;
-  opt->keep_text_encoder = 1;
-}
-
-void ernie_lora_init(ernie_lora* lora) {
-  if (!lora) return;
-  std::memset(lora, 0, sizeof *lora);
-  lora->struct_size = sizeof *lora;
-  lora->scale = 1;
-}
-
-namespace {
 // A request's init image or mask as the engine's Image: RGB from 3 or 4 channels (a mask's alpha kept, or
 // grey from 1); bad sizes and channel counts throw naming the field.
 ernie::Image c_image(const ernie_image& in, const char* field, bool mask) {
@@ -139,7 +120,24 @@ ernie::Image c_image(const ernie_image& in, const char* field, bool mask) {
   }
   return out;
 }
+
 }  // namespace
+
+extern "C" {
+
+void ernie_options_init(ernie_options* opt) {
+  if (!opt) return;
+  std::memset(opt, 0, sizeof *opt);
+  opt->struct_size = sizeof *opt;
+  opt->keep_text_encoder = 1;
+}
+
+void ernie_lora_init(ernie_lora* lora) {
+  if (!lora) return;
+  std::memset(lora, 0, sizeof *lora);
+  lora->struct_size = sizeof *lora;
+  lora->scale = 1;
+}
 
 void ernie_request_init(ernie_request* req) {
   if (!req) return;

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "io/safetensors.h"
 #include "models/random_folder.h"
@@ -31,21 +32,7 @@ std::vector<const Component*> all_components(const ModelFolder& m) {
 }
 }  // namespace
 
-void check_convert_output(const ModelFolder& m, const std::string& out) {
-  ERNIE_CHECK(!out.empty(), "convert: the output path is empty");
-  std::error_code ec;
-  const fs::file_status st = fs::status(out, ec);  // follows symlinks
-  const bool exists = fs::exists(st);
-  const fs::file_type type = st.type();
-  ERNIE_CHECK(!exists || type == fs::file_type::regular, out, ": exists and is not a regular file (",
-              type == fs::file_type::directory  ? "a folder"
-              : type == fs::file_type::fifo     ? "a FIFO"
-              : type == fs::file_type::character ? "a character device"
-              : type == fs::file_type::block    ? "a block device"
-              : type == fs::file_type::socket   ? "a socket"
-                                                : "a special file",
-              "); refusing to replace it");
-  // Every file the model is read from.
+std::vector<std::string> convert_inputs(const ModelFolder& m) {
   std::vector<std::string> inputs;
   for (const Component* c : all_components(m))
     for (const auto& f : c->ckpt.files()) inputs.push_back(f->path());
@@ -59,12 +46,13 @@ void check_convert_output(const ModelFolder& m, const std::string& out) {
         inputs.push_back(it->path().string());
     }
   }
-  if (exists)
-    for (const std::string& in : inputs) {
-      std::error_code e2;
-      ERNIE_CHECK(!fs::equivalent(out, in, e2), out, ": resolves to the model's own input file ", in,
-                  "; writing it would destroy the model being converted. Choose another output path");
-    }
+  return inputs;
+}
+
+void check_convert_output(const ModelFolder& m, const std::string& out) {
+  ERNIE_CHECK(!out.empty(), "convert: the output path is empty");
+  check_output_path(out, convert_inputs(m), "the model's own input file");
+  std::error_code ec;
   // A new .safetensors inside a checkpoint folder would be read as a second checkpoint of that component.
   if (!m.is_single_file() && fs::path(out).filename().string().ends_with(".safetensors")) {
     const fs::path parent = fs::weakly_canonical(fs::absolute(out).parent_path(), ec);

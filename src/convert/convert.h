@@ -34,8 +34,10 @@ struct ConvertStats {
 // model is read from (a checkpoint shard, an index, a config, a tokenizer file; a converted input file
 // itself), it exists and is not a regular file (a device, a folder, a FIFO), or it is a new .safetensors in
 // one of the model's checkpoint folders (which would then hold two checkpoints). convert_model runs it first;
-// a front end may run it before anything long (calibration).
+// a front end may run it before anything long (calibration). The GGUF writer refuses those inputs again as it starts.
 void check_convert_output(const ModelFolder& m, const std::string& out);
+// Every file the model is read from: checkpoints, index, configs, tokenizer files (a converted file itself).
+std::vector<std::string> convert_inputs(const ModelFolder& m);
 
 // Converts a model folder (or an already converted file) into one file at `out` (written atomically).
 // `progress(done_bytes, total_bytes)` is called as tensors are written (from the writer threads, under a

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "convert/convert.h"
 #include "io/gguf_encode.h"
@@ -77,7 +78,7 @@ ConvertStats convert_dit_gguf(const ModelFolder& m, const std::string& out, int 
               {"general.name", source},
               {"general.quantization_version", uint32_t(2)},
               {"general.file_type", file_type(ggml_out)}},
-             tensors, progress);
+             tensors, progress, convert_inputs(m));
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return st;
 }
@@ -85,8 +86,7 @@ ConvertStats convert_dit_gguf(const ModelFolder& m, const std::string& out, int 
 ConvertStats convert_gguf_tensors(const std::string& in, const std::string& out, DType dtype,
                                   const std::function<void(size_t, size_t)>& progress) {
   const auto t0 = std::chrono::steady_clock::now();
-  std::error_code ec;
-  ERNIE_CHECK(!std::filesystem::equivalent(in, out, ec), out, ": is the input file itself; choose another output path");
+  check_output_path(out, {in});  // before anything is read
   const std::shared_ptr<TensorFile> f = open_tensor_file(in);
   ERNIE_CHECK(std::string(f->format()) == "gguf", in, ": not a GGUF file");
   std::vector<PendingTensor> tensors;

@@ -113,19 +113,23 @@ bool pwrite_all(int fd, const void* p, size_t n, size_t off) {
 
 }  // namespace
 
-AtomicFile::AtomicFile(const std::string& path, const std::vector<std::string>& inputs) : path_(path) {
+void check_output_path(const std::string& path, const std::vector<std::string>& inputs, const char* inputs_are) {
   ERNIE_CHECK(!path.empty(), "output path is empty");
   struct stat st {};
-  const bool exists = ::stat(path.c_str(), &st) == 0;
+  if (::stat(path.c_str(), &st) != 0) return;  // a new file (or a dangling symlink, which rename replaces)
   // rename() would replace a device node, a FIFO or (when empty) a folder: anything but a file is refused.
-  if (exists && !S_ISREG(st.st_mode))
+  if (!S_ISREG(st.st_mode))
     fail(path, ": exists and is ", file_kind_name(st.st_mode), ", not a regular file; refusing to replace it");
-  if (exists)
-    for (const std::string& in : inputs) {
-      struct stat si {};
-      if (::stat(in.c_str(), &si) == 0 && si.st_dev == st.st_dev && si.st_ino == st.st_ino)
-        fail(path, ": is the input file ", in, " itself; choose another output path");
-    }
+  for (const std::string& in : inputs) {  // the same file through a symlink or a hard link
+    struct stat si {};
+    if (::stat(in.c_str(), &si) == 0 && si.st_dev == st.st_dev && si.st_ino == st.st_ino)
+      fail(path, ": resolves to ", inputs_are, " ", in, "; writing it would destroy that input. Choose another ",
+           "output path");
+  }
+}
+
+AtomicFile::AtomicFile(const std::string& path, const std::vector<std::string>& inputs) : path_(path) {
+  check_output_path(path, inputs);
   const fs::path p(path);
   std::string base = p.filename().string();
   if (base.size() > 200) base.resize(200);  // room for the suffix within a file name's 255 bytes

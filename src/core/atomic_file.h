@@ -36,6 +36,12 @@ class AtomicFile {
   int fd_ = -1, slot_ = -1;
 };
 
+// AtomicFile's checks of the target alone, for a front end to run before long work (a generation, a
+// conversion): throws the Error that AtomicFile(path, inputs) would. `inputs_are` names the inputs in the
+// message ("the input file", "the model's own input file").
+void check_output_path(const std::string& path, const std::vector<std::string>& inputs = {},
+                       const char* inputs_are = "the input file");
+
 // The whole file at once through AtomicFile.
 void write_file_atomic(const std::string& path, std::string_view bytes, const std::vector<std::string>& inputs = {});
 

@@ -11,8 +11,9 @@ std::vector<uint8_t> encode_image_with_meta(ImageFormat f, const Image& img, con
   return encode_image(f, img.width, img.height, img.rgb, png_metadata(meta), quality);
 }
 
-void save_image(const std::string& path, const Image& img, const ImageMeta& meta, int quality) {
-  write_image(path, img.width, img.height, img.rgb, png_metadata(meta), quality);
+void save_image(const std::string& path, const Image& img, const ImageMeta& meta, int quality,
+                const std::vector<std::string>& inputs) {
+  write_image(path, img.width, img.height, img.rgb, png_metadata(meta), quality, inputs);
 }
 
 }  // namespace ernie

@@ -17,7 +17,9 @@ Image load_image(const std::string& path);
 // The image in format `f`, carrying `meta`'s parameters. `quality` (1-100): JPEG's and WebP's.
 std::vector<uint8_t> encode_image_with_meta(ImageFormat f, const Image& img, const ImageMeta& meta,
                                             int quality = kDefaultImageQuality);
-// Written atomically in the format of the path's extension (.jpg/.jpeg, .webp, else PNG).
-void save_image(const std::string& path, const Image& img, const ImageMeta& meta, int quality = kDefaultImageQuality);
+// Written atomically in the format of the path's extension (.jpg/.jpeg, .webp, else PNG); never over one of
+// `inputs` (core/atomic_file.h).
+void save_image(const std::string& path, const Image& img, const ImageMeta& meta, int quality = kDefaultImageQuality,
+                const std::vector<std::string>& inputs = {});
 
 }  // namespace ernie

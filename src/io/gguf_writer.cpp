@@ -43,8 +43,9 @@ size_t ggml_nbytes(int type, const Shape& shape, const std::string& name) {
 }
 
 void write_gguf(const std::string& path, const std::vector<std::pair<std::string, GgufMetaValue>>& metadata,
-                const std::vector<GgufOutTensor>& tensors, const std::function<void(size_t, size_t)>& progress) {
-  AtomicFile file(path);  // removes its temp file on any error
+                const std::vector<GgufOutTensor>& tensors, const std::function<void(size_t, size_t)>& progress,
+                const std::vector<std::string>& inputs) {
+  AtomicFile file(path, inputs);  // removes its temp file on any error
   Out o{file};
   {
     o.raw("GGUF", 4);

@@ -24,9 +24,10 @@ using GgufMetaValue = std::variant<std::string, uint32_t>;
 // is not a whole number of the type's blocks).
 size_t ggml_nbytes(int type, const Shape& shape, const std::string& name);
 
-// Writes `path` atomically (a temporary file renamed into place). Tensors are made and written in order,
-// one at a time; `progress(done, total)` after each.
+// Writes `path` through core/atomic_file.h (refusing a target that is not a regular file or is one of
+// `inputs`). Tensors are made and written in order, one at a time; `progress(done, total)` after each.
 void write_gguf(const std::string& path, const std::vector<std::pair<std::string, GgufMetaValue>>& metadata,
-                const std::vector<GgufOutTensor>& tensors, const std::function<void(size_t, size_t)>& progress = {});
+                const std::vector<GgufOutTensor>& tensors, const std::function<void(size_t, size_t)>& progress = {},
+                const std::vector<std::string>& inputs = {});
 
 }  // namespace ernie

@@ -75,9 +75,10 @@ std::vector<uint8_t> encode_image(ImageFormat f, int width, int height, const st
 }
 
 void write_image(const std::string& path, int width, int height, const std::vector<uint8_t>& rgb,
-                 const std::vector<std::pair<std::string, std::string>>& text, int quality) {
+                 const std::vector<std::pair<std::string, std::string>>& text, int quality,
+                 const std::vector<std::string>& inputs) {
   const std::vector<uint8_t> bytes = encode_image(image_format_for_path(path), width, height, rgb, text, quality);
-  write_file_atomic(path, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+  write_file_atomic(path, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), inputs);
 }
 
 }  // namespace ernie

@@ -41,6 +41,6 @@ std::vector<uint8_t> encode_image(ImageFormat f, int width, int height, const st
 // The format of the path's extension, written atomically (core/atomic_file.h); throws Error naming the path.
 void write_image(const std::string& path, int width, int height, const std::vector<uint8_t>& rgb,
                  const std::vector<std::pair<std::string, std::string>>& text = {},
-                 int quality = kDefaultImageQuality);
+                 int quality = kDefaultImageQuality, const std::vector<std::string>& inputs = {});
 
 }  // namespace ernie

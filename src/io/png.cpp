@@ -225,9 +225,9 @@ std::vector<uint8_t> encode_png(int width, int height, const std::vector<uint8_t
 }
 
 void write_png(const std::string& path, int width, int height, const std::vector<uint8_t>& rgb,
-               const std::vector<std::pair<std::string, std::string>>& text) {
+               const std::vector<std::pair<std::string, std::string>>& text, const std::vector<std::string>& inputs) {
   std::vector<uint8_t> bytes = encode_png(width, height, rgb, text);
-  write_file_atomic(path, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+  write_file_atomic(path, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), inputs);
 }
 
 namespace {

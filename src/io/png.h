@@ -22,9 +22,11 @@ struct PngImage {
 std::vector<uint8_t> encode_png(int width, int height, const std::vector<uint8_t>& rgb,
                                 const std::vector<std::pair<std::string, std::string>>& text = {},
                                 const std::vector<uint8_t>& alpha = {});
-// Writes atomically (temp file + rename); throws Error naming the path.
+// Writes through core/atomic_file.h (refusing a target that is not a regular file or is one of `inputs`);
+// throws Error naming the path.
 void write_png(const std::string& path, int width, int height, const std::vector<uint8_t>& rgb,
-               const std::vector<std::pair<std::string, std::string>>& text = {});
+               const std::vector<std::pair<std::string, std::string>>& text = {},
+               const std::vector<std::string>& inputs = {});
 // Reads any 8-bit or 16-bit PNG, converted to 8-bit RGB (alpha, when there is any, kept apart); throws Error
 // naming the path.
 PngImage read_png(const std::string& path);

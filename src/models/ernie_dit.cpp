@@ -8,6 +8,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "models/weights/dit_weights.h"
 #include "ops/ops.h"
 
 namespace ernie {
@@ -15,27 +16,9 @@ namespace ernie {
 namespace {
 std::string str(int64_t v) { return std::to_string(v); }
 bool is_fp8(const ops::Weight& w) { return w.quantized() && w.w.dtype() == DType::F8_E4M3; }
-// The value of a weight's static activation scale (convert --calibrate); 0 without one.
-float static_scale(const ops::Weight& w) { return w.input_scale.defined() ? w.input_scale.to(kCPU).f32()[0] : 0.f; }
-// An 8-bit weight (and its static activation scale) or GGML blocks on `device`.
-ops::Weight to_device(const ops::Weight& w, Device device) {
-  ops::Weight d = w;
-  d.w = w.w.to(device);
-  if (w.scale.defined()) d.scale = w.scale.to(device);
-  if (w.input_scale.defined()) d.input_scale = w.input_scale.to(device);
-  return d;
-}
-// Stored in a compact form (8-bit with row scales, or GGML blocks) rather than as floats.
-bool compact(const ops::Weight& w) { return w.quantized() || w.blocks(); }
 }  // namespace
 
 // ---- weights ------------------------------------------------------------------------------------------------
-
-Tensor ErnieDit::place(const Tensor& host) const {
-  Tensor t = host.to(device_);
-  if (device_.is_cuda() && act_ == DType::BF16 && t.dtype() != DType::BF16) t = ops::cast(t, DType::BF16);
-  return t;
-}
 
 std::vector<ops::Weight*> ErnieDit::Block::linears() {
   return {&to_q, &to_k, &to_v, &to_qkv, &to_out, &gate_proj, &up_proj, &linear_fc2};
@@ -65,66 +48,15 @@ ErnieDit ErnieDit::build(const DitConfig& cfg, Device device, DType act, const W
   ERNIE_CHECK(act == DType::F32 || act == DType::BF16, "ErnieDit: activations must be F32 or BF16, not ",
               dtype_name(act));
   ERNIE_CHECK(cfg.patch_size == 1, "ErnieDit: patch_size ", str(cfg.patch_size), " is not supported (only 1)");
-  std::map<std::string, Shape> shapes;
-  for (const TensorSpec& s : dit_tensor_specs(cfg)) shapes[s.name] = s.shape;
-
+  ERNIE_CHECK(!stream_blocks || device.is_cuda(), "ErnieDit: streaming blocks needs a CUDA device, not ",
+              device.str());
   ErnieDit d;
   d.cfg_ = cfg;
   d.device_ = device;
   d.act_ = act;
-  ERNIE_CHECK(!stream_blocks || device.is_cuda(), "ErnieDit: streaming blocks needs a CUDA device, not ",
-              device.str());
-  // The stored weight with the LoRAs that change it merged in, on the device, in F32; one stored 8-bit is
-  // quantized again in its format (with its static activation scale).
-  // With lora_at_runtime, an adapted block linear (`block_linear`: read by linear_weight) that is 8-bit (stored
-  // so, or quantized here) keeps its base weight, and its adapters wait in `sides` for the block.
-  std::map<std::string, LoraSide> sides;
-  auto quantized_here = [&](const std::string& name) {
-    return quantize && policy.quantized("transformer", name, cfg.num_layers);
-  };
-  // GGML blocks with an adapter merged become float weights (only those the adapter changes).
-  auto source = [&](const std::string& name, bool block_linear) {
-    ops::Weight t = stored(name);
-    if (!lora_adapts(loras, name) || !t.defined() || t.shape() != shapes.at(name)) return t;
-    if (lora_at_runtime && block_linear && (compact(t) || quantized_here(name))) {
-      sides[name] = lora_side(loras, name, device, act);
-      return t;
-    }
-    Tensor merged = merge_lora(compact(t) ? ops::dequantize(to_device(t, device)) : t.w, loras, name, device);
-    if (!t.quantized()) return ops::Weight(merged);
-    ops::Weight requantized = ops::quantize(merged, t.w.dtype());
-    if (t.input_scale.defined()) requantized.input_scale = t.input_scale.to(device);
-    return requantized;
-  };
-  auto checked = [&](const std::string& name, bool block_linear = false) {
-    ops::Weight t = source(name, block_linear);
-    ERNIE_CHECK(t.defined() && t.shape() == shapes.at(name), "transformer: tensor ", name, " has shape ",
-                shape_str(t.defined() ? t.shape() : Shape{}), ", expected ", shape_str(shapes.at(name)));
-    ERNIE_CHECK(compact(t) || dtype_is_float(t.w.dtype()), "transformer: tensor ", name, " has non-float dtype ",
-                dtype_name(t.w.dtype()));
-    return t;
-  };
-  // A float weight (one stored quantized or as GGML blocks is expanded).
-  auto float_weight = [&](const std::string& name) {
-    ops::Weight t = checked(name);
-    return compact(t) ? ops::dequantize(t.blocks() ? to_device(t, device) : t) : t.w;
-  };
-  auto w = [&](const std::string& name) { return d.place(float_weight(name)); };
-  // A streamed block weight: as place() would leave it on the device, but kept on the host when no cast
-  // is needed (the streamer copies it into pinned memory either way).
-  auto streamed = [&](const Tensor& t) {
-    return act == DType::BF16 && t.dtype() != DType::BF16 ? d.place(t) : t;
-  };
-  // A block's linear weight: 8-bit or GGML blocks as stored, or quantized here when asked and the policy picks
-  // it (GGML blocks are then expanded first).
-  auto linear_weight = [&](const std::string& name, bool streaming) -> ops::Weight {
-    ops::Weight t = checked(name, true);
-    if (t.blocks() && quantized_here(name))
-      return ops::quantize(d.place(ops::dequantize(to_device(t, device))), *quantize);
-    if (compact(t)) return streaming ? t : to_device(t, device);
-    if (quantized_here(name)) return ops::quantize(d.place(t.w), *quantize);
-    return streaming ? streamed(t.w) : d.place(t.w);
-  };
+  // Which form each weight takes (LoRA merged or beside it, 8-bit, GGML blocks, streamed): models/weights/.
+  DitWeights weights(cfg, device, act, stored, quantize, policy, loras, lora_at_runtime);
+  auto w = [&](const std::string& name) { return weights.resident(name); };
   const int64_t H = cfg.hidden_size;
   d.x_embedder_w = w("x_embedder.proj.weight").reshape({H, cfg.in_channels});  // 1x1 conv = linear
   d.x_embedder_b = w("x_embedder.proj.bias");
@@ -137,8 +69,9 @@ ErnieDit ErnieDit::build(const DitConfig& cfg, Device device, DType act, const W
   d.adaLN_modulation_b = w("adaLN_modulation.1.bias");
   auto block = [&](int l, bool streaming) {
     const std::string p = "layers." + std::to_string(l) + ".";
-    auto bw = [&](const std::string& n) { return streaming ? streamed(float_weight(p + n)) : w(p + n); };
-    auto lin = [&](const std::string& n) { return linear_weight(p + n, streaming); };
+    auto bw = [&](const std::string& n) { return weights.block_tensor(p + n, streaming); };
+    auto lin = [&](const std::string& n) { return weights.block_linear(p + n, streaming); };
+    auto side = [&](const std::string& n) { return weights.side(p + n); };
     Block b;
     b.adaLN_sa_ln = bw("adaLN_sa_ln.weight");
     b.adaLN_mlp_ln = bw("adaLN_mlp_ln.weight");
@@ -153,45 +86,16 @@ ErnieDit ErnieDit::build(const DitConfig& cfg, Device device, DType act, const W
     b.gate_proj = lin("mlp.gate_proj.weight");
     b.up_proj = lin("mlp.up_proj.weight");
     b.linear_fc2 = lin("mlp.linear_fc2.weight");
-    // On CUDA q, k and v run as one GEMM: their weights stacked by rows (8-bit ones with their row scales),
-    // when stored alike. (Stacking gate|up the same way measured slower on the H200: 0.1378 vs 0.1336 s/step.)
-    // fp8 weights that read one input share one quantization of it (norm_modulate): with static activation
-    // scales, those must be one scale.
-    auto shared_input = [&](std::initializer_list<const ops::Weight*> readers, const char* what) {
-      bool all_fp8 = true, any_static = false;
-      for (const ops::Weight* r : readers) all_fp8 &= is_fp8(*r), any_static |= r->input_scale.defined();
-      if (!all_fp8 || !any_static) return;
-      const float first = static_scale(**readers.begin());
-      for (const ops::Weight* r : readers)
-        ERNIE_CHECK(static_scale(*r) == first, "transformer: ", p, what,
-                    " read one input, so their static activation scales (_input_scale) must be equal");
-    };
-    shared_input({&b.to_q, &b.to_k, &b.to_v}, "self_attention.to_q, to_k and to_v");
-    shared_input({&b.gate_proj, &b.up_proj}, "mlp.gate_proj and up_proj");
-    auto stack = [&](std::vector<ops::Weight*> parts, ops::Weight& into) {
-      const float first = static_scale(*parts[0]);
-      for (const ops::Weight* p : parts)
-        if (p->w.dtype() != parts[0]->w.dtype() || p->w.device() != parts[0]->w.device() ||
-            p->quantized() != parts[0]->quantized() || p->ggml != parts[0]->ggml || static_scale(*p) != first)
-          return;
-      std::vector<Tensor> ws, scales;
-      for (const ops::Weight* p : parts) ws.push_back(p->w), scales.push_back(p->scale);
-      into.w = ops::concat(ws, 0);
-      into.ggml = parts[0]->ggml, into.cols = parts[0]->cols;  // GGML blocks stack by rows as they are
-      if (parts[0]->quantized()) into.scale = ops::concat(scales, 0);
-      into.input_scale = parts[0]->input_scale;
-      for (ops::Weight* p : parts) *p = ops::Weight();
-    };
-    auto side = [&](const std::string& n) {
-      auto it = sides.find(p + n);
-      return it == sides.end() ? LoraSide{} : it->second;
-    };
     b.lora = {side("self_attention.to_q.weight"), side("self_attention.to_k.weight"), side("self_attention.to_v.weight"),
               {}, side("self_attention.to_out.0.weight"), side("mlp.gate_proj.weight"), side("mlp.up_proj.weight"),
               side("mlp.linear_fc2.weight")};
-    if (device.is_cuda()) stack({&b.to_q, &b.to_k, &b.to_v}, b.to_qkv);
+    check_shared_input_scale({&b.to_q, &b.to_k, &b.to_v}, p + "self_attention.to_q, to_k and to_v");
+    check_shared_input_scale({&b.gate_proj, &b.up_proj}, p + "mlp.gate_proj and up_proj");
+    // On CUDA q, k and v run as one GEMM, when stored alike. (Stacking gate|up the same way measured slower on
+    // the H200: 0.1378 vs 0.1336 s/step.)
+    if (device.is_cuda()) stack_by_rows({&b.to_q, &b.to_k, &b.to_v}, b.to_qkv);
     if (b.to_qkv.defined() && (b.lora.to_q.defined() || b.lora.to_k.defined() || b.lora.to_v.defined())) {
-      auto rows = [&](const char* n) { return shapes.at(p + "self_attention." + n + ".weight")[0]; };
+      auto rows = [&](const char* n) { return weights.rows(p + "self_attention." + n + ".weight"); };
       b.lora.to_qkv = stack_lora_sides({b.lora.to_q, b.lora.to_k, b.lora.to_v}, {rows("to_q"), rows("to_k"), rows("to_v")},
                                        device, act);
       b.lora.to_q = b.lora.to_k = b.lora.to_v = LoraSide{};

@@ -124,7 +124,6 @@ class ErnieDit {
   static ErnieDit build(const DitConfig& cfg, Device device, DType act, const WeightSource& source,
                         bool stream_blocks, std::optional<DType> quantize, const QuantPolicy& policy,
                         const LoraSet& loras, bool lora_at_runtime = false);
-  Tensor place(const Tensor& host) const;      // host weight -> device (cast to act on CUDA when BF16)
   Tensor to_act(const Tensor& input) const;    // user input -> device, activation dtype
 
   Tensor x_embedder(const Tensor& hidden_states) const;                       // [B, C, H, W] -> [B, H*W, hidden]

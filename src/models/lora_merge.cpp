@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <limits>
 
 #include "core/error.h"
 #include "ops/ops.h"
@@ -37,6 +38,14 @@ Stacked stacked_factors(const LoraSet& set, const std::string& weight, Device de
   return {ups.size() == 1 ? ups[0] : ops::concat(ups, 1), downs.size() == 1 ? downs[0] : ops::concat(downs, 0)};
 }
 Tensor as(const Tensor& t, DType dt) { return t.dtype() == dt ? t : ops::cast(t, dt); }
+// The file names of the adapters of `set` that change `weight`, for messages.
+std::string adapter_names(const LoraSet& set, const std::string& weight) {
+  std::string names;
+  for (const LoraUse& u : set)
+    if (u.scale != 0 && u.adapter->weights.count(weight))
+      names += (names.empty() ? "" : ", ") + std::filesystem::path(u.adapter->path).filename().string();
+  return names;
+}
 }  // namespace
 
 Tensor lora_delta(const LoraSet& set, const std::string& weight, Device device) {
@@ -46,6 +55,13 @@ Tensor lora_delta(const LoraSet& set, const std::string& weight, Device device) 
 
 LoraSide lora_side(const LoraSet& set, const std::string& weight, Device device, DType act) {
   const Stacked f = stacked_factors(set, weight, device);
+  // Unmerged, the side's product is made as each step runs: refuse factors whose product can leave the float
+  // range (|up · down| <= rank · max|up| · max|down|), which would give an inf or NaN image.
+  const double bound = double(f.down.dim(0)) * double(ops::max_abs(f.up)) * double(ops::max_abs(f.down));
+  if (!(bound <= double(std::numeric_limits<float>::max())))
+    fail("LoRA ", adapter_names(set, weight), ": its product for ", weight, " can reach ", std::to_string(bound),
+         ", past the float range (non-finite weights: its factors or scale are far too large); lower the scale or ",
+         "use another LoRA");
   return {as(f.down, act), as(f.up, act)};
 }
 
@@ -80,14 +96,9 @@ Tensor merge_lora(const Tensor& base, const LoraSet& set, const std::string& wei
               " does not fit the weight ", shape_str(w.shape()));
   Tensor merged = ops::add(w, delta.reshape(w.shape()));
   // Finite factors can still overflow (A = B = 1e38): an inf or NaN weight would make a black image, exit 0.
-  if (!std::isfinite(ops::max_abs(merged))) {
-    std::string names;
-    for (const LoraUse& u : set)
-      if (u.scale != 0 && u.adapter->weights.count(weight))
-        names += (names.empty() ? "" : ", ") + std::filesystem::path(u.adapter->path).filename().string();
-    fail("LoRA ", names, ": merging into ", weight, " gives non-finite weights (inf or NaN: its factors or scale are ",
-         "far too large); lower the scale or use another LoRA");
-  }
+  if (!std::isfinite(ops::max_abs(merged)))
+    fail("LoRA ", adapter_names(set, weight), ": merging into ", weight, " gives non-finite weights (inf or NaN: ",
+         "its factors or scale are far too large); lower the scale or use another LoRA");
   return merged;
 }
 

@@ -126,3 +126,32 @@ TEST(CudaLora, PinnedBaseWeightsAreTheStoredOnes) {
     EXPECT_NE(base, lora);
   }
 }
+
+// Issue 45 item 15 on the CUDA merge path: finite factors (A = B = 1e38) whose merged weight is not are an error
+// naming the LoRA and the module, merged or kept as a runtime side.
+TEST(CudaLora, MergeThatOverflowsIsAnError) {
+  ERNIE_REQUIRE_GPU();
+  auto a = std::make_shared<LoraAdapter>();
+  a->path = "/loras/huge.safetensors";
+  LoraFactors f;
+  f.up = Tensor::from_vector(std::vector<float>(4, 1e38f), {4, 1});
+  f.down = Tensor::from_vector(std::vector<float>(4, 1e38f), {1, 4});
+  f.alpha = 1, f.rank = 1;
+  a->weights["layers.0.mlp.up_proj.weight"] = f;
+  const LoraSet set = {{a, 1.f}};
+  const Device cuda = Device::parse("cuda");
+  for (int runtime = 0; runtime < 2; ++runtime) {
+    try {
+      if (runtime) lora_side(set, "layers.0.mlp.up_proj.weight", cuda, DType::BF16);
+      else merge_lora(Tensor::zeros({4, 4}, DType::F32), set, "layers.0.mlp.up_proj.weight", cuda);
+      ADD_FAILURE() << "an overflowing " << (runtime ? "side" : "merge") << " was accepted on CUDA";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("huge.safetensors"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("layers.0.mlp.up_proj.weight"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("non-finite"), std::string::npos) << e.what();
+    }
+  }
+  a->weights.begin()->second.up = Tensor::from_vector(std::vector<float>(4, 1e-3f), {4, 1});
+  a->weights.begin()->second.down = Tensor::from_vector(std::vector<float>(4, 1e-3f), {1, 4});
+  EXPECT_NO_THROW(merge_lora(Tensor::zeros({4, 4}, DType::F32), set, "layers.0.mlp.up_proj.weight", cuda));
+}

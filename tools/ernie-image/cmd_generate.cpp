@@ -86,11 +86,14 @@ int run(Opts& o, const CLI::App& c) {
   req.seed = seed.value_or(0);
   req.seed_random = !seed && !req.init_latents;  // resolve_request draws it
 
-  // Output paths: PNG only, writable, one per image, checked before anything is loaded.
+  // Output paths: PNG, JPEG or WebP, writable, one per image, none of the inputs, checked before anything is loaded.
+  std::vector<std::string> inputs;
+  for (const std::string* in : {&o.init_img, &o.mask, &o.init_latents})
+    if (!in->empty()) inputs.push_back(*in);
   std::vector<std::string> outs = expand_output_paths(o.out, req.num_images);
-  for (const std::string& p : outs) check_writable(p, {".png", ".jpg", ".jpeg", ".webp"});
-  if (!o.save_latents.empty()) check_writable(o.save_latents, {".safetensors"});
-  if (!o.save_final_latents.empty()) check_writable(o.save_final_latents, {".safetensors"});
+  for (const std::string& p : outs) check_writable(p, {".png", ".jpg", ".jpeg", ".webp"}, inputs);
+  if (!o.save_latents.empty()) check_writable(o.save_latents, {".safetensors"}, inputs);
+  if (!o.save_final_latents.empty()) check_writable(o.save_final_latents, {".safetensors"}, inputs);
 
   o.engine.pe = o.pe ? PeLoad::Required : PeLoad::Off;
   o.engine.plan_for = req;
@@ -143,7 +146,7 @@ int run(Opts& o, const CLI::App& c) {
   for (int b = 0; b < r.num_images; ++b) {
     const ImageMeta meta = image_meta(res, b, model_name, seed);
     const Image& img = res.images[size_t(b)];
-    save_image(outs[size_t(b)], img, meta, o.quality);
+    save_image(outs[size_t(b)], img, meta, o.quality, inputs);
   }
   if (!o.save_latents.empty()) {
     std::map<std::string, std::string> md = {{"format", "ernie-image latents"}};

@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "engine/image_files.h"
 #include "io/safetensors.h"
@@ -71,7 +72,8 @@ std::vector<std::string> expand_output_paths(const std::string& pattern, int n) 
   return out;
 }
 
-void check_writable(const std::string& path, const std::vector<std::string>& exts) {
+void check_writable(const std::string& path, const std::vector<std::string>& exts,
+                    const std::vector<std::string>& inputs) {
   fs::path p(path);
   std::string e = p.extension().string(), names;
   for (auto& ch : e) ch = char(std::tolower(static_cast<unsigned char>(ch)));
@@ -84,6 +86,7 @@ void check_writable(const std::string& path, const std::vector<std::string>& ext
   ERNIE_CHECK(fs::is_directory(dir, ec), path, ": folder ", dir.string(), " does not exist");
   ERNIE_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0, path, ": folder ", dir.string(), " is not writable (",
               std::strerror(errno), ")");
+  check_output_path(path, inputs);  // a device node, a FIFO; an input under another name
   if (fs::exists(p, ec))
     ERNIE_CHECK(::access(p.c_str(), W_OK) == 0, path, ": exists and is not writable (", std::strerror(errno), ")");
 }
