@@ -6,7 +6,7 @@
 set -euo pipefail
 PKGS=(
   build-essential cmake ninja-build pkg-config git python3
-  libpcre2-dev nlohmann-json3-dev libpng-dev libcpp-httplib-dev libcli11-dev
+  libpcre2-dev nlohmann-json3-dev libpng-dev libjpeg62-turbo-dev libwebp-dev libcpp-httplib-dev libcli11-dev
   libopenblas-dev libomp-dev libssl-dev libhiredis-dev
 )
 TEST_PKGS=(
@@ -14,6 +14,7 @@ TEST_PKGS=(
   clang lld libclang-rt-dev
   chromium
   dpkg-dev file
+  python3-numpy python3-pil python3-setuptools
   redis-server nginx
 )
 tests=0

@@ -338,7 +338,7 @@ INSTANTIATE_TEST_SUITE_P(
                 "steps 0 must be at least 1"},
         BadCase{"negative_cfg", kGen + "-W 16 -H 16 --cfg -2 -o '{D}/x.png'", "must not be negative"},
         BadCase{"missing_folder", kGen + "-W 16 -H 16 -o '{D}/no/such/dir/x.png'", "does not exist"},
-        BadCase{"not_png", kGen + "-W 16 -H 16 -o '{D}/x.jpg'", "must be a .png file"},
+        BadCase{"not_an_image_name", kGen + "-W 16 -H 16 -o '{D}/x.gif'", "must be a .png, .jpg, .jpeg or .webp file"},
         BadCase{"bad_pattern", kGen + "-W 16 -H 16 --batch 2 -o '{D}/x_%s.png'", "only %d"},
         BadCase{"bad_latents_path", kGen + "-W 16 -H 16 --save-latents '{D}/nodir/l.safetensors' -o '{D}/x.png'",
                 "does not exist"},

@@ -17,6 +17,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/file.h"
+#include "io/image_limits.h"
 
 namespace ernie {
 namespace {
@@ -103,8 +104,7 @@ void free_decoded(Decoded* d) {
   *d = Decoded{};
 }
 
-constexpr png_uint_32 kMaxSide = 1u << 15;
-constexpr uint64_t kMaxPixels = uint64_t(1) << 26;  // 64 MP decoded (256 MiB RGBA): a small file cannot ask for more
+constexpr png_uint_32 kMaxSide = kMaxImageSide;
 // Chunks other than IDAT are read whole into one buffer (and zTXt/iTXt/iCCP inflated into another), at most
 // kMaxChunkCache of them kept: their memory stays within 16 x 4 MiB, well below the pixels'.
 constexpr uint32_t kMaxChunk = 4u << 20;
@@ -124,7 +124,7 @@ bool decode_c(Source* src, Decoded* d, Status* st) {
   png_set_chunk_cache_max(png, kMaxChunkCache);
   png_read_info(png, info);
   png_uint_32 w = png_get_image_width(png, info), h = png_get_image_height(png, info);
-  if (w == 0 || h == 0 || w > kMaxSide || h > kMaxSide || uint64_t(w) * h > kMaxPixels)
+  if (w == 0 || h == 0 || w > kMaxSide || h > kMaxSide || uint64_t(w) * h > kMaxImagePixels)
     png_error(png, "image size out of range (at most 32768 per side and 64 megapixels)");
   int color = png_get_color_type(png, info);
   d->has_alpha = (color & PNG_COLOR_MASK_ALPHA) || png_get_valid(png, info, PNG_INFO_tRNS);

@@ -1,12 +1,13 @@
 #include "server/request_parse.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "engine/init_image.h"
-#include "io/png.h"
+#include "io/image_codec.h"
 #include "server/api_error.h"
 
 namespace ernie::server {
@@ -82,26 +83,22 @@ std::pair<int, int> parse_size(const std::string& s, int max_side) {
   return {side[0], side[1]};
 }
 
-Image decode_image_field(const std::string& png, const char* field, const ParseLimits& lim) {
+Image decode_image_field(const std::string& bytes, const char* field, const ParseLimits& lim) {
   const std::string f(field);
-  static const std::string sig("\x89PNG\r\n\x1a\n", 8);
-  if (png.compare(0, 8, sig) != 0) bad_request(f + " must be a PNG file", f, "invalid_image");
-  if (png.size() >= 24 && png.compare(12, 4, "IHDR") == 0) {  // the size, before anything is allocated
-    auto be32 = [&](size_t i) {
-      return int64_t(uint8_t(png[i])) << 24 | int64_t(uint8_t(png[i + 1])) << 16 | int64_t(uint8_t(png[i + 2])) << 8 |
-             int64_t(uint8_t(png[i + 3]));
-    };
-    const int64_t w = be32(16), h = be32(20);
-    if (w * h > lim.max_image_pixels)
-      bad_request(f + ": a " + to_string(w) + "x" + to_string(h) + " image is too large (at most " +
-                      to_string(lim.max_image_pixels) + " pixels)", f, "invalid_image");
-  }
-  try {
-    PngImage p = decode_png(std::vector<uint8_t>(png.begin(), png.end()), f);
+  try {  // PNG, JPEG or WebP by content; the size is checked in the header, before anything is decoded
+    PngImage p = decode_image(std::vector<uint8_t>(bytes.begin(), bytes.end()), f, uint64_t(lim.max_image_pixels));
     return Image{p.width, p.height, std::move(p.rgb), std::move(p.alpha)};
   } catch (const Error& e) {
     bad_request(e.what(), f, "invalid_image");
   }
+}
+
+std::string encode_output(const std::string& png, const OutputFormat& o) {
+  if (o.format == ImageFormat::Png) return png;
+  const PngImage p = decode_png(std::vector<uint8_t>(png.begin(), png.end()), "output");
+  const std::vector<std::pair<std::string, std::string>> text(p.text.begin(), p.text.end());
+  const std::vector<uint8_t> b = encode_image(o.format, p.width, p.height, p.rgb, text, o.quality);
+  return std::string(b.begin(), b.end());
 }
 
 namespace {
@@ -125,7 +122,8 @@ ParsedRequest parse_edit_form(const std::vector<FormPart>& parts, const ParseLim
   // Form fields are text: those the JSON body types as numbers, booleans or arrays are read as JSON (a
   // value that does not parse stays a string, so the usual type error names the field).
   static const std::set<std::string> typed = {"n", "steps", "guidance_scale", "seed", "strength", "mask_blur",
-                                              "shift", "use_pe", "composite", "resize", "loras"};
+                                              "shift", "use_pe", "composite", "resize", "loras",
+                                              "output_compression"};
   json j = json::object();
   std::string image, mask;
   bool have_image = false, have_mask = false;
@@ -159,7 +157,7 @@ ParsedRequest parse_edit_form(const std::vector<FormPart>& parts, const ParseLim
 namespace {
 ParsedRequest parse_object(const json& j, const ParseLimits& lim, bool require_image) {
 
-  static const std::set<std::string> ignored = {"model", "user", "quality", "style", "background", "moderation"};
+  static const std::set<std::string> ignored = {"model", "user", "quality", "style", "moderation"};
   ParsedRequest out;
   GenerateRequest& r = out.req;
   bool have_prompt = false;
@@ -186,6 +184,23 @@ ParsedRequest parse_object(const json& j, const ParseLimits& lim, bool require_i
       if (f != "b64_json" && f != "url")
         bad_request("response_format '" + f.substr(0, 40) + "' is unknown; use 'b64_json' or 'url'", "response_format");
       out.url = f == "url";
+    } else if (k == "output_format") {  // gpt-image-1's
+      if (v.is_null()) continue;
+      const std::string f = get_string(v, "output_format", 64);
+      const auto fmt = image_format_named(f);
+      if (!fmt || f == "jpg")
+        bad_request("output_format '" + f.substr(0, 40) + "' is unknown; use 'png', 'jpeg' or 'webp'", "output_format");
+      out.output.format = *fmt;
+    } else if (k == "output_compression") {  // JPEG and WebP quality, 100 the best (OpenAI's default)
+      if (!v.is_null()) out.output.quality = std::max(1, int(get_int(v, "output_compression", 0, 100)));
+    } else if (k == "background") {
+      if (v.is_null()) continue;
+      const std::string b = get_string(v, "background", 64);
+      if (b == "transparent")
+        bad_request("background 'transparent' is not supported: this model paints every pixel; use 'auto' or 'opaque'",
+                    "background", "invalid_value");
+      if (b != "auto" && b != "opaque")
+        bad_request("background '" + b.substr(0, 40) + "' is unknown; use 'auto' or 'opaque'", "background");
     } else if (k == "steps") {
       if (!v.is_null()) r.steps = int(get_int(v, "steps", 1, lim.max_steps));
     } else if (k == "guidance_scale") {
@@ -256,9 +271,9 @@ ParsedRequest parse_object(const json& j, const ParseLimits& lim, bool require_i
         if (l.name.empty()) bad_request("loras[].name is required", "loras", "missing_field");
         r.loras.push_back(l);
       }
-    } else if (k == "image" || k == "mask") {  // base64 PNG (or a data URL)
+    } else if (k == "image" || k == "mask") {  // base64 PNG, JPEG or WebP (or a data URL)
       if (v.is_null()) continue;
-      if (!v.is_string()) bad_request(k + " must be a base64 PNG string, not " + type_name(v), k);
+      if (!v.is_string()) bad_request(k + " must be a base64 image string (PNG, JPEG or WebP), not " + type_name(v), k);
       const std::string png = base64_decode(v.get_ref<const std::string&>(), k.c_str());
       (k == "image" ? r.init_image : r.mask) = decode_image_field(png, k.c_str(), lim);
     } else if (k == "strength") {
@@ -277,14 +292,18 @@ ParsedRequest parse_object(const json& j, const ParseLimits& lim, bool require_i
       continue;  // OpenAI fields with no meaning here
     } else {
       bad_request("unknown field '" + k.substr(0, 64) +
-                      "'; known: prompt, negative_prompt, n, size, response_format, steps, guidance_scale, seed, use_pe, "
-                      "sampler, shift, rng, loras, image, mask, strength, mask_blur, composite, resize",
+                      "'; known: prompt, negative_prompt, n, size, response_format, output_format, output_compression, "
+                      "background, steps, guidance_scale, seed, use_pe, sampler, shift, rng, loras, image, mask, "
+                      "strength, mask_blur, composite, resize",
                   k.substr(0, 64), "unknown_field");
     }
   }
   if (require_image && !r.init_image)
     bad_request("image is required: the PNG to edit, base64 (or a multipart file part named 'image')", "image",
                 "missing_field");
+  if (out.url && out.output.format != ImageFormat::Png)
+    bad_request(std::string("output_format '") + image_format_name(out.output.format) +
+                    "' comes as b64_json only (the files under /v1/files are PNGs)", "output_format", "invalid_value");
   if (!have_prompt) bad_request("prompt is required", "prompt", "missing_field");
   if (r.prompt.find_first_not_of(" \t\r\n") == std::string::npos)
     bad_request("prompt must not be empty", "prompt", "invalid_value");

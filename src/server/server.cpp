@@ -86,6 +86,7 @@ void Server::handle_generations(const httplib::Request& req, httplib::Response& 
   if (queue_->stopping()) return send_error(res, shutting_down());
   ParsedRequest parsed = parse();
   const bool url = parsed.url;
+  const OutputFormat output = parsed.output;
   JobPtr job = queue_->submit(resolve_parsed(std::move(parsed)));
   res.set_header("X-Job-Id", job->id);
   // The client waits on this connection: when it goes away, nobody is left to take the images.
@@ -107,10 +108,10 @@ void Server::handle_generations(const httplib::Request& req, httplib::Response& 
   for (auto& [i, png] : queue_->images(job, -1)) {
     json d = {{"revised_prompt", job->revised_prompt}, {"seed", image_seed(job->req.seed, i, job->req.rng)}};
     if (url) d["url"] = file_url(req, opt_.host, port_, job->id, i);
-    else d["b64_json"] = base64_encode(png);
+    else d["b64_json"] = base64_encode(encode_output(png, output));
     data.push_back(std::move(d));
   }
-  json out = {{"created", job->created_unix}, {"data", std::move(data)}, {"id", job->id}, {"seed", job->req.seed},
+  json out = {{"created", job->created_unix}, {"output_format", image_format_name(output.format)}, {"data", std::move(data)}, {"id", job->id}, {"seed", job->req.seed},
               {"size", size_str(job->req.width, job->req.height)}, {"steps", job->req.steps},
               {"guidance_scale", job->req.cfg}, {"truncated", job->truncated}};
   send_json(res, 200, out);

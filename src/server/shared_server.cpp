@@ -324,11 +324,11 @@ void SharedServer::handle_generations(const httplib::Request& req, httplib::Resp
     json d = {{"revised_prompt", info.value("revised_prompt", "")}};
     if (info.contains("seeds") && i < info["seeds"].size()) d["seed"] = info["seeds"][i];
     if (url) d["url"] = file_url(req, opt_.http.host, port_, id, int(i));
-    else d["b64_json"] = base64_encode(pngs[i]);
+    else d["b64_json"] = base64_encode(encode_output(pngs[i], p.output));
     data.push_back(std::move(d));
   }
   send_json(res, 200,
-            {{"created", s->created_ms / 1000}, {"data", std::move(data)}, {"id", id}, {"seed", info.value("seed", json())},
+            {{"created", s->created_ms / 1000}, {"output_format", image_format_name(p.output.format)}, {"data", std::move(data)}, {"id", id}, {"seed", info.value("seed", json())},
              {"size", info.value("size", "")}, {"steps", info.value("steps", 0)},
              {"guidance_scale", info.value("guidance_scale", 0.0)}, {"truncated", info.value("truncated", false)}});
 }

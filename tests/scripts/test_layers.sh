@@ -37,9 +37,7 @@ allowed=(
   "tools/ernie-image/cmd_tokenize.cpp io/gguf.h"                # tokenize: a text-encoder GGUF's header alone
   "tools/ernie-image/cmd_tokenize.cpp io/gguf_tokenizer.h"      # tokenize: the tokenizer that GGUF embeds
   "tools/ernie-image/cmd_encode.cpp io/safetensors.h"          # encode --out: writes the embeddings file
-  "tools/ernie-image/cmd_generate.cpp io/png.h"                # writes the PNG files
   "tools/ernie-image/cmd_generate.cpp io/safetensors.h"        # --save-latents
-  "tools/ernie-image/generate_util.cpp io/png.h"               # reads --init-img / --mask
   "tools/ernie-image/generate_util.cpp io/safetensors.h"       # reads --latents
   "tools/ernie-image/cmd_convert.cpp io/gguf_encode.h"         # --type names of the GGUF encoder
   "tools/ernie-image/cmd_random_model.cpp models/random_folder.h"  # writes a random tiny model (tests, CI)

@@ -28,7 +28,7 @@ Register reg(20, [](CLI::App& app) {
   add_engine_flags(*c, o->engine);
   c->add_flag("--quiet,-q", o->quiet, "print nothing but errors");
   return std::function<int()>([o] {
-    check_writable(o->out, ".safetensors");
+    check_writable(o->out, {".safetensors"});
     o->engine.load_denoiser = false;
     auto engine = Engine::open(o->engine);
     Tensor hidden = engine->encode_prompt(o->prompt);

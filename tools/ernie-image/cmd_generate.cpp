@@ -17,7 +17,7 @@
 #include "progress.h"
 #include "engine_flags.h"
 #include "generate_util.h"
-#include "io/png.h"
+#include "engine/image_files.h"
 #include "io/safetensors.h"
 
 namespace ernie::cli {
@@ -29,7 +29,7 @@ struct Opts {
       seed = "-1", sampler = "euler", rng = "cpu", init_img, mask;
   std::vector<std::string> loras;  // --lora FILE[:SCALE]
   float shift = 0, strength = -1;
-  int width = 0, height = 0, steps = 0, batch = 1, mask_blur = 0;
+  int width = 0, height = 0, steps = 0, batch = 1, mask_blur = 0, quality = kDefaultImageQuality;
   bool resize = false, composite = false;
   float cfg = kCfgDefault;
   bool quiet = false, verbose = false, pe = false;
@@ -87,14 +87,14 @@ int run(Opts& o, const CLI::App& c) {
   req.seed = seed.value_or(0);
   req.seed_random = !seed && !req.init_latents;  // resolve_request draws it
 
-  // Output paths: PNG only, writable, one per image, none of the inputs, checked before anything is loaded.
+  // Output paths: PNG, JPEG or WebP, writable, one per image, none of the inputs, checked before anything is loaded.
   std::vector<std::string> inputs;
   for (const std::string* in : {&o.init_img, &o.mask, &o.init_latents})
     if (!in->empty()) inputs.push_back(*in);
   std::vector<std::string> outs = expand_output_paths(o.out, req.num_images);
-  for (const std::string& p : outs) check_writable(p, ".png", inputs);
-  if (!o.save_latents.empty()) check_writable(o.save_latents, ".safetensors", inputs);
-  if (!o.save_final_latents.empty()) check_writable(o.save_final_latents, ".safetensors", inputs);
+  for (const std::string& p : outs) check_writable(p, {".png", ".jpg", ".jpeg", ".webp"}, inputs);
+  if (!o.save_latents.empty()) check_writable(o.save_latents, {".safetensors"}, inputs);
+  if (!o.save_final_latents.empty()) check_writable(o.save_final_latents, {".safetensors"}, inputs);
 
   o.engine.pe = o.pe ? PeLoad::Required : PeLoad::Off;
   o.engine.plan_for = req;
@@ -149,7 +149,7 @@ int run(Opts& o, const CLI::App& c) {
   for (int b = 0; b < r.num_images; ++b) {
     const ImageMeta meta = image_meta(res, b, model_name, seed);
     const Image& img = res.images[size_t(b)];
-    write_png(outs[size_t(b)], img.width, img.height, img.rgb, png_metadata(meta), inputs);
+    save_image(outs[size_t(b)], img, meta, o.quality, inputs);
   }
   if (!o.save_latents.empty()) {
     std::map<std::string, std::string> md = {{"format", "ernie-image latents"}};
@@ -220,7 +220,9 @@ Register reg(10, [](CLI::App& app) {
   c->add_option("--rng", o->rng, "noise generator: cpu (torch's CPU generator, default), cuda (torch's CUDA "
                                  "generator, computed on the host) or ernie");
   c->add_option("--batch,-b,--batch-count", o->batch, "images to generate (default 1)");
-  c->add_option("--output,-o", o->out, "output PNG; %d (or %03d) is replaced by the image index (default out.png)");
+  c->add_option("--output,-o", o->out, "output image: PNG, or JPEG (.jpg, .jpeg) or WebP (.webp) by the "
+                                   "extension; %d (or %03d) is replaced by the image index (default out.png)");
+  c->add_option("--quality", o->quality, "JPEG and WebP quality, 1-100 (default 90)")->check(CLI::Range(1, 100));
   c->add_option("--init-latents", o->init_latents, "safetensors file with tensor `latents` [B, C, H/s, W/s]: the initial noise");
   c->add_option("--save-latents", o->save_latents, "write the initial noise (tensor `latents`) to this safetensors file");
   c->add_option("--save-final-latents", o->save_final_latents, "write the denoised latents before the VAE (tensor "
@@ -236,13 +238,13 @@ Register reg(10, [](CLI::App& app) {
                 "folder of LoRA .safetensors files that prompt tags <lora:NAME:SCALE> name (tags are removed from "
                 "the prompt before encoding and kept in the PNG metadata)");
   c->add_flag("--pe", o->pe, "rewrite the prompt with the model's prompt enhancer first");
-  c->add_option("--init-img,-i", o->init_img, "img2img: start from this PNG (VAE-encoded, then noised to --strength); "
+  c->add_option("--init-img,-i", o->init_img, "img2img: start from this PNG, JPEG or WebP (VAE-encoded, then noised to --strength); "
                                              "the size follows it unless -W/-H are given");
   c->add_option("--strength", o->strength, "img2img: how much of the schedule runs, (0, 1]; 1 ignores the image "
                                           "outside a mask (default 0.75, with --mask 1)");
   c->add_flag("--resize", o->resize, "img2img: resize the init image (and mask) to -W x -H (Lanczos) instead of "
                                      "rejecting another size");
-  c->add_option("--mask", o->mask, "inpainting: PNG of the init image's size; white repaints, black keeps (in a mask "
+  c->add_option("--mask", o->mask, "inpainting: an image (PNG, JPEG, WebP) of the init image's size; white repaints, black keeps (in a mask "
                                   "with transparency, transparent repaints, as OpenAI's edits)");
   c->add_option("--mask-blur", o->mask_blur, "inpainting: blur the mask by this many pixels (a Gaussian's sigma; "
                                             "default 0)");

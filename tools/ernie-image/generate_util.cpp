@@ -10,7 +10,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
-#include "io/png.h"
+#include "engine/image_files.h"
 #include "io/safetensors.h"
 
 namespace ernie::cli {
@@ -72,11 +72,13 @@ std::vector<std::string> expand_output_paths(const std::string& pattern, int n) 
   return out;
 }
 
-void check_writable(const std::string& path, const std::string& ext, const std::vector<std::string>& inputs) {
+void check_writable(const std::string& path, const std::vector<std::string>& exts,
+                    const std::vector<std::string>& inputs) {
   fs::path p(path);
-  std::string e = p.extension().string();
+  std::string e = p.extension().string(), names;
   for (auto& ch : e) ch = char(std::tolower(static_cast<unsigned char>(ch)));
-  ERNIE_CHECK(e == ext, path, ": output must be a ", ext, " file");
+  for (size_t i = 0; i < exts.size(); ++i) names += (i == 0 ? "" : i + 1 == exts.size() ? " or " : ", ") + exts[i];
+  ERNIE_CHECK(std::find(exts.begin(), exts.end(), e) != exts.end(), path, ": output must be a ", names, " file");
   std::error_code ec;
   ERNIE_CHECK(!fs::is_directory(p, ec), path, ": is a folder");
   fs::path dir = p.parent_path();
@@ -114,8 +116,7 @@ InitLatents load_init_latents(const std::string& path) {
 
 Image load_image_flag(const std::string& path, const char* flag) {
   try {
-    PngImage p = read_png(path);
-    return Image{p.width, p.height, std::move(p.rgb), std::move(p.alpha)};
+    return load_image(path);
   } catch (const Error& e) {
     throw Error(std::string(flag) + ": " + e.what());
   }

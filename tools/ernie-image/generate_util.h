@@ -14,9 +14,11 @@ namespace ernie::cli {
 // inserted before the extension. Throws on malformed patterns and on duplicate names.
 std::vector<std::string> expand_output_paths(const std::string& pattern, int n);
 
-// Throws unless `path` ends with `ext`, is not a folder, and its folder exists and is writable; and, as the writer
-// would at the end (core/atomic_file.h), unless it is a new or regular file other than each of `inputs`.
-void check_writable(const std::string& path, const std::string& ext, const std::vector<std::string>& inputs = {});
+// Throws unless `path` ends with one of `exts` (any case), is not a folder, and its folder exists and is writable;
+// and, as the writer would at the end (core/atomic_file.h), unless it is a new or regular file other than each of
+// `inputs`.
+void check_writable(const std::string& path, const std::vector<std::string>& exts,
+                    const std::vector<std::string>& inputs = {});
 
 struct InitLatents {
   Tensor latents;               // F32 on the host (owned copy)
