@@ -137,7 +137,16 @@ std::vector<FormPart> parse_multipart(std::string_view content_type, std::string
     FormPart p;
     read_part_head(body.substr(pos, head_end - pos), p);
     const size_t data = head_end + 4;
-    const size_t end = body.find(delim, data);
+    // The part ends at a boundary line: the delimiter then "--", or blanks and CRLF (RFC 2046), so a part's data
+    // may hold the delimiter followed by anything else.
+    auto closes = [&](size_t at) {
+      size_t q = at + delim.size();
+      if (body.substr(q, 2) == "--") return true;
+      while (q < body.size() && (body[q] == ' ' || body[q] == '\t')) ++q;
+      return body.substr(q, 2) == "\r\n";
+    };
+    size_t end = body.find(delim, data);
+    while (end != std::string_view::npos && !closes(end)) end = body.find(delim, end + 1);
     if (end == std::string_view::npos) bad_form("a part is not closed by a boundary line");
     p.data = std::string(body.substr(data, end - data));
     parts.push_back(std::move(p));
