@@ -187,10 +187,19 @@ void JobQueue::finish_job(Job& j, JobState s, std::optional<ApiError> err) {
   j.events.erase(std::remove_if(j.events.begin(), j.events.end(), [](const JobEvent& e) { return e.type == "preview"; }),
                  j.events.end());
   metrics_.count_job(state_name(s));
-  // Keep the replayable history short: the first event, the last progress event, and the end.
+  // Keep the replayable history short: the first event, the last progress event of each phase (a stream that
+  // connects after the end still sees which phases ran: load, encode, denoise, decode), and the end.
   if (j.events.size() > 2) {
     std::vector<JobEvent> kept{j.events.front()};
-    if (j.events.back().type == "progress") kept.push_back(j.events.back());
+    std::vector<std::string> phases;
+    for (auto e = j.events.rbegin(); e != j.events.rend() - 1; ++e) {
+      if (e->type != "progress") continue;
+      const json d = json::parse(e->data, nullptr, false);
+      const std::string phase = d.is_object() ? d.value("phase", std::string()) : std::string();
+      if (std::find(phases.begin(), phases.end(), phase) != phases.end()) continue;
+      phases.push_back(phase);
+      kept.insert(kept.begin() + 1, *e);
+    }
     j.events = std::move(kept);
   }
   if (opt_.log_jobs) log_job(j);
