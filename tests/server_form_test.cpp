@@ -205,7 +205,7 @@ TEST(Multipart, MalformedBodiesAre400s) {
            {kType, mpart("Content-Disposition: form-data; name=\"a", "v") + "--XyZ--"},
            {kType, "--XyZ\r\n\r\nv\r\n--XyZ--"},
            {kType, "--XyZjunk\r\n"}}) {
-    const ApiError e = api_error_of([&] { parse_multipart(type, body); });
+    const ApiError e = api_error_of([&, &t = type, &b = body] { parse_multipart(t, b); });
     EXPECT_EQ(e.status, 400) << type << " | " << body;
     EXPECT_EQ(e.message.rfind("multipart body: ", 0), 0u) << e.message;
   }

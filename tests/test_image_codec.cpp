@@ -230,5 +230,5 @@ TEST(ImageCodec, ProgressiveScanBombIsRefused) {
   EXPECT_EQ(decode_image(fine, "p.jpg").width, w);
   const auto [bomb, bomb_scans] = progressive(true);
   EXPECT_GT(bomb_scans, 1000u);
-  test::expect_error([&] { decode_image(bomb, "bomb.jpg"); }, "more than 1000 scans");
+  test::expect_error([&b = bomb] { decode_image(b, "bomb.jpg"); }, "more than 1000 scans");
 }
