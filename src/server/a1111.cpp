@@ -350,10 +350,13 @@ json parse_infotext(const std::string& text) {
     size_t i = 0;
     while (i < l.size()) {
       while (i < l.size() && l[i] == ' ') ++i;
-      const size_t colon = l.find(':', i);
-      if (colon == std::string::npos || colon == i) return std::vector<std::pair<std::string, std::string>>{};
+      const size_t colon = l.find(':', i), next = std::min(l.find(',', i), l.size());
+      if (colon == std::string::npos || colon == i || colon > next) {  // a piece without a key (as A1111, skipped)
+        if (next == l.size()) break;
+        i = next + 1;
+        continue;
+      }
       std::string key = l.substr(i, colon - i);
-      if (key.find(',') != std::string::npos) return std::vector<std::pair<std::string, std::string>>{};
       i = colon + 1;
       while (i < l.size() && l[i] == ' ') ++i;
       std::string val;

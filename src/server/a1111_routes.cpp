@@ -60,10 +60,11 @@ void register_a1111_routes(httplib::Server& s, const A1111Context& c) {
       try {
         resolved = q.pipeline().resolve(a.parsed.req);
       } catch (const Error& e) {  // the model's own checks (a size not a multiple of 16, ...)
-        std::string f = param_of(e.what());
+        const std::string msg = e.what();
+        std::string f = msg.rfind("height", 0) == 0 ? "height" : param_of(msg);
         if (f == "size") f = "width";
-        if (f == "strength") f = "denoising_strength";
-        if (f == "image") f = "init_images";
+        if (f == "guidance_scale") f = "cfg_scale";
+        if (f == "n") f = "batch_size";
         throw ApiException{ApiError{422, e.what(), "invalid_request_error", f, "value_error"}};
       }
       JobPtr job = q.submit(resolved);

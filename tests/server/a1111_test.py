@@ -199,7 +199,7 @@ def test_interrupt(srv):
     out = {}
 
     def run():
-        out["r"] = srv.json("POST", "/sdapi/v1/txt2img", {**OPENWEBUI, "steps": 1000}, BASIC, timeout=600)
+        out["r"] = srv.json("POST", "/sdapi/v1/txt2img", {**OPENWEBUI, "steps": 1000, "width": 128, "height": 128}, BASIC, timeout=600)
 
     t = threading.Thread(target=run)
     t.start()
