@@ -62,11 +62,6 @@ std::string get_string(const json& v, const std::string& f, size_t max_bytes) {
   return s;
 }
 
-bool get_bool(const json& v, const std::string& f) {
-  if (!v.is_boolean()) invalid(f, f + " must be true or false, not " + std::string(v.type_name()), "type_error.bool");
-  return v.get<bool>();
-}
-
 // True when `v` is a value that asks for nothing (null, false, 0, "", "None", [], {}).
 bool is_off(const json& v) {
   if (v.is_null()) return true;
@@ -186,7 +181,6 @@ Request parse_request(const std::string& body, bool img2img, const ParseLimits& 
   json o = json::object();  // the same request in our OpenAI-style body (request_parse.h checks the rest)
   int width = 0, height = 0;
   std::string sampler = "Euler";
-  bool sampler_given = false;
   for (auto it = j.begin(); it != j.end(); ++it) {
     const std::string& k = it.key();
     const json& v = it.value();
@@ -210,7 +204,6 @@ Request parse_request(const std::string& body, bool img2img, const ParseLimits& 
       a.n_iter = int(get_int(v, k, 1, lim.max_images));
     } else if (k == "sampler_name" || (k == "sampler_index" && !j.contains("sampler_name"))) {
       sampler = get_string(v, k, 64);
-      sampler_given = true;
     } else if (k == "scheduler") {
       a.scheduler = parse_scheduler(get_string(v, k, 64));
     } else if (k == "override_settings") {
@@ -237,7 +230,6 @@ Request parse_request(const std::string& body, bool img2img, const ParseLimits& 
   if (o["prompt"].get_ref<const std::string&>().find_first_not_of(" \t\r\n") == std::string::npos)
     invalid("prompt", "prompt must not be empty: this model needs text to draw", "value_error.missing");
   const SamplerKind kind = parse_sampler_name(sampler);
-  (void)sampler_given;
   if (a.scheduler.empty()) a.scheduler = "automatic";
   a.sampler_name = sampler_a1111(kind);
   o["sampler"] = sampler_id(kind);
