@@ -157,7 +157,7 @@ TEST(A1111, ResponseHasImagesParametersAndInfo) {
   GenerateRequest r = a.parsed.req;
   r.seed = 123;
   r.steps = 2;
-  r.cfg = 4;
+  r.cfg = 4.2f;
   r.width = r.height = 32;
   r.rng = NoiseRng::Ernie;
   ImageMeta m;
@@ -181,6 +181,8 @@ TEST(A1111, ResponseHasImagesParametersAndInfo) {
   EXPECT_EQ(info["infotexts"][0], text);
   EXPECT_EQ(info["sampler_name"], "Euler");
   EXPECT_EQ(info["steps"], 2);
+  EXPECT_EQ(info["cfg_scale"], 4.2);  // the decimal, not the float's double (4.199999809...)
+  EXPECT_EQ(out["parameters"]["cfg_scale"], 4.2);
   EXPECT_EQ(info["width"], 32);
   EXPECT_EQ(info["sd_model_name"], "tiny");
   EXPECT_EQ(info["job_timestamp"], "20231114221320");

@@ -1,8 +1,10 @@
 #include "server/a1111.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <ctime>
 #include <set>
 
@@ -144,6 +146,13 @@ std::string a1111_field(const std::string& ours) {
   return ours;
 }
 
+// A float field as the decimal the client wrote (0.6, not 0.6000000238418579): its shortest form, read as a double.
+double decimal(float f) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, f);
+  return std::strtod(std::string(buf, r.ptr).c_str(), nullptr);
+}
+
 std::string timestamp(int64_t unix_s) {
   std::time_t t = std::time_t(unix_s);
   std::tm tm{};
@@ -272,7 +281,7 @@ json response(const Request& a, const GenerateRequest& r, const std::vector<std:
   params["negative_prompt"] = r.negative_prompt;
   if (!params.contains("seed") || params["seed"].is_null()) params["seed"] = -1;
   params["steps"] = r.steps;
-  params["cfg_scale"] = r.cfg;
+  params["cfg_scale"] = decimal(r.cfg);
   params["width"] = r.width;
   params["height"] = r.height;
   params["sampler_name"] = a.sampler_name;
@@ -280,7 +289,7 @@ json response(const Request& a, const GenerateRequest& r, const std::vector<std:
   params["batch_size"] = a.batch_size;
   params["n_iter"] = a.n_iter;
   if (r.init_image) {
-    params["denoising_strength"] = r.strength;
+    params["denoising_strength"] = decimal(r.strength);
     params["init_images"] = nullptr;  // as A1111: the images are not echoed
     params["mask"] = nullptr;
   }
@@ -296,7 +305,7 @@ json response(const Request& a, const GenerateRequest& r, const std::vector<std:
                {"width", r.width},
                {"height", r.height},
                {"sampler_name", a.sampler_name},
-               {"cfg_scale", r.cfg},
+               {"cfg_scale", decimal(r.cfg)},
                {"steps", r.steps},
                {"batch_size", a.batch_size},
                {"restore_faces", false},
@@ -307,7 +316,7 @@ json response(const Request& a, const GenerateRequest& r, const std::vector<std:
                {"sd_vae_hash", nullptr},
                {"seed_resize_from_w", -1},
                {"seed_resize_from_h", -1},
-               {"denoising_strength", r.init_image ? json(r.strength) : json(nullptr)},
+               {"denoising_strength", r.init_image ? json(decimal(r.strength)) : json(nullptr)},
                {"extra_generation_params", {{"Schedule type", "FlowMatch"}}},
                {"index_of_first_image", 0},
                {"infotexts", infotexts},
