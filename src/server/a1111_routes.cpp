@@ -17,11 +17,12 @@ void send_a1111_error(httplib::Response& res, const ApiError& e) {
   send_json(res, e.status, a1111::error_json(e));
 }
 
-// The running job, if any (its describe()).
-JobPtr running_job(JobQueue& q) {
+// The running jobs (more than one when the queue batched requests together).
+std::vector<JobPtr> running_jobs(JobQueue& q) {
+  std::vector<JobPtr> out;
   for (const JobPtr& j : q.list(1000))
-    if (q.describe(*j).value("status", "") == "running") return j;
-  return nullptr;
+    if (q.describe(*j).value("status", "") == "running") out.push_back(j);
+  return out;
 }
 
 }  // namespace
@@ -88,7 +89,7 @@ void register_a1111_routes(httplib::Server& s, const A1111Context& c) {
   };
   auto cancel_running = [ctx](const char* why) {
     return [ctx, why](const httplib::Request&, httplib::Response& res, const std::string&) {
-      if (JobPtr j = running_job(ctx->queue))
+      for (const JobPtr& j : running_jobs(ctx->queue))
         ctx->queue.cancel(j, ApiError{409, std::string("interrupted by POST /sdapi/v1/") + why, "invalid_request_error",
                                       "", "interrupted"});
       send_json(res, 200, json::object());
@@ -119,9 +120,9 @@ void register_a1111_routes(httplib::Server& s, const A1111Context& c) {
   }));
   s.Get(p + "progress", route([ctx](const httplib::Request&, httplib::Response& res) {
     JobQueue& q = ctx->queue;
-    const JobPtr j = running_job(q);
+    const std::vector<JobPtr> running = running_jobs(q);
     const QueueGauges g = q.gauges();
-    send_json(res, 200, a1111::progress(j ? q.describe(*j) : json(nullptr), g.queued + g.running));
+    send_json(res, 200, a1111::progress(running.empty() ? json(nullptr) : q.describe(*running[0]), g.queued + g.running));
   }));
   s.Post(p + "txt2img", post(generate(false)));
   s.Post(p + "img2img", post(generate(true)));
