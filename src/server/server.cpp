@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "engine/metadata.h"
 #include "engine/noise.h"
+#include "server/a1111_routes.h"
 #include "server/http_common.h"
 #include "server/model_info.h"
 
@@ -273,6 +274,8 @@ void Server::routes() {
     res.status = 200;
     res.set_content(metrics_.render(queue_->gauges()), "text/plain; version=0.0.4");
   }));
+  // The AUTOMATIC1111 API (/sdapi/v1/*) over the same queue (a1111_routes.h).
+  register_a1111_routes(s, A1111Context{*queue_, opt_.api_key, opt_.limits, opt_.max_body_bytes, model_name_});
   add_web_page(s);
   add_fallback_handlers(s, metrics_, opt_.log_requests);
 }
