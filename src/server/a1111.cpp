@@ -75,22 +75,8 @@ bool is_off(const json& v) {
 
 json parse_body(const std::string& body, const ParseLimits& lim) {
   if (body.empty()) invalid("", "request body is empty; send a JSON object", "value_error.missing");
-  int depth = 0;  // bounded nesting before parsing (as the OpenAI routes)
-  bool in_string = false, esc = false;
-  for (char c : body) {
-    if (in_string) {
-      if (esc) esc = false;
-      else if (c == '\\') esc = true;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > lim.max_nesting)
-        invalid("", "request body nests deeper than " + to_string(lim.max_nesting) + " levels", "value_error.jsondecode");
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
+  if (nests_deeper_than(body, lim.max_nesting))  // bounded before parsing, as the OpenAI routes
+    invalid("", "request body nests deeper than " + to_string(lim.max_nesting) + " levels", "value_error.jsondecode");
   json j;
   try {
     j = json::parse(body);

@@ -15,24 +15,9 @@ namespace {
 using nlohmann::json;
 using std::to_string;
 
-// Rejects deeply nested documents before parsing them (bounded work and stack for any body).
 void check_nesting(const std::string& body, int max_depth) {
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (char c : body) {
-    if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > max_depth)
-        bad_request("request body nests deeper than " + to_string(max_depth) + " levels", "", "invalid_json");
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
+  if (nests_deeper_than(body, max_depth))
+    bad_request("request body nests deeper than " + to_string(max_depth) + " levels", "", "invalid_json");
 }
 
 std::string type_name(const json& v) { return v.type_name(); }
@@ -63,6 +48,25 @@ int64_t get_int(const json& v, const char* field, int64_t lo, int64_t hi) {
 }
 
 }  // namespace
+
+bool nests_deeper_than(const std::string& body, int max_depth) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : body) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) return true;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return false;
+}
 
 std::pair<int, int> parse_size(const std::string& s, int max_side) {
   auto fail = [&](const std::string& why) {

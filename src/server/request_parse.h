@@ -48,6 +48,10 @@ Image decode_image_field(const std::string& bytes, const char* field, const Pars
 // A PNG the queue made, in the requested output format; JPEG and WebP keep its A1111 `parameters` in EXIF.
 std::string encode_output(const std::string& png, const OutputFormat& o);
 
+// Whether a JSON text nests arrays and objects deeper than max_depth, counted without parsing it (bounded work
+// and stack for any body, before the parser sees it).
+bool nests_deeper_than(const std::string& body, int max_depth);
+
 // "1024x768" -> (1024, 768); throws ApiException for anything else.
 std::pair<int, int> parse_size(const std::string& s, int max_side);
 
