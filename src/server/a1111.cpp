@@ -535,11 +535,7 @@ bool authorized(int fields, const std::string& h, const std::string& key) {
   }
   const size_t colon = cred.find(':');
   if (colon == std::string::npos) return false;
-  const std::string_view pass = std::string_view(cred).substr(colon + 1);
-  if (pass.size() != key.size()) return false;
-  unsigned char d = 0;  // constant time, as the bearer check
-  for (size_t i = 0; i < pass.size(); ++i) d |= uint8_t(pass[i]) ^ uint8_t(key[i]);
-  return d == 0;
+  return key_equals(std::string_view(cred).substr(colon + 1), key);
 }
 
 json error_json(const ApiError& e) {

@@ -156,9 +156,13 @@ bool bearer_matches(int fields, std::string_view h, std::string_view key) {
   if (h.size() < 7 || lower(h.substr(0, 6)) != "bearer" || h[6] != ' ') return false;
   h.remove_prefix(6);
   while (!h.empty() && h.front() == ' ') h.remove_prefix(1);
-  if (h.empty() || h.size() != key.size()) return false;
+  return !h.empty() && key_equals(h, key);
+}
+
+bool key_equals(std::string_view given, std::string_view key) {
+  if (given.size() != key.size()) return false;
   unsigned char d = 0;
-  for (size_t i = 0; i < h.size(); ++i) d |= uint8_t(h[i]) ^ uint8_t(key[i]);
+  for (size_t i = 0; i < given.size(); ++i) d |= uint8_t(given[i]) ^ uint8_t(key[i]);
   return d == 0;
 }
 

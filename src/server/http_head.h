@@ -52,6 +52,8 @@ ChunkedCheck decode_chunked(std::string_view data, size_t max_body_bytes, std::s
 // `Authorization: Bearer KEY` given as the only Authorization field (`fields` of them, the last `value`): the
 // scheme case-insensitive (RFC 9110 §11.1), the key compared in constant time. True when `key` is empty.
 bool bearer_matches(int fields, std::string_view value, std::string_view key);
+// `given` equals `key`, compared in constant time for a given length (the API key checks).
+bool key_equals(std::string_view given, std::string_view key);
 
 // The request as the HTTP library is given it: the head without Transfer-Encoding and Expect, with
 // Content-Length set to the body's size, then the body.
